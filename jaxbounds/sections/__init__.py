@@ -1,0 +1,1 @@
+"""Report sections and model builders of ``jaxbounds estimate``; importing registers them all."""

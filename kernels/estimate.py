@@ -1,0 +1,76 @@
+"""The result type every Monte Carlo kernel returns."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["Estimate", "estimate_from_samples"]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    r"""A Monte Carlo estimate with its uncertainty.
+
+    Registered as a pytree: ``mean``, ``stderr``, ``lower`` and ``upper`` are leaves (so an
+    ``Estimate`` passes through ``jax.jit`` and ``jax.vmap``); ``num_samples`` and ``delta`` are
+    static metadata.
+
+    Attributes:
+      mean: the estimate, $\hat\mu = \frac{1}{K}\sum_k Y_k$.
+      stderr: its standard error, $s / \sqrt{K}$ with $s$ the sample standard deviation
+        (``ddof=1``), unless a kernel's docstring says otherwise.
+      num_samples: $K$, the number of Monte Carlo samples (probes, draws, perturbations).
+      lower: lower end of a $(1-\delta)$ confidence interval where a kernel provides one
+        (e.g. McDiarmid for Rademacher averages), else ``None``.
+      upper: upper end of that interval, else ``None``.
+      delta: the $\delta$ of that interval, else ``None``.
+    """
+
+    mean: Any
+    stderr: Any
+    num_samples: int = dataclasses.field(metadata={"static": True})
+    lower: Any = None
+    upper: Any = None
+    delta: float | None = dataclasses.field(default=None, metadata={"static": True})
+
+    def __repr__(self) -> str:
+        def fmt(x: Any) -> str:
+            try:
+                return f"{float(x):.6g}"
+            except (TypeError, ValueError, jax.errors.ConcretizationTypeError):
+                return repr(x)
+
+        text = f"Estimate(mean={fmt(self.mean)}, stderr={fmt(self.stderr)}, n={self.num_samples}"
+        if self.lower is not None:
+            text += f", {1 - (self.delta or 0):g}-interval=[{fmt(self.lower)}, {fmt(self.upper)}]"
+        return text + ")"
+
+
+def estimate_from_samples(samples: jax.Array, axis: int = 0) -> Estimate:
+    """Mean and standard error (``ddof=1``) of i.i.d. samples along ``axis``.
+
+    Args:
+      samples: array whose ``axis`` indexes i.i.d. Monte Carlo samples (at least 2).
+      axis: the sample axis.
+
+    Returns:
+      Estimate(mean, stderr, num_samples).
+
+    Raises:
+      ValueError: if fewer than 2 samples are given.
+
+    >>> import jax.numpy as jnp
+    >>> estimate_from_samples(jnp.array([1.0, 2.0, 3.0]))
+    Estimate(mean=2, stderr=0.57735, n=3)
+    """
+    num = samples.shape[axis]
+    if num < 2:
+        raise ValueError(f"samples: need at least 2 samples along axis {axis}, got {num}")
+    mean = jnp.mean(samples, axis=axis)
+    stderr = jnp.std(samples, axis=axis, ddof=1) / jnp.sqrt(jnp.asarray(num, samples.dtype))
+    return Estimate(mean=mean, stderr=stderr, num_samples=num)
