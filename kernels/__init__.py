@@ -17,11 +17,21 @@ from kernels.curvature import (
 )
 from kernels.estimate import Estimate, estimate_from_samples
 from kernels.parallel import map_chunked, map_samples
+from kernels.walsh import (
+    cube_points,
+    fwht,
+    spectrum_degree,
+    spectrum_sparsity,
+    subset_sizes,
+    walsh_spectrum,
+)
 
 __all__ = [
     "Estimate",
+    "cube_points",
     "dataset_hvp",
     "estimate_from_samples",
+    "fwht",
     "hessian_trace",
     "hutchinson_trace",
     "hutchpp_trace",
@@ -31,5 +41,9 @@ __all__ = [
     "map_samples",
     "slq_nodes",
     "spectral_density",
+    "spectrum_degree",
+    "spectrum_sparsity",
+    "subset_sizes",
     "top_eigenvalues",
+    "walsh_spectrum",
 ]
