@@ -35,7 +35,8 @@ def as_pure(model: nnx.Module) -> tuple[Callable[[Any, Any], Any], dict[str, Any
     >>> apply_fn, params = as_pure(model)
     >>> sorted(params)
     ['bias', 'kernel']
-    >>> bool(jnp.allclose(apply_fn(params, jnp.ones(2)), model(jnp.ones(2))))
+    >>> x = jnp.ones(2, jnp.float32)
+    >>> bool(jnp.allclose(apply_fn(params, x), model(x)))
     True
     """
     graphdef, state, rest = nnx.split(model, nnx.Param, ...)
