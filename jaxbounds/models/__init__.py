@@ -2,9 +2,11 @@
 
 from jaxbounds.models.pure import as_pure, set_params
 from jaxbounds.models.scalar import ScalarTransformer
+from jaxbounds.models.shallow import ShallowTransformer
 
 __all__ = [
     "ScalarTransformer",
+    "ShallowTransformer",
     "as_pure",
     "set_params",
 ]

@@ -1,0 +1,202 @@
+r"""Linearisation around initialisation and the empirical neural tangent kernel.
+
+For a scalar-output model $f(\theta; x)$ and parameters $\theta_0$:
+
+- the linearised model $f^{lin}(\theta; x) = f(\theta_0; x) + \langle \nabla_\theta f(\theta_0; x),
+  \theta - \theta_0\rangle$ (one ``jax.jvp``, no Jacobian is stored);
+- the empirical NTK Gram matrix $K_{ab} = \langle \nabla_\theta f(\theta; x_a),
+  \nabla_\theta f(\theta; x_b)\rangle$ on a data set, computed tile by tile: tiles $A, B$ of
+  ``tile_size`` examples give $K_{AB} = J_A J_B^\top$ from the two tiles' per-example gradients,
+  so memory holds two tiles of Jacobian rows (``2 * tile_size * num_params`` numbers), never all
+  $N$ of them; only the tiles $A \le B$ are computed, $K$ is symmetric;
+- $\alpha = \sigma_{\min}(F_{pre}^0)$, the smallest singular value of the (N, d_m) matrix of last
+  hidden features at initialisation (Lemma 4 / Theorem 5 of the shallow-Transformer GD paper, after
+  Wu et al. 2024).
+
+References:
+  Jacot, Gabriel, Hongler 2018, "Neural tangent kernel", arXiv:1806.07572;
+  Lee et al. 2019, "Wide neural networks of any depth evolve as linear models under gradient
+  descent", arXiv:1902.06720; Novak et al. 2022, "Fast finite width neural tangent kernel",
+  arXiv:2206.08720; Wu et al. 2024, arXiv:2311.01575.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels.parallel import map_samples
+
+__all__ = ["empirical_ntk", "feature_alpha", "linearize_model", "ntk_min_eigenvalue"]
+
+
+def linearize_model(
+    apply_fn: Callable[[Any, Any], jax.Array], params0: Any
+) -> Callable[[Any, Any], jax.Array]:
+    r"""The first-order Taylor model of ``apply_fn`` around ``params0``.
+
+    $$f^{lin}(\theta; x) = f(\theta_0; x) + J_{\theta_0}(x)(\theta - \theta_0),$$
+
+    exact at $\theta = \theta_0$ and equal to $f$ up to $O(\|\theta - \theta_0\|^2)$. Evaluated with
+    one ``jax.jvp`` (forward mode), so no Jacobian is materialised; it is linear in ``params``
+    and can be trained with the same optimiser as the model.
+
+    Args:
+      apply_fn: ``(params, inputs) -> outputs``; must be traceable.
+      params0: the expansion point (pytree).
+
+    Returns:
+      ``(params, inputs) -> outputs``, same shapes as ``apply_fn``.
+
+    >>> import jax.numpy as jnp
+    >>> lin = linearize_model(lambda p, x: p["w"] ** 2 * x, {"w": jnp.array(3.0)})
+    >>> float(lin({"w": jnp.array(4.0)}, jnp.array(1.0)))  # 9 + 2*3*(4-3)
+    15.0
+    """
+
+    def apply_lin(params: Any, inputs: Any) -> jax.Array:
+        delta = jax.tree_util.tree_map(jnp.subtract, params, params0)
+        out, tangent = jax.jvp(lambda p: apply_fn(p, inputs), (params0,), (delta,))
+        return out + tangent
+
+    return apply_lin
+
+
+def _per_example_jacobian(apply_fn: Callable, params: Any, tile: jax.Array) -> jax.Array:
+    """(tile, num_params) matrix of per-example gradients of the scalar output."""
+
+    def one(x: jax.Array) -> jax.Array:
+        grads = jax.grad(lambda p: apply_fn(p, x[None])[0])(params)
+        return jnp.concatenate([jnp.ravel(g) for g in jax.tree_util.tree_leaves(grads)])
+
+    return jax.vmap(one)(tile)
+
+
+def empirical_ntk(
+    apply_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    inputs: jax.Array,
+    *,
+    tile_size: int | None = None,
+) -> jax.Array:
+    r"""Empirical NTK Gram matrix $K = J J^\top$ of a scalar-output model on a data set.
+
+    $K_{ab} = \sum_p \partial_p f(\theta; x_a)\, \partial_p f(\theta; x_b)$, exact (no sampling).
+    Computed in tiles of ``tile_size`` examples: for each pair of tiles $A \le B$ the two
+    tiles' per-example gradients are formed (``vmap`` of ``grad``), multiplied, and dropped, so
+    peak memory is two tiles of Jacobian rows rather than the full (N, num_params) Jacobian.
+    Costs about ``N * (num_tiles + 1)`` per-example gradients. The tile pairs are mapped
+    sequentially (and sharded over ``jax.devices()`` when there are several); the result does
+    not depend on ``tile_size`` beyond floating-point rounding. Traceable (can be jitted).
+
+    Args:
+      apply_fn: ``(params, inputs) -> (batch,)`` outputs for a batch of inputs; must be
+        traceable. It is called on batches of one example.
+      params: parameters (any pytree of arrays).
+      inputs: (N, ...) array of examples (leading axis = examples).
+      tile_size: examples per tile (static); None puts all N in one tile.
+
+    Returns:
+      (N, N) symmetric positive semi-definite Gram matrix, dtype of the gradients.
+
+    Raises:
+      ValueError: if ``tile_size`` is not a positive int, or ``inputs`` has no leading axis.
+
+    References:
+      Jacot et al. 2018, arXiv:1806.07572; Novak et al. 2022, arXiv:2206.08720.
+
+    >>> import jax.numpy as jnp
+    >>> apply = lambda p, x: x @ p["w"]  # linear model: K = X X^T
+    >>> x = jnp.array([[1.0, 0.0], [1.0, 2.0], [0.0, 3.0]])
+    >>> empirical_ntk(apply, {"w": jnp.zeros(2)}, x, tile_size=2)
+    Array([[ 1.,  1.,  0.],
+           [ 1.,  5.,  6.],
+           [ 0.,  6.,  9.]], dtype=float64)
+    """
+    if jnp.ndim(inputs) < 1:
+        raise ValueError(f"inputs: expected an array with a leading example axis, got {inputs!r}")
+    num = inputs.shape[0]
+    if tile_size is not None and (
+        not isinstance(tile_size, int) or isinstance(tile_size, bool) or tile_size < 1
+    ):
+        raise ValueError(f"tile_size: expected a positive int or None, got {tile_size!r}")
+    tile = num if tile_size is None else min(tile_size, num)
+    num_tiles = -(-num // tile)
+    padded = num_tiles * tile
+    if padded > num:  # pad with copies of example 0; their rows/columns are dropped
+        filler = jnp.repeat(inputs[:1], padded - num, axis=0)
+        inputs = jnp.concatenate([inputs, filler], axis=0)
+    tiles = inputs.reshape((num_tiles, tile, *inputs.shape[1:]))
+    rows, cols = np.triu_indices(num_tiles)
+    pairs = jnp.asarray(np.stack([rows, cols], axis=1), dtype=jnp.int32)
+
+    def block(pair: jax.Array) -> jax.Array:
+        j_a = _per_example_jacobian(apply_fn, params, tiles[pair[0]])
+        j_b = _per_example_jacobian(apply_fn, params, tiles[pair[1]])
+        return j_a @ j_b.T
+
+    blocks = map_samples(block, pairs, chunk_size=1)  # (num_pairs, tile, tile)
+    gram = jnp.zeros((num_tiles, num_tiles, tile, tile), dtype=blocks.dtype)
+    gram = gram.at[rows, cols].set(blocks)
+    upper = rows < cols
+    gram = gram.at[cols[upper], rows[upper]].set(jnp.swapaxes(blocks[upper], -1, -2))
+    gram = jnp.swapaxes(gram, 1, 2).reshape((padded, padded))
+    return gram[:num, :num]
+
+
+def ntk_min_eigenvalue(
+    apply_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    inputs: jax.Array,
+    *,
+    tile_size: int | None = None,
+) -> jax.Array:
+    r"""Smallest eigenvalue $\lambda_{\min}(K)$ of the empirical NTK Gram matrix (exact, dense).
+
+    Args:
+      apply_fn: ``(params, inputs) -> (batch,)``.
+      params: parameters (pytree).
+      inputs: (N, ...) examples.
+      tile_size: see :func:`empirical_ntk`.
+
+    Returns:
+      A scalar; 0 up to rounding when N exceeds the number of parameters.
+    """
+    gram = empirical_ntk(apply_fn, params, inputs, tile_size=tile_size)
+    return jnp.linalg.eigvalsh(gram)[0]
+
+
+def feature_alpha(features: jax.Array) -> jax.Array:
+    r"""$\alpha = \sigma_{\min}(F_{pre}^0)$ for an (N, d_m) matrix of last hidden features.
+
+    The paper's convergence argument needs $F_{pre}^0 (F_{pre}^0)^\top \succ 0$ and uses
+    $\alpha^2 = \lambda_{\min}(F_{pre}^0 (F_{pre}^0)^\top)$, i.e. $\alpha$ is the N-th singular
+    value. When N > d_m that N x N matrix is singular and $\alpha = 0$ exactly (the theory needs
+    $d_m \ge N$); this function then returns 0 rather than the d_m-th singular value.
+
+    Args:
+      features: (N, d_m) matrix (rows = examples).
+
+    Returns:
+      A scalar, exact up to the SVD's rounding.
+
+    Raises:
+      ValueError: if ``features`` is not 2-D.
+
+    References:
+      Shallow-Transformer GD paper, section 4.3; Wu et al. 2024, arXiv:2311.01575, Theorem 1.
+
+    >>> import jax.numpy as jnp
+    >>> float(feature_alpha(jnp.array([[3.0, 0.0, 0.0], [0.0, 2.0, 0.0]])))
+    2.0
+    """
+    if jnp.ndim(features) != 2:
+        raise ValueError(f"features: expected an (N, d_m) matrix, got shape {jnp.shape(features)}")
+    num, width = features.shape
+    if num > width:
+        return jnp.zeros((), dtype=features.dtype)
+    return jnp.linalg.svd(features, compute_uv=False)[num - 1]
