@@ -1,0 +1,5 @@
+"""Placeholder, replaced below."""
+
+
+def from_model(model, data):  # noqa: D103
+    raise NotImplementedError

@@ -1,0 +1,205 @@
+"""Trauger & Tewari and Edelman et al. calculators: closed forms, corollaries, reductions, properties."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxbounds.bounds import covering, edelman, trauger_tewari
+
+FAST = settings(max_examples=25, deadline=None)
+
+ONE = {"B_w": 2.0, "B_Wc": 1.5, "B_Wv": 1.2, "L_sigma": 1.0, "num_samples": 5000}
+
+
+def _np_theorem_4_1(C, B_x, d, m, H=1, B_w=2.0, B_Wc=1.5, B_Wv=1.2, L_s=1.0):
+    inner = 2 * B_x**2 * np.sqrt(C) / np.sqrt(m) * (1 + np.log(np.sqrt(m) / (2 * B_x * np.sqrt(C))))
+    return H * B_w * B_Wc * L_s * B_Wv * (inner + B_x * np.sqrt(np.log(2 * d) / m))
+
+
+def test_theorem_4_1_closed_form_and_heads():
+    r = trauger_tewari.theorem_4_1(C=3.0, B_x=1.3, d=16, **ONE)
+    assert float(r.value) == pytest.approx(_np_theorem_4_1(3.0, 1.3, 16, 5000))
+    assert bool(r.hypotheses_hold)
+    r2 = trauger_tewari.theorem_4_1(C=3.0, B_x=1.3, d=16, num_heads=2, **ONE)
+    assert float(r2.value) == pytest.approx(2 * float(r.value))
+    small = trauger_tewari.theorem_4_1(C=3.0, B_x=1.3, d=16, **{**ONE, "num_samples": 8})
+    assert not bool(small.hypotheses["m > d"])
+
+
+@pytest.mark.parametrize(
+    ("corollary", "lemma", "printed_alpha"),
+    [
+        (
+            trauger_tewari.corollary_4_1_1,
+            covering.lemma_3_6_log_cover,
+            lambda B, d: B * np.sqrt(2 * np.log(2 * d**2 + 1)),
+        ),
+        (
+            trauger_tewari.corollary_d_0_1,
+            covering.lemma_3_3_log_cover,
+            lambda B, d: 2 * B * np.sqrt(d * np.log(2 * d + 1)),
+        ),
+        (
+            trauger_tewari.corollary_d_0_2,
+            covering.lemma_3_4_log_cover,
+            lambda B, d: 2 * B * np.sqrt(2 * np.log(d)),
+        ),
+    ],
+)
+def test_theorem_4_1_corollaries_equal_theorem_with_lemma(corollary, lemma, printed_alpha):
+    B_x, B_QK, d = 1.3, 0.7, 16
+    cor = corollary(B_x=B_x, B_WQK=B_QK, d=d, **ONE)
+    C = lemma(B_x=B_x, B_w=B_QK, d=d, k=d).C
+    thm = trauger_tewari.theorem_4_1(C=C, B_x=B_x, d=d, **ONE)
+    assert float(cor.value) == pytest.approx(float(thm.value), rel=1e-12)
+    # the corollary's alpha (2 B_x^2 sqrt(C) = B_x^3 alpha) against the paper's printed alpha
+    if corollary is trauger_tewari.corollary_4_1_1:
+        # printed alpha = B sqrt(2 log(2d^2+1)); substitution gives 2 B sqrt(log(2d^2+1)):
+        # a factor sqrt(2) apart (paper typo; we follow the substitution).
+        assert float(cor.alpha) == pytest.approx(np.sqrt(2) * printed_alpha(B_QK, d))
+    else:
+        assert float(cor.alpha) == pytest.approx(printed_alpha(B_QK, d))
+
+
+def _np_theorem_4_2(C_1, C_Bx, L, Ls, Bc, Bv, Bqk, Bw):
+    alpha = [np.prod([Ls * Bc * Bv * (1 + 4 * Bqk) for _ in range(i + 1, L + 1)]) for i in range(1, L + 1)]
+    tau = [a ** (2 / 3) + (2 * a * Ls * Bc * Bv) ** (2 / 3) + (a * Ls * Bv) ** (2 / 3) for a in alpha]
+    gamma = C_Bx ** (1 / 3) * (2 * Ls * Bc * Bv * alpha[0] * Bw) ** (2 / 3) + C_1 ** (1 / 3) * (
+        1 + (Bw * Ls * Bv) ** (2 / 3)
+    )
+    eta = C_1 ** (1 / 3) * Bw ** (2 / 3) * sum(tau[1:])
+    return (gamma + eta) ** 3, gamma, eta
+
+
+ML = {"L_sigma": 1.0, "B_c2": 1.1, "B_v2": 0.9, "B_QK2": 0.5, "B_w": 1.7}
+
+
+@pytest.mark.parametrize("L", [1, 2, 4])
+def test_theorem_4_2_matches_reference(L):
+    r = trauger_tewari.multi_layer_log_cover(C_1=2.0, C_Bx=5.0, num_layers=L, **ML)
+    ref, gamma, eta = _np_theorem_4_2(2.0, 5.0, L, 1.0, 1.1, 0.9, 0.5, 1.7)
+    assert float(r.value) == pytest.approx(ref, rel=1e-12)
+    assert float(r.gamma) == pytest.approx(gamma) and float(r.eta) == pytest.approx(eta)
+    assert r.alpha.shape == (L,)
+
+
+def test_theorem_4_2_with_one_layer_reduces():
+    """L = 1: alpha_1 = 1 (empty product), eta = 0 (empty sum), so the cover is gamma^3 with
+    gamma = C_Bx^{1/3} (2 L_s B_c2 B_v2 B_w)^{2/3} + C_1^{1/3} (1 + (B_w L_s B_v2)^{2/3})."""
+    r = trauger_tewari.multi_layer_log_cover(C_1=2.0, C_Bx=5.0, num_layers=1, **ML)
+    assert float(r.alpha[0]) == 1.0 and float(r.eta) == 0.0
+    g = 5.0 ** (1 / 3) * (2 * 1.1 * 0.9 * 1.7) ** (2 / 3) + 2.0 ** (1 / 3) * (1 + (1.7 * 0.9) ** (2 / 3))
+    assert float(r.value) == pytest.approx(g**3, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("corollary", "lemma"),
+    [
+        (trauger_tewari.corollary_4_2_1, covering.lemma_3_6_log_cover),
+        (trauger_tewari.corollary_f_0_1, covering.lemma_3_3_log_cover),
+        (trauger_tewari.corollary_f_0_2, covering.lemma_3_4_log_cover),
+    ],
+)
+def test_theorem_4_2_corollaries_equal_theorem_with_lemma(corollary, lemma):
+    B, B_x, d, k = 0.8, 2.5, 8, 12
+    cor = corollary(B=B, B_x=B_x, d=d, k=k, num_layers=3, **ML)
+    C_1 = lemma(B_x=1.0, B_w=B, d=d, k=k).C
+    C_Bx = lemma(B_x=B_x, B_w=B, d=d, k=k).C
+    thm = trauger_tewari.multi_layer_log_cover(C_1=C_1, C_Bx=C_Bx, num_layers=3, **ML)
+    assert float(cor.value) == pytest.approx(float(thm.value), rel=1e-12)
+
+
+def test_multi_layer_rademacher_and_num_layers_checked():
+    cover = trauger_tewari.multi_layer_log_cover(C_1=2.0, C_Bx=5.0, num_layers=2, **ML)
+    rad = trauger_tewari.multi_layer_rademacher(cover=cover, B_w=1.7, num_samples=1e6)
+    ref = covering.dudley_rademacher(C=cover.value, A=1.7, num_samples=1e6).value
+    assert float(rad.value) == pytest.approx(float(ref))
+    with pytest.raises(ValueError, match="num_layers"):
+        trauger_tewari.multi_layer_log_cover(C_1=1.0, C_Bx=1.0, num_layers=0, **ML)
+
+
+def test_masked_word_factor():
+    r = trauger_tewari.masked_word_rademacher(scalar_rademacher=0.01, vocab_size=100)
+    assert float(r.value) == pytest.approx(2 * 10 * 0.01)
+
+
+EDEL = {
+    "L_sigma": 1.0, "B_w": 1.0, "B_X": 1.0, "B_C21": 2.0, "B_V": 1.0, "B_V21": 2.0, "B_C": 1.0,
+    "B_QK21": 2.0, "d": 64, "num_samples": 300,
+}  # fmt: skip
+
+
+def test_edelman_single_head_closed_form():
+    r = edelman.single_head_log_cover(**EDEL, seq_len=20)
+    bracket = 2 ** (2 / 3) + 2 ** (2 / 3) + 4 ** (2 / 3)
+    assert float(r.value) == pytest.approx(bracket**3 * np.log(64 * 300 * 20))
+    assert r.status == "rebuilt"
+
+
+def test_edelman_grows_with_T_trauger_tewari_does_not():
+    """Side by side on the sparse-majority sizes (d=64, m=300, T=20..200)."""
+    Ts = jnp.arange(20.0, 201.0, 20.0)
+    ed = edelman.single_head_log_cover(**{**EDEL, "d": jnp.full(10, 64.0)}, seq_len=Ts)
+    assert bool(jnp.all(jnp.diff(ed.value) > 0))
+    ml = edelman.multi_layer_log_cover(
+        B21=2.0, B_x=1.0, d=64, num_samples=300, seq_len=Ts, num_layers=2, **ML
+    )
+    assert bool(jnp.all(jnp.diff(ml.value) > 0))
+    # Trauger & Tewari: the same norms give the same number for every T (no T argument at all).
+    tt = [
+        float(trauger_tewari.corollary_4_2_1(B=2.0, B_x=1.0, d=64, k=64, num_layers=2, **ML).value)
+        for _ in Ts
+    ]
+    assert len(set(tt)) == 1
+    # the Edelman multi-layer cover is the T&T Theorem 4.2 with the log(d m T) coefficient
+    C = 4.0 * np.log(64 * 300 * 20)
+    ref = trauger_tewari.multi_layer_log_cover(C_1=C, C_Bx=C, num_layers=2, **ML)
+    assert float(ml.value[0]) == pytest.approx(float(ref.value))
+
+
+@FAST
+@given(
+    scale=st.floats(1.01, 5.0),
+    which=st.sampled_from(["B_w", "B_Wc", "B_Wv", "L_sigma", "B_x", "B_WQK"]),
+    m=st.integers(200, 10**7),
+)
+def test_theorem_4_1_increases_in_every_norm_decreases_in_m(scale, which, m):
+    base = {"B_x": 1.0, "B_WQK": 0.5, "d": 16, **ONE, "num_samples": m}
+    v = float(trauger_tewari.corollary_4_1_1(**base).value)
+    bigger = float(trauger_tewari.corollary_4_1_1(**{**base, which: base[which] * scale}).value)
+    assert bigger >= v * (1 - 1e-12)
+    more = float(trauger_tewari.corollary_4_1_1(**{**base, "num_samples": 4 * m}).value)
+    assert more <= v
+    gap = covering.rademacher_to_gap(rademacher=v, num_samples=m, delta=0.05, empirical_risk=0.1)
+    assert float(gap.value) >= 0.1
+
+
+@FAST
+@given(
+    scale=st.floats(1.01, 5.0),
+    which=st.sampled_from(["L_sigma", "B_c2", "B_v2", "B_QK2", "B_w", "C_1", "C_Bx"]),
+    L=st.integers(1, 4),
+)
+def test_theorem_4_2_increases_in_every_norm(scale, which, L):
+    base = {"C_1": 2.0, "C_Bx": 5.0, **ML}
+    v = float(trauger_tewari.multi_layer_log_cover(num_layers=L, **base).value)
+    bigger = trauger_tewari.multi_layer_log_cover(num_layers=L, **{**base, which: base[which] * scale})
+    assert float(bigger.value) >= v * (1 - 1e-12)
+
+
+def test_theorem_4_2_differentiable_and_jit(run):
+    g = jax.grad(
+        lambda b: trauger_tewari.multi_layer_log_cover(
+            C_1=1.0, C_Bx=1.0, num_layers=3, L_sigma=1.0, B_c2=b, B_v2=1.0, B_QK2=1.0, B_w=1.0
+        ).value
+    )(1.0)
+    assert float(g) > 0
+    out = run(
+        lambda: trauger_tewari.multi_layer_log_cover(
+            C_1=jnp.array([1.0, 2.0]), C_Bx=jnp.array([1.0, 2.0]), num_layers=2, **ML
+        ).value
+    )
+    assert out.shape == (2,) and float(out[1]) > float(out[0])
