@@ -94,15 +94,16 @@ def _lp(x: jax.Array, p: float, axis: Any = None) -> jax.Array:
     return jnp.squeeze(s * m, axis=axis) if axis is not None else (s * m).reshape(())
 
 
-def vector_norm(x: jax.Array, p: float = 2) -> jax.Array:
+def vector_norm(x: jax.Array, p: float = 2, *, axis: int | None = None) -> jax.Array:
     r"""$\|x\|_p = (\sum_i |x_i|^p)^{1/p}$ over all entries of ``x`` ($\max_i |x_i|$ at $p=\infty$).
 
     Args:
-      x: array of any shape (all entries are one vector).
+      x: array of any shape (all entries are one vector unless ``axis`` is given).
       p: exponent in [1, inf]. Static.
+      axis: if given, the norm is taken along this axis only (one norm per slice).
 
     Returns:
-      Scalar in the dtype of ``x``.
+      Scalar (or array without ``axis``) in the dtype of ``x``.
 
     Raises:
       ValueError: if ``p`` is not in [1, inf].
@@ -111,7 +112,7 @@ def vector_norm(x: jax.Array, p: float = 2) -> jax.Array:
     >>> float(vector_norm(jnp.array([3.0, -4.0]), 2)), float(vector_norm(jnp.array([3.0, -4.0]), 1))
     (5.0, 7.0)
     """
-    return _lp(jnp.asarray(x), _check_exponent(p, "p"))
+    return _lp(jnp.asarray(x), _check_exponent(p, "p"), axis=axis)
 
 
 def as_matrix(w: jax.Array, *, split_axis: int = 1) -> jax.Array:
