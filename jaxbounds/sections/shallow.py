@@ -106,8 +106,11 @@ def build_shallow(key: jax.Array, *, quick: bool = True) -> EstimateContext:
       quick: d_m = 512 and 300 GD steps (seconds on 2 CPU cores); else d_m = 2048, 2000 steps.
 
     Returns:
-      The context; ``extra["shallow"]`` holds ``params0``, ``features0``, the data description,
-      sizes, ``R_X`` and the GD history for the bound calculators.
+      The context; ``extra["shallow"]`` holds what the bound calculators need: ``params0``,
+      ``init`` and ``radii`` (keyed ``Q, K, V, O``), ``features0`` (F_pre^0 on the training
+      inputs), ``Phi0`` = 1/2 ||f(theta^0) - s||^2 with targets s = 2y - 1 in {-1, +1}, ``N``,
+      ``d_s``, ``d``, ``d_m``, ``R_X``, ``learning_rate`` and the data description; the GD
+      record is ``ctx.history``.
     """
     k_data, k_model = jax.random.split(key)
     data = _load_data(int(jax.random.randint(k_data, (), 0, 2**30)), quick)
@@ -147,8 +150,14 @@ def shallow_context(
     for name in PARAM_NAMES:
         getattr(model, name)[...] = params[name]
     r_x = float(jnp.max(jnp.linalg.norm(x_train.reshape(num, -1), axis=1)) / math.sqrt(d_s))
+    f0 = shallow_apply(params0, x_train)
+    signs = 2 * y_train.astype(dtype) - 1
     shallow = {
         "params0": params0,
+        # keyed Q, K, V, O as jaxbounds.bounds.shallow_gd.norms_from_weights expects
+        "init": {name[-1]: params0[name] for name in PARAM_NAMES},
+        "radii": {name[-1]: history.radius[name] for name in PARAM_NAMES},
+        "Phi0": float(0.5 * jnp.sum((f0 - signs) ** 2)),
         "features0": shallow_features(params0, x_train),
         "data": data.description,
         "source": data.source,
@@ -225,26 +234,37 @@ def shallow_section(ctx: EstimateContext) -> list[Row]:
         rows.append(Row(_SECTION, f"xi_{tag}", inputs["xi"][name], note="||W^0||_2 + R"))
     rows.append(Row(_SECTION, "R_X", info["R_X"], note="max_n ||X_n||_F / sqrt(d_s)"))
     num, d_m = info["N"], info["d_m"]
+    tile = 64
+    # alpha and the NTK spectrum in float64 whatever the training dtype: lambda_min is ~1e-7 of
+    # lambda_max here, below float32 rounding of the Gram matrix.
+    with jax.enable_x64(True):
+        x64 = jnp.asarray(x_train, jnp.float64)
+        p0_64, p_64 = (
+            jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), t)
+            for t in (params0, params)
+        )
+        alpha = float(feature_alpha(shallow_features(p0_64, x64)))
+        ntk = jax.jit(lambda p: empirical_ntk(shallow_apply, p, x64, tile_size=tile))
+        spectra = {
+            label: np.linalg.eigvalsh(np.asarray(ntk(p)))
+            for label, p in (("at init", p0_64), ("after training", p_64))
+        }
     rows.append(
         Row(
             _SECTION,
             "alpha = sigma_min(F_pre^0)",
-            float(feature_alpha(info["features0"])),
-            note="N-th singular value of the (N, d_m) init features"
+            alpha,
+            note="N-th singular value of the (N, d_m) init features, float64"
             + ("" if d_m >= num else "; 0 because N > d_m"),
         )
     )
-    tile = 64
-    ntk = jax.jit(lambda p: empirical_ntk(ctx.apply_fn, p, x_train, tile_size=tile))
-    for label, p in (("at init", params0), ("after training", params)):
-        gram = ntk(p)
-        eigs = jnp.linalg.eigvalsh(gram)
+    for label, eigs in spectra.items():
         rows.append(
             Row(
                 _SECTION,
                 f"NTK lambda_min {label}",
                 float(eigs[0]),
-                note=f"empirical NTK on the N train inputs, tiles of {tile}; "
+                note=f"empirical NTK on the N train inputs, float64, tiles of {tile}; "
                 f"lambda_max {float(eigs[-1]):.4g}",
             )
         )
