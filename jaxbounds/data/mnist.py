@@ -349,7 +349,8 @@ def load_binary_digits(
     description = (
         f"data: {what}; digits {' vs '.join(map(str, classes))}: {len(train['labels'])} train, "
         f"{len(test['labels'])} test; {shape[0]}x{shape[1]} images flattened row-major into "
-        f"{num_tokens} tokens of dimension {dim} ({pad} zero pixels padded at the end)"
+        f"{num_tokens} token{'s' if num_tokens != 1 else ''} of dimension {dim} "
+        f"({pad} zero pixels padded at the end)"
     )
     if log is not None:
         log(f"[jaxbounds] {description}")
