@@ -113,9 +113,9 @@ def empirical_ntk(
     >>> apply = lambda p, x: x @ p["w"]  # linear model: K = X X^T
     >>> x = jnp.array([[1.0, 0.0], [1.0, 2.0], [0.0, 3.0]])
     >>> empirical_ntk(apply, {"w": jnp.zeros(2)}, x, tile_size=2)
-    Array([[ 1.,  1.,  0.],
-           [ 1.,  5.,  6.],
-           [ 0.,  6.,  9.]], dtype=float64)
+    Array([[1., 1., 0.],
+           [1., 5., 6.],
+           [0., 6., 9.]], dtype=float64)
     """
     if jnp.ndim(inputs) < 1:
         raise ValueError(f"inputs: expected an array with a leading example axis, got {inputs!r}")
@@ -191,7 +191,7 @@ def feature_alpha(features: jax.Array) -> jax.Array:
       Shallow-Transformer GD paper, section 4.3; Wu et al. 2024, arXiv:2311.01575, Theorem 1.
 
     >>> import jax.numpy as jnp
-    >>> float(feature_alpha(jnp.array([[3.0, 0.0, 0.0], [0.0, 2.0, 0.0]])))
+    >>> round(float(feature_alpha(jnp.array([[3.0, 0.0, 0.0], [0.0, 2.0, 0.0]]))), 12)
     2.0
     """
     if jnp.ndim(features) != 2:
