@@ -1,0 +1,294 @@
+"""Benchmark of kernels.sharpness on the reference Transformer (CPU, float32).
+
+Measured in one run, variants interleaved (A B C A B C ...), compile time reported separately,
+medians over repeats:
+
+- ``average``: ``average_sharpness`` with K perturbations (K loss evaluations, antithetic pairs)
+  against (a) the floor, K plain forward evaluations of the loss at K different pre-drawn
+  parameter vectors in one vmapped batch (``jit(vmap(loss))``), (b) the same K forwards as a
+  sequential ``lax.map``, and (c) the common PyTorch research-script loop: for each sample, add
+  Gaussian noise to every weight in place (``p.add_(noise)``), evaluate the loss under
+  ``no_grad``, subtract the noise again. Same weights, same K.
+- ``worst``: ``worst_case_sharpness`` with S ascent steps (l2 ball) against S gradient
+  evaluations (S calls of a jitted gradient, and S gradients in one compiled ``fori_loop``).
+- ``memory``: peak RSS of a fresh process running ``average_sharpness`` with 4096 and with 64
+  perturbations (each in its own subprocess; the RSS includes the compiler's).
+
+Usage (one command, prints one JSON record per configuration, then the ratios):
+
+    python bench/sharpness.py            # full: K = 256, S = 20, memory 4096 vs 64
+    python bench/sharpness.py --quick    # K = 64, memory 1024 vs 64, fewer repeats
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+
+import _reference as ref  # noqa: E402
+
+SIGMA = 1e-2
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def jax_setup():
+    """Weights and batch as device arrays; everything is passed to jit as arguments (closing over
+    them would make XLA constant-fold the unperturbed forward pass at compile time)."""
+    import jax
+    import jax.numpy as jnp
+
+    params = {k: jnp.asarray(v) for k, v in ref.init_params().items()}
+    inputs, targets = (jnp.asarray(a) for a in ref.make_batch())
+    return jax, params, (inputs, targets)
+
+
+def make_loss(data):
+    inputs, targets = data
+    return lambda p: ref.jax_loss(p, inputs, targets)
+
+
+def timed(fn, *args):
+    import jax
+
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - t0
+
+
+def bench_average(num: int, repeats: int, chunks: list[int]) -> dict:
+    import numpy as np
+    import torch
+
+    from kernels.sharpness import Perturbation, average_sharpness
+
+    jax, params, data = jax_setup()
+    pert = Perturbation("gaussian", SIGMA)
+    variants = {}
+    for chunk in chunks:
+        variants[f"jax_average_sharpness_chunk{chunk}"] = (
+            jax.jit(
+                lambda params, data, key, chunk=chunk: average_sharpness(
+                    make_loss(data),
+                    params,
+                    key,
+                    perturbation=pert,
+                    num_samples=num,
+                    chunk_size=chunk,
+                )
+            ),
+            (params, data, jax.random.key(0)),
+        )
+    # the floor: num forwards at different (pre-drawn) parameters, one vmapped batch
+    keys = jax.random.split(jax.random.key(1), len(params))
+    stacked = {
+        name: value[None] + SIGMA * jax.random.normal(k, (num, *value.shape), value.dtype)
+        for (name, value), k in zip(params.items(), keys, strict=True)
+    }
+    variants["jax_floor_vmap_forwards"] = (
+        jax.jit(lambda s, data: jax.vmap(make_loss(data))(s)),
+        (stacked, data),
+    )
+    variants["jax_sequential_forwards"] = (
+        jax.jit(lambda s, data: jax.lax.map(make_loss(data), s)),
+        (stacked, data),
+    )
+
+    # PyTorch: perturb in place, evaluate under no_grad, restore
+    model = ref.torch_model(ref.init_params())
+    t_inputs, t_targets = (torch.as_tensor(a) for a in ref.make_batch())
+    gen = torch.Generator().manual_seed(0)
+
+    def torch_loop():
+        values = []
+        with torch.no_grad():
+            base = ref.torch_criterion(model(t_inputs), t_targets)
+            for _ in range(num):
+                noises = []
+                for p in model.parameters():
+                    noise = torch.randn(p.shape, generator=gen) * SIGMA
+                    p.add_(noise)
+                    noises.append(noise)
+                values.append(ref.torch_criterion(model(t_inputs), t_targets) - base)
+                for p, noise in zip(model.parameters(), noises, strict=True):
+                    p.sub_(noise)
+        return torch.stack(values).mean()
+
+    compile_s = {}
+    for name, (fn, args) in variants.items():
+        compile_s[name] = timed(fn, *args)
+    torch_loop()  # warm-up
+    times = {name: [] for name in [*variants, "torch_inplace_loop"]}
+    for _ in range(repeats):
+        for name, (fn, args) in variants.items():
+            times[name].append(timed(fn, *args))
+        t0 = time.perf_counter()
+        torch_loop()
+        times["torch_inplace_loop"].append(time.perf_counter() - t0)
+    fn, args = variants[f"jax_average_sharpness_chunk{chunks[0]}"]
+    est = fn(*args)
+    out = {}
+    for name, ts in times.items():
+        rec = {
+            "bench": "average",
+            "variant": name,
+            "num_samples": num,
+            "sigma": SIGMA,
+            "median_s": statistics.median(ts),
+            "times_s": [round(t, 4) for t in ts],
+            "compile_s": compile_s.get(name),
+        }
+        emit(rec)
+        out[name] = rec["median_s"]
+    emit(
+        {
+            "bench": "average",
+            "estimate": float(est.mean),
+            "stderr": float(est.stderr),
+            "torch_threads": torch.get_num_threads(),
+            "numpy": np.__version__,
+        }
+    )
+    return out
+
+
+def bench_worst(steps: int, repeats: int) -> dict:
+    from kernels.sharpness import Perturbation, worst_case_sharpness
+
+    jax, params, data = jax_setup()
+    pert = Perturbation("l2_ball", 0.05)
+    worst = jax.jit(
+        lambda params, data, key: worst_case_sharpness(
+            make_loss(data), params, key, perturbation=pert, num_steps=steps
+        )
+    )
+    grad = jax.jit(lambda params, data: jax.grad(make_loss(data))(params))
+
+    def grads_loop(p, data):
+        def body(_, q):
+            g = jax.grad(make_loss(data))(q)
+            return jax.tree_util.tree_map(lambda a, b: a + 1e-4 * b, q, g)
+
+        return jax.lax.fori_loop(0, steps, body, p)
+
+    grads_loop = jax.jit(grads_loop)
+    key = jax.random.key(0)
+    compile_s = {
+        "jax_worst_case": timed(worst, params, data, key),
+        "jax_grad_x_steps": timed(grad, params, data),
+        "jax_grad_fori_loop": timed(grads_loop, params, data),
+    }
+    times = {name: [] for name in compile_s}
+    for _ in range(repeats):
+        times["jax_worst_case"].append(timed(worst, params, data, key))
+        times["jax_grad_x_steps"].append(sum(timed(grad, params, data) for _ in range(steps)))
+        times["jax_grad_fori_loop"].append(timed(grads_loop, params, data))
+    res = worst(params, data, key)
+    out = {}
+    for name, ts in times.items():
+        rec = {
+            "bench": "worst",
+            "variant": name,
+            "num_steps": steps,
+            "median_s": statistics.median(ts),
+            "times_s": [round(t, 4) for t in ts],
+            "compile_s": compile_s[name],
+        }
+        emit(rec)
+        out[name] = rec["median_s"]
+    emit({"bench": "worst", "value": float(res.value), "radius": 0.05})
+    return out
+
+
+_MEMORY_CHILD = """
+import json, resource, sys, time
+sys.path.insert(0, {here!r}); sys.path.insert(0, {root!r})
+import jax
+import _reference as ref
+from kernels.sharpness import Perturbation, average_sharpness
+params = {{k: jax.numpy.asarray(v) for k, v in ref.init_params().items()}}
+data = tuple(jax.numpy.asarray(a) for a in ref.make_batch())
+def run(params, data, key):
+    loss = lambda p: ref.jax_loss(p, *data)
+    return average_sharpness(loss, params, key, perturbation=Perturbation("gaussian", {sigma}),
+                             num_samples={num})
+t0 = time.perf_counter()
+est = jax.jit(run)(params, data, jax.random.key(0))
+jax.block_until_ready(est.mean)
+print(json.dumps({{"num_samples": {num}, "peak_rss_mb":
+    resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "wall_s": time.perf_counter() - t0, "mean": float(est.mean)}}))
+"""
+
+
+def bench_memory(nums: list[int]) -> dict:
+    out = {}
+    for num in nums:
+        code = _MEMORY_CHILD.format(here=HERE, root=ROOT, sigma=SIGMA, num=num)
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        rec = json.loads(proc.stdout.strip().splitlines()[-1])
+        rec["bench"] = "memory"
+        emit(rec)
+        out[num] = rec["peak_rss_mb"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    parser.add_argument("--only", default="average,worst,memory", help="comma-separated benches")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--chunks", default="1,8", help="chunk sizes of average_sharpness")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    num = 64 if args.quick else 256
+    repeats = args.repeats or (3 if args.quick else 5)
+    chunks = [int(c) for c in args.chunks.split(",")]
+    import jax
+
+    emit(
+        {
+            "bench": "setup",
+            "jax": jax.__version__,
+            "backend": jax.default_backend(),
+            "cpu_count": os.cpu_count(),
+            "load_avg": os.getloadavg(),
+            "num_params": ref.num_params(),
+        }
+    )
+    ratios = {}
+    if "average" in only:
+        t = bench_average(num, repeats, chunks)
+        ours = min(t[f"jax_average_sharpness_chunk{c}"] for c in chunks)
+        ratios["average_vs_vmap_floor (target <= 1.3)"] = ours / t["jax_floor_vmap_forwards"]
+        ratios["average_vs_sequential_forwards"] = ours / t["jax_sequential_forwards"]
+        ratios["torch_loop_vs_average (target >= 5)"] = t["torch_inplace_loop"] / ours
+    if "worst" in only:
+        t = bench_worst(20, repeats)
+        ratios["worst_vs_20_grad_calls (target <= 1.5)"] = (
+            t["jax_worst_case"] / t["jax_grad_x_steps"]
+        )
+        ratios["worst_vs_20_grads_fori_loop"] = t["jax_worst_case"] / t["jax_grad_fori_loop"]
+    if "memory" in only:
+        nums = [64, 1024] if args.quick else [64, 4096]
+        m = bench_memory(nums)
+        ratios[f"peak_rss_{nums[1]}_vs_{nums[0]} (target <= 1.5)"] = m[nums[1]] / m[nums[0]]
+    emit({"bench": "ratios", **{k: round(v, 3) for k, v in ratios.items()}})
+
+
+if __name__ == "__main__":
+    main()
