@@ -53,6 +53,17 @@ from kernels.rademacher import (
     sign_chunk,
     sign_vectors,
 )
+from kernels.sharpness import (
+    Perturbation,
+    SharpnessDecomposition,
+    SigmaSearch,
+    WorstCase,
+    average_sharpness,
+    perturbed_hessian_traces,
+    sharpness_decomposition,
+    sigma_search,
+    worst_case_sharpness,
+)
 from kernels.walsh import (
     cube_points,
     fwht,
@@ -64,6 +75,11 @@ from kernels.walsh import (
 
 __all__ = [
     "Estimate",
+    "Perturbation",
+    "SharpnessDecomposition",
+    "SigmaSearch",
+    "WorstCase",
+    "average_sharpness",
     "cube_points",
     "dataset_hvp",
     "dudley_integral",
@@ -86,6 +102,7 @@ __all__ = [
     "maurey_error_bound",
     "maurey_sparsify",
     "operator_norm",
+    "perturbed_hessian_traces",
     "project_group_ball",
     "project_lp_ball",
     "project_schatten_ball",
@@ -96,6 +113,8 @@ __all__ = [
     "rademacher_search",
     "schatten_norm",
     "search_sup",
+    "sharpness_decomposition",
+    "sigma_search",
     "sign_chunk",
     "sign_vectors",
     "slq_nodes",
@@ -109,5 +128,6 @@ __all__ = [
     "tree_norm",
     "tree_project_lp_ball",
     "walsh_spectrum",
+    "worst_case_sharpness",
     "wqk_cover_outputs",
 ]
