@@ -71,6 +71,13 @@ def _flat_matvec(matvec: Matvec, like: Any) -> tuple[int, Any, Callable[[jax.Arr
     return size, dtype, flat_mv
 
 
+def _chunk(chunk_size: int | None) -> int:
+    """Validate ``chunk_size`` (None means one probe at a time)."""
+    if chunk_size is None:
+        return 1
+    return check_positive_int(chunk_size, "chunk_size")
+
+
 def _probe(key: jax.Array, size: int, dtype: Any, kind: str) -> jax.Array:
     if kind == "rademacher":
         return jax.random.rademacher(key, (size,), dtype=dtype)
@@ -148,7 +155,8 @@ def dataset_hvp(
             batch, weight = xs
             grad_fn = jax.grad(lambda p: loss_fn(p, batch))
             hv = jax.jvp(grad_fn, (params,), (v,))[1]
-            return jax.tree_util.tree_map(lambda a, h: a + weight.astype(a.dtype) * h, acc, hv), None
+            acc = jax.tree_util.tree_map(lambda a, h: a + weight.astype(a.dtype) * h, acc, hv)
+            return acc, None
 
         zero = jax.tree_util.tree_map(jnp.zeros_like, v)
         return jax.lax.scan(body, zero, (batches, weights))[0]
@@ -205,7 +213,7 @@ def hutchinson_trace(
         v = _probe(k, size, dtype, probe)
         return jnp.vdot(v, flat_mv(v))
 
-    values = map_samples(one, jax.random.split(key, num_probes), chunk_size=chunk_size or 1)
+    values = map_samples(one, jax.random.split(key, num_probes), chunk_size=_chunk(chunk_size))
     return estimate_from_samples(values)
 
 
@@ -254,7 +262,7 @@ def hutchpp_trace(
     size, dtype, flat_mv = _flat_matvec(matvec, like)
     num_sketch = min(num_matvecs // 3, size)
     num_hutch = num_matvecs - 2 * num_sketch
-    chunk = chunk_size or 1
+    chunk = _chunk(chunk_size)
     key_sketch, key_hutch = jax.random.split(key)
 
     sketch = jax.vmap(lambda k: _probe(k, size, dtype, "rademacher"))(
@@ -468,7 +476,7 @@ def slq_nodes(
         evals, evecs = jnp.linalg.eigh(tri)
         return evals, evecs[0] ** 2
 
-    return map_samples(one, jax.random.split(key, num_probes), chunk_size=chunk_size or 1)
+    return map_samples(one, jax.random.split(key, num_probes), chunk_size=_chunk(chunk_size))
 
 
 def spectral_density(
