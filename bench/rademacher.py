@@ -1,0 +1,277 @@
+"""Benchmark of kernels.rademacher on CPU: fused sign generation + GEMM, memory, batched search.
+
+One command (numpy's BLAS measured without the OPENBLAS_* overrides, see the README):
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/rademacher.py [--quick]
+
+Prints one JSON record per configuration, then a summary record with the ratios:
+
+- throughput: ``rademacher_linear`` (n=4096, d=512, float32, sign generation included) against a
+  jitted JAX matmul of the same shapes with the signs already in memory (a 4096-draw block,
+  timed repeatedly) and numpy's float32 matmul of that block; also ``jax.random.rademacher`` +
+  matmul, the naive way. Variants interleaved, compile time separate, medians.
+- memory: XLA's compiled temp allocation and the measured peak RSS (fresh subprocess each) of
+  ``rademacher_linear`` at 65,536 and 1,048,576 draws (``--quick``: 8,192 and 131,072).
+- search: one ``rademacher_search`` call over 1,024 sign vectors (vmapped in chunks of 8 ... all
+  1,024 at once) vs a Python loop of a jitted single-sign-vector ascent over the same sign
+  vectors (same values), on a tiny (n=64, 8->16) and a small (n=256, 16->32) tanh network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernels import norms
+from kernels import rademacher as rad
+
+N, D = 4096, 512
+
+
+def emit(record):
+    print(json.dumps(record), flush=True)
+
+
+def timed(fn, *args):
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - t
+
+
+def blas_info():
+    try:
+        from threadpoolctl import threadpool_info
+
+        return [
+            {k: i.get(k) for k in ("internal_api", "architecture", "num_threads")}
+            for i in threadpool_info()
+        ]
+    except ImportError:
+        return "threadpoolctl not installed"
+
+
+def linear_fn(num_draws, chunk_size):
+    def f(key, x):
+        return rad.rademacher_linear(
+            x, key, norm=2, radius=1.0, num_draws=num_draws, chunk_size=chunk_size
+        ).mean
+
+    return jax.jit(f)
+
+
+def bench_throughput(num_draws, reps, chunk_sizes):
+    key = jax.random.key(0)
+    x = jax.random.normal(jax.random.key(1), (N, D), jnp.float32)
+    block = 4096
+    signs = jax.random.rademacher(jax.random.key(2), (block, N), jnp.float32)
+    signs_np, x_np = np.asarray(signs), np.asarray(x)
+    variants = {}
+    for cs in chunk_sizes:
+        variants[f"rademacher_linear_chunk{cs}"] = (linear_fn(num_draws, cs), (key, x), num_draws)
+    variants["jax_matmul_signs_in_memory"] = (jax.jit(lambda s, x: s @ x), (signs, x), block)
+    variants["numpy_matmul_signs_in_memory"] = (lambda s, x: s @ x, (signs_np, x_np), block)
+    variants["jax_random_rademacher_plus_matmul"] = (
+        jax.jit(lambda k, x: jax.random.rademacher(k, (block, N), jnp.float32) @ x),
+        (key, x),
+        block,
+    )
+    compile_s = {}
+    for name, (fn, args, _) in variants.items():
+        compile_s[name] = timed(fn, *args)
+    times = {name: [] for name in variants}
+    for _ in range(reps):
+        for name, (fn, args, _) in variants.items():
+            times[name].append(timed(fn, *args))
+    out = {}
+    for name, (_, _, draws) in variants.items():
+        med = float(np.median(times[name]))
+        rec = {
+            "bench": "throughput",
+            "variant": name,
+            "n": N,
+            "d": D,
+            "draws": draws,
+            "dtype": "float32",
+            "median_s": med,
+            "first_call_s": compile_s[name],
+            "gflops": 2 * N * D * draws / med / 1e9,
+            "draws_per_s": draws / med,
+        }
+        emit(rec)
+        out[name] = rec
+    return out
+
+
+def child_rss(num_draws):
+    """Run once in this (fresh) process and report peak RSS and XLA's temp allocation."""
+    x = jax.random.normal(jax.random.key(1), (N, D), jnp.float32)
+    f = linear_fn(num_draws, None)
+    compiled = f.lower(jax.random.key(0), x).compile()
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    t = time.perf_counter()
+    mean = float(jax.block_until_ready(compiled(jax.random.key(0), x)))
+    emit(
+        {
+            "num_draws": num_draws,
+            "run_s": time.perf_counter() - t,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "xla_temp_mb": temp / 2**20,
+            "mean": mean,
+        }
+    )
+
+
+def bench_memory(draw_counts):
+    out = []
+    for num in draw_counts:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--rss-child", str(num)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        rec = json.loads(proc.stdout.strip().splitlines()[-1])
+        rec = {"bench": "memory", "n": N, "d": D, "dtype": "float32", **rec}
+        emit(rec)
+        out.append(rec)
+    return out
+
+
+def bench_search(num_signs, reps, n, d, h, chunks):
+    steps = 20
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(n, d)), jnp.float32)
+    params = {
+        "w": jnp.asarray(rng.normal(size=(d, h)) / np.sqrt(d), jnp.float32),
+        "v": jnp.asarray(rng.normal(size=(h,)) / np.sqrt(h), jnp.float32),
+    }
+    radii = {k: float(jnp.linalg.norm(v)) for k, v in params.items()}
+
+    def apply_fn(p, xs):
+        return jnp.tanh(xs @ p["w"]) @ p["v"]
+
+    def project(p):
+        return {k: norms.project_lp_ball(v, p=2, radius=radii[k]) for k, v in p.items()}
+
+    key = jax.random.key(5)
+    kw = dict(project=project, num_steps=steps, step_size=1.0)
+
+    def batched(chunk):
+        return jax.jit(
+            lambda k: (
+                rad.rademacher_search(
+                    apply_fn, params, x, k, num_draws=num_signs, chunk_size=chunk, **kw
+                ).mean
+            )
+        )
+
+    # the same restarts key rademacher_search derives, so both compute identical values
+    sup = rad.search_sup(apply_fn, params, x, jax.random.fold_in(key, 0x5EA4C4), **kw)
+    single = jax.jit(lambda s: sup(s[None])[0])
+    signs = rad.sign_vectors(key, num_draws=num_signs, num_samples=n)
+
+    def loop(_):
+        return np.mean([float(single(signs[i])) for i in range(num_signs)])
+
+    variants = {f"one_call_chunk{c}": batched(c) for c in chunks}
+    variants["python_loop_of_jitted_ascent"] = loop
+    compile_s = {name: timed(fn, key) for name, fn in variants.items()}
+    times = {name: [] for name in variants}
+    values = {}
+    for _ in range(reps):
+        for name, fn in variants.items():
+            t = time.perf_counter()
+            values[name] = float(jax.block_until_ready(fn(key)))
+            times[name].append(time.perf_counter() - t)
+    loop_s = float(np.median(times["python_loop_of_jitted_ascent"]))
+    out = {}
+    for name in variants:
+        med = float(np.median(times[name]))
+        rec = {
+            "bench": "search",
+            "variant": name,
+            "num_sign_vectors": num_signs,
+            "n": n,
+            "d": d,
+            "hidden": h,
+            "num_steps": steps,
+            "median_s": med,
+            "first_call_s": compile_s[name],
+            "mean": values[name],
+            "speedup_vs_loop": loop_s / med,
+        }
+        emit(rec)
+        out[name] = rec
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer draws and repetitions")
+    parser.add_argument("--rss-child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--skip-memory", action="store_true")
+    args = parser.parse_args()
+    if args.rss_child is not None:
+        child_rss(args.rss_child)
+        return
+    emit(
+        {
+            "bench": "env",
+            "jax": jax.__version__,
+            "devices": [str(dv) for dv in jax.devices()],
+            "cpus": os.cpu_count(),
+            "loadavg": os.getloadavg(),
+            "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+            "numpy_blas": blas_info(),
+        }
+    )
+    quick = args.quick
+    thr = bench_throughput(
+        num_draws=8192 if quick else 65536,
+        reps=3 if quick else 5,
+        chunk_sizes=(256,) if quick else (128, 256, 512),
+    )
+    mem = [] if args.skip_memory else bench_memory((8192, 131072) if quick else (65536, 1048576))
+    chunks = (8, 1024) if quick else (1, 8, 64, 1024)
+    searches = {
+        "tiny": bench_search(1024, 2 if quick else 3, n=64, d=8, h=16, chunks=chunks),
+        "small": bench_search(1024, 2 if quick else 3, n=256, d=16, h=32, chunks=chunks),
+    }
+    best = max(
+        (r for k, r in thr.items() if k.startswith("rademacher_linear")), key=lambda r: r["gflops"]
+    )
+    summary = {
+        "bench": "summary",
+        "loadavg_end": os.getloadavg(),
+        "best_linear_variant": best["variant"],
+        "linear_vs_jax_matmul": best["gflops"] / thr["jax_matmul_signs_in_memory"]["gflops"],
+        "linear_vs_numpy_matmul": best["gflops"] / thr["numpy_matmul_signs_in_memory"]["gflops"],
+        "jax_matmul_vs_numpy": thr["jax_matmul_signs_in_memory"]["gflops"]
+        / thr["numpy_matmul_signs_in_memory"]["gflops"],
+        "naive_rademacher_vs_jax_matmul": thr["jax_random_rademacher_plus_matmul"]["gflops"]
+        / thr["jax_matmul_signs_in_memory"]["gflops"],
+        "search_speedup_vs_loop": {
+            size: {k: r["speedup_vs_loop"] for k, r in recs.items() if k.startswith("one_call")}
+            for size, recs in searches.items()
+        },
+    }
+    if mem:
+        summary["peak_rss_ratio_large_vs_small"] = mem[1]["peak_rss_mb"] / mem[0]["peak_rss_mb"]
+        summary["xla_temp_mb"] = [m["xla_temp_mb"] for m in mem]
+    emit(summary)
+
+
+if __name__ == "__main__":
+    main()
