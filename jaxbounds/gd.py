@@ -31,6 +31,8 @@ import optax
 
 __all__ = [
     "GDHistory",
+    "binary_cross_entropy",
+    "half_squared_error",
     "leaf_names",
     "logistic_loss",
     "spectral_norm",
@@ -55,25 +57,25 @@ def logistic_loss(
     Returns:
       ``params -> scalar`` mean loss.
     """
-
-    def loss(params: Any) -> jax.Array:
-        scores = apply_fn(params, inputs)
-        signs = 2 * labels.astype(scores.dtype) - 1
-        return jnp.mean(jax.nn.softplus(-signs * scores))
-
-    return loss
+    return lambda params: binary_cross_entropy(apply_fn(params, inputs), labels)
 
 
 def squared_loss(
     apply_fn: Callable[[Any, Any], jax.Array], inputs: jax.Array, targets: jax.Array
 ) -> Callable[[Any], jax.Array]:
     r"""Half mean squared error $\frac{1}{2N}\|f - y\|_2^2$ ($= \Phi(\theta)/N$ of the paper)."""
+    return lambda params: half_squared_error(apply_fn(params, inputs), targets)
 
-    def loss(params: Any) -> jax.Array:
-        preds = apply_fn(params, inputs)
-        return 0.5 * jnp.mean((preds - targets.astype(preds.dtype)) ** 2)
 
-    return loss
+def binary_cross_entropy(scores: jax.Array, labels: jax.Array) -> jax.Array:
+    r"""$\frac1N\sum_n \log(1 + e^{-s_n f_n})$ with $s_n = 2y_n - 1$, labels $y_n \in \{0, 1\}$."""
+    signs = 2 * labels.astype(scores.dtype) - 1
+    return jnp.mean(jax.nn.softplus(-signs * scores))
+
+
+def half_squared_error(preds: jax.Array, targets: jax.Array) -> jax.Array:
+    r"""$\frac{1}{2N}\|f - y\|_2^2$."""
+    return 0.5 * jnp.mean((preds - targets.astype(preds.dtype)) ** 2)
 
 
 def leaf_names(params: Any) -> list[str]:
@@ -197,12 +199,13 @@ class _Progress:
 
 
 def train_gd(
-    loss_fn: Callable[[Any], jax.Array],
+    loss_fn: Callable[..., jax.Array],
     params: Any,
     *,
     learning_rate: float,
     num_steps: int,
-    metrics_fn: Callable[[Any], dict[str, jax.Array]] | None = None,
+    args: tuple[Any, ...] = (),
+    metrics_fn: Callable[..., dict[str, jax.Array]] | None = None,
     record_spectral: bool = True,
     chunk_steps: int | None = None,
     progress: bool | TextIO = True,
@@ -211,16 +214,22 @@ def train_gd(
     r"""Full-batch gradient descent $\theta_{t+1} = \theta_t - \gamma\nabla L(\theta_t)$, recorded.
 
     Records, at every $t = 0..T$: $L(\theta_t)$, $\|W_t - W_0\|_F$ and (optionally)
-    $\|W_t\|_2$ for every leaf, and the scalars of ``metrics_fn(theta_t)`` (e.g. a test loss).
+    $\|W_t\|_2$ for every leaf, and the scalars of ``metrics_fn(theta_t, *args)`` (e.g. a test
+    loss).
     Deterministic: the same inputs give the same trajectory whatever ``chunk_steps`` is (up to
     XLA's reassociation between differently compiled chunks).
 
     Args:
-      loss_fn: ``params -> scalar`` full-batch training loss (closes over the data).
+      loss_fn: ``(params, *args) -> scalar`` full-batch training loss; with ``args=()`` it
+        closes over the data.
       params: initial parameters theta_0 (pytree of arrays, e.g. an nnx ``State`` or a dict).
       learning_rate: the step size gamma > 0 (the paper uses 0.1).
       num_steps: T >= 0 steps.
-      metrics_fn: optional ``params -> dict[str, scalar]`` recorded every step.
+      args: arrays passed to ``loss_fn`` and ``metrics_fn`` after ``params`` (e.g. the data).
+        They enter the compiled steps as arguments; arrays that ``loss_fn`` closes over become
+        compile-time constants instead, which XLA may spend a long time constant-folding when
+        they are large, so pass large data here.
+      metrics_fn: optional ``(params, *args) -> dict[str, scalar]`` recorded every step.
       record_spectral: also record ||W_t||_2 every step (one small eigendecomposition per leaf).
       chunk_steps: steps per compiled ``lax.scan`` chunk (the progress bar updates between
         chunks); default about T/20, at most 100.
@@ -250,8 +259,9 @@ def train_gd(
     tx = optax.sgd(learning_rate)
     opt_state = tx.init(params)
 
-    def record(p: Any, loss: jax.Array) -> dict[str, Any]:
+    def record(p: Any, loss: jax.Array, p0: Any, args: tuple[Any, ...]) -> dict[str, Any]:
         leaves = jax.tree_util.tree_leaves(p)
+        leaves0 = jax.tree_util.tree_leaves(p0)
         rec: dict[str, Any] = {
             "loss": loss,
             "distance": jnp.stack(
@@ -261,22 +271,22 @@ def train_gd(
         if record_spectral:
             rec["spectral"] = jnp.stack([spectral_norm(a) for a in leaves])
         if metrics_fn is not None:
-            rec["metrics"] = metrics_fn(p)
+            rec["metrics"] = metrics_fn(p, *args)
         return rec
 
     grad_fn = jax.value_and_grad(loss_fn)
 
     @jax.jit
-    def final(p: Any) -> dict[str, Any]:
-        return record(p, loss_fn(p))
+    def final(p: Any, p0: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+        return record(p, loss_fn(p, *args), p0, args)
 
     def make_chunk(length: int) -> Callable:
         @jax.jit
-        def chunk(p: Any, state: Any) -> tuple[Any, Any, dict[str, Any]]:
+        def chunk(p: Any, state: Any, p0: Any, args: tuple[Any, ...]) -> tuple[Any, Any, Any]:
             def step(carry: tuple[Any, Any], _: None) -> tuple[tuple[Any, Any], dict[str, Any]]:
                 p, state = carry
-                loss, grads = grad_fn(p)
-                rec = record(p, loss)
+                loss, grads = grad_fn(p, *args)
+                rec = record(p, loss, p0, args)
                 updates, state = tx.update(grads, state, p)
                 return (optax.apply_updates(p, updates), state), rec
 
@@ -294,7 +304,7 @@ def train_gd(
         length = min(chunk_steps, num_steps - done)
         if length not in compiled:
             compiled[length] = make_chunk(length)
-        params, opt_state, recs = compiled[length](params, opt_state)
+        params, opt_state, recs = compiled[length](params, opt_state, params0, args)
         recs = jax.device_get(recs)
         if done == 0 and not np.isfinite(recs["loss"][0]):
             bar.close()
@@ -302,7 +312,7 @@ def train_gd(
         records.append(recs)
         done += length
         bar.update(done, float(recs["loss"][-1]))
-    last = jax.device_get(final(params))
+    last = jax.device_get(final(params, params0, args))
     if num_steps == 0 and not np.isfinite(last["loss"]):
         raise ValueError(f"loss_fn: the loss at initialisation is {last['loss']}")
     records.append(jax.tree_util.tree_map(lambda a: np.asarray(a)[None], last))

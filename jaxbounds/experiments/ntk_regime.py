@@ -3,7 +3,7 @@ r"""Is a GD run in the NTK (lazy) regime? Train a model and its linearisation si
 Both start from the same $\theta_0$ and take the same full-batch GD steps on the same loss:
 the model $f(\theta; x)$ and its first-order Taylor model
 $f^{lin}(\theta; x) = f(\theta_0; x) + J_{\theta_0}(x)(\theta - \theta_0)$
-(:func:`jaxbounds.models.ntk.linearize_model`). In the NTK regime (wide models, small steps) the
+(as :func:`jaxbounds.models.ntk.linearize_model`). In the NTK regime (wide models, small steps) the
 two trajectories stay together: the weights move little relative to their size, and the
 predictions of the trained model and of the trained linear model agree.
 
@@ -34,8 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxbounds.gd import GDHistory, logistic_loss, squared_loss, train_gd
-from jaxbounds.models.ntk import linearize_model
+from jaxbounds.gd import GDHistory, binary_cross_entropy, half_squared_error, train_gd
 
 __all__ = ["NTKRegimeResult", "ntk_regime"]
 
@@ -113,44 +112,49 @@ def ntk_regime(
     Raises:
       ValueError: for an unknown ``loss`` (and see :func:`jaxbounds.gd.train_gd`).
     """
-    losses = {"logistic": logistic_loss, "squared": squared_loss}
+    losses = {"logistic": binary_cross_entropy, "squared": half_squared_error}
     if loss not in losses:
         raise ValueError(f"loss: expected one of {sorted(losses)}, got {loss!r}")
-    make_loss = losses[loss]
-    apply_lin = linearize_model(apply_fn, params0)
-    x_train = jnp.asarray(train["inputs"])
-    y_train = jnp.asarray(train["labels"])
-    loss_model = make_loss(apply_fn, x_train, y_train)
-    loss_lin = make_loss(apply_lin, x_train, y_train)
-    f0_train = apply_fn(params0, x_train)
-    x_test = None if test is None else jnp.asarray(test["inputs"])
+    loss_of = losses[loss]
 
-    def joint_loss(pair: dict[str, Any]) -> jax.Array:
-        return loss_model(pair["model"]) + loss_lin(pair["linear"])
+    # theta_0 and the data go into the compiled steps as arguments, not closed-over constants
+    # (XLA would constant-fold the whole forward pass at theta_0 otherwise).
+    def apply_lin(params: Any, p0: Any, inputs: jax.Array) -> jax.Array:
+        delta = jax.tree_util.tree_map(jnp.subtract, params, p0)
+        out, tangent = jax.jvp(lambda p: apply_fn(p, inputs), (p0,), (delta,))
+        return out + tangent
 
-    def metrics(pair: dict[str, Any]) -> dict[str, jax.Array]:
-        f_t = apply_fn(pair["model"], x_train)
-        g_t = apply_lin(pair["linear"], x_train)
-        moved = jnp.linalg.norm(f_t - f0_train)
+    def joint_loss(pair: dict[str, Any], p0: Any, x: jax.Array, y: jax.Array, _: Any) -> jax.Array:
+        return loss_of(apply_fn(pair["model"], x), y) + loss_of(apply_lin(pair["linear"], p0, x), y)
+
+    def metrics(
+        pair: dict[str, Any], p0: Any, x: jax.Array, y: jax.Array, x_test: Any
+    ) -> dict[str, jax.Array]:
+        f_t = apply_fn(pair["model"], x)
+        g_t = apply_lin(pair["linear"], p0, x)
+        moved = jnp.linalg.norm(f_t - apply_fn(p0, x))
         out = {
-            "loss_model": loss_model(pair["model"]),
-            "loss_linear": loss_lin(pair["linear"]),
+            "loss_model": loss_of(f_t, y),
+            "loss_linear": loss_of(g_t, y),
             "drift_train": jnp.max(jnp.abs(f_t - g_t)),
             "relative_drift_train": jnp.linalg.norm(f_t - g_t)
             / jnp.maximum(moved, jnp.finfo(moved.dtype).tiny),
         }
         if x_test is not None:
             out["drift_test"] = jnp.max(
-                jnp.abs(apply_fn(pair["model"], x_test) - apply_lin(pair["linear"], x_test))
+                jnp.abs(apply_fn(pair["model"], x_test) - apply_lin(pair["linear"], p0, x_test))
             )
         return out
 
+    x_test = None if test is None else jnp.asarray(test["inputs"])
+    args = (params0, jnp.asarray(train["inputs"]), jnp.asarray(train["labels"]), x_test)
     pair0 = {"model": params0, "linear": params0}
     pair, history = train_gd(
         joint_loss,
         pair0,
         learning_rate=learning_rate,
         num_steps=num_steps,
+        args=args,
         metrics_fn=metrics,
         record_spectral=False,
         progress=progress,

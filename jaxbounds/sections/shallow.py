@@ -27,7 +27,7 @@ from flax import nnx
 from jaxbounds.data.mnist import BinaryDigits, load_binary_digits, tokenize
 from jaxbounds.estimate import EstimateContext, Row, register_model, register_section
 from jaxbounds.experiments.ntk_regime import ntk_regime
-from jaxbounds.gd import logistic_loss, train_gd
+from jaxbounds.gd import binary_cross_entropy, logistic_loss, train_gd
 from jaxbounds.models.ntk import empirical_ntk, feature_alpha
 from jaxbounds.models.shallow import (
     PARAM_NAMES,
@@ -138,13 +138,15 @@ def shallow_context(
     model = ShallowTransformer(d, d_m, rngs=nnx.Rngs(params=k_init), dtype=dtype)
     params0 = model.params_dict()
     loss_fn = logistic_loss(shallow_apply, x_train, y_train)
-    test_loss = logistic_loss(shallow_apply, x_test, y_test)
-    params, history = train_gd(
-        loss_fn,
+    params, history = train_gd(  # data as arguments of the compiled steps, not constants
+        lambda p, x, y, xt, yt: binary_cross_entropy(shallow_apply(p, x), y),
         params0,
         learning_rate=_LR,
         num_steps=num_steps,
-        metrics_fn=lambda p: {"test_loss": test_loss(p)},
+        args=(x_train, y_train, x_test, y_test),
+        metrics_fn=lambda p, x, y, xt, yt: {
+            "test_loss": binary_cross_entropy(shallow_apply(p, xt), yt)
+        },
         label="[jaxbounds] shallow GD",
     )
     for name in PARAM_NAMES:
@@ -244,9 +246,9 @@ def shallow_section(ctx: EstimateContext) -> list[Row]:
             for t in (params0, params)
         )
         alpha = float(feature_alpha(shallow_features(p0_64, x64)))
-        ntk = jax.jit(lambda p: empirical_ntk(shallow_apply, p, x64, tile_size=tile))
+        ntk = jax.jit(lambda p, x: empirical_ntk(shallow_apply, p, x, tile_size=tile))
         spectra = {
-            label: np.linalg.eigvalsh(np.asarray(ntk(p)))
+            label: np.linalg.eigvalsh(np.asarray(ntk(p, x64)))
             for label, p in (("at init", p0_64), ("after training", p_64))
         }
     rows.append(

@@ -192,6 +192,18 @@ def test_train_gd_chunking_and_arguments(small_problem):
         record_spectral=False,
     )
     np.testing.assert_allclose(one.loss, six.loss, rtol=1e-12)
+    # data passed as arguments of the compiled steps gives the same run as a closure
+    _, with_args = train_gd(
+        lambda p, xx, yy: squared_loss(shallow_apply, xx, yy)(p),
+        params0,
+        learning_rate=0.1,
+        num_steps=6,
+        args=(x, y),
+        metrics_fn=lambda p, xx, yy: {"loss_again": squared_loss(shallow_apply, xx, yy)(p)},
+        progress=False,
+    )
+    np.testing.assert_allclose(with_args.loss, one.loss, rtol=1e-12)
+    np.testing.assert_allclose(with_args.metrics["loss_again"], one.loss, rtol=1e-12)
     assert one.spectral == {}
     _, zero = train_gd(loss_fn, params0, learning_rate=0.1, num_steps=0, progress=False)
     assert zero.loss.shape == (1,)
