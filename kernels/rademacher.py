@@ -407,7 +407,7 @@ def search_sup(
     # geometric decay eta_t = step_size * 0.01 ** (t / (T - 1)): big first steps reach the
     # boundary / the best vertex, small last steps settle.
     decay = 0.01 ** (np.arange(num_steps) / max(num_steps - 1, 1))
-    etas = jnp.asarray(step_size * decay, dtype)
+    etas = jnp.asarray(np.append(step_size * decay, 0.0), dtype)
     tiny = jnp.asarray(jnp.finfo(dtype).tiny, dtype)
 
     def ascend(signs: jax.Array, theta0: Any) -> jax.Array:
@@ -427,8 +427,10 @@ def search_sup(
             return (theta, jnp.maximum(best, val)), None
 
         init = (theta0, jnp.full((), -jnp.inf, dtype))
-        (theta, best), _ = jax.lax.scan(step, init, etas)
-        return jnp.maximum(best, g(theta))
+        # one extra scan step evaluates the last iterate (its update is discarded): the
+        # compiled program holds one copy of the model's forward and backward pass, not two
+        (_, best), _ = jax.lax.scan(step, init, etas)
+        return best
 
     def sup(signs: jax.Array) -> jax.Array:
         per_start = jax.vmap(jax.vmap(ascend, in_axes=(None, 0)), in_axes=(0, None))

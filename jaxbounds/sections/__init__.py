@@ -1,4 +1,5 @@
 """Report sections and model builders of ``jaxbounds estimate``; importing registers them all."""
 
 import jaxbounds.sections.curvature  # noqa: F401
+import jaxbounds.sections.rademacher  # noqa: F401
 from jaxbounds.sections import shallow  # noqa: F401
