@@ -1,13 +1,12 @@
 r"""Optax training loops that record what the bounds need, epoch by epoch.
 
 :func:`train` fits any nnx module ``model(inputs) -> outputs`` by minibatch gradient descent
-(Adam by default) on a dict data set with ``"inputs"`` and ``"labels"``. Each epoch (a random
+(Adam by default) on a dict data set with ``"inputs"`` and ``"labels"``. Each epoch is a random
 permutation cut into ceil(n / batch_size) minibatches, the last one filled up with the first
-examples of the permutation so every step has the same shape) runs as one jitted
-``lax.scan``; after it the record gets the full-data training loss / accuracy, the test loss /
-accuracy, the Frobenius norm of every weight matrix, the total $\ell_1$ and $\ell_2$ norms of
-all parameters and the $\ell_2$ distance from the initialisation. A one-line progress bar goes
-to stderr.
+examples of the permutation so every (jitted) step has the same shape. After each epoch the
+record gets the full-data training loss / accuracy, the test loss / accuracy, the Frobenius
+norm of every weight matrix, the total $\ell_1$ and $\ell_2$ norms of all parameters and the
+$\ell_2$ distance from the initialisation. A one-line progress bar goes to stderr.
 
 Losses (chosen from the output shape by :func:`task_loss`):
 
@@ -20,6 +19,7 @@ Losses (chosen from the output shape by :func:`task_loss`):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -126,6 +126,12 @@ def _leaf_matrices(params: Any) -> dict[str, jax.Array]:
     }
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _permutations(key: jax.Array, n: int, num_epochs: int) -> jax.Array:
+    """One random permutation of range(n) per epoch, (num_epochs, n), in one compiled call."""
+    return jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(key, num_epochs))
+
+
 class _Progress:
     """A one-line text progress bar on stderr (no dependency)."""
 
@@ -199,41 +205,40 @@ def train(
     bs = min(batch_size, n)
     num_batches = -(-n // bs)
 
-    def step(carry: Any, batch: tuple[jax.Array, jax.Array]) -> tuple[Any, jax.Array]:
-        p, s = carry
-        x, y = batch
-        loss, grads = jax.value_and_grad(lambda q: loss_fn(apply_fn(q, x), y))(p)
-        updates, s = opt.update(grads, s, p)
-        return (optax.apply_updates(p, updates), s), loss
-
     @jax.jit
-    def run_epoch(p: Any, s: Any, key: jax.Array, x: jax.Array, y: jax.Array) -> Any:
-        perm = jax.random.permutation(key, n)
+    def step(p: Any, s: Any, x: jax.Array, y: jax.Array, idx: jax.Array) -> Any:
+        xb, yb = x[idx], y[idx]
+        grads = jax.grad(lambda q: loss_fn(apply_fn(q, xb), yb))(p)
+        updates, s = opt.update(grads, s, p)
+        return optax.apply_updates(p, updates), s
+
+    def run_epoch(p: Any, s: Any, perm: np.ndarray) -> Any:
         # ceil(n / bs) batches of bs; the last one is filled up from the start of perm.
-        idx = jnp.concatenate([perm, perm[: num_batches * bs - n]]).reshape(num_batches, bs)
-        (p, s), _ = jax.lax.scan(lambda c, i: step(c, (x[i], y[i])), (p, s), idx)
+        idx = np.concatenate([perm, perm[: num_batches * bs - n]]).reshape(num_batches, bs)
+        for batch in idx:
+            p, s = step(p, s, inputs, labels, batch)
         return p, s
 
-    def metrics(p: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def outputs(p: Any, x: jax.Array) -> jax.Array:
         if len(x) <= eval_chunk_size:
-            out = apply_fn(p, x)
-        else:
-            out = jax.lax.map(lambda xi: apply_fn(p, xi), x, batch_size=eval_chunk_size)
-        return loss_fn(out, y), accuracy_fn(out, y)
+            return apply_fn(p, x)
+        return jax.lax.map(lambda xi: apply_fn(p, xi), x, batch_size=eval_chunk_size)
 
     @jax.jit
     def evaluate(p: Any, p0: Any, x: jax.Array, y: jax.Array, tx: Any, ty: Any) -> dict:
+        # One forward pass over train and test together (one compiled copy of the model).
+        both = outputs(p, x if tx is None else jnp.concatenate([x, tx]))
         leaves = jax.tree_util.tree_leaves(p)
         diff = jax.tree_util.tree_leaves(jax.tree_util.tree_map(jnp.subtract, p, p0))
         out = {
-            "train": metrics(p, x, y),
+            "train": (loss_fn(both[:n], y), accuracy_fn(both[:n], y)),
             "frobenius": {k: jnp.sqrt(jnp.sum(m * m)) for k, m in matrices_of(p).items()},
             "l1_total": sum(jnp.sum(jnp.abs(leaf)) for leaf in leaves),
             "l2_total": jnp.sqrt(sum(jnp.sum(leaf * leaf) for leaf in leaves)),
             "distance_from_init": jnp.sqrt(sum(jnp.sum(d * d) for d in diff)),
         }
         if tx is not None:
-            out["test"] = metrics(p, tx, ty)
+            out["test"] = (loss_fn(both[n:], ty), accuracy_fn(both[n:], ty))
         return out
 
     test_x = None if test_data is None else jnp.asarray(test_data["inputs"])
@@ -258,8 +263,9 @@ def train(
             getattr(record, name).append(float(ev[name]))
 
     log(0, params)
-    for epoch, epoch_key in enumerate(jax.random.split(key, num_epochs), start=1):
-        params, opt_state = run_epoch(params, opt_state, epoch_key, inputs, labels)
+    perms = np.asarray(_permutations(key, n, num_epochs))
+    for epoch, perm in enumerate(perms, start=1):
+        params, opt_state = run_epoch(params, opt_state, perm)
         log(epoch, params)
         text = f"loss {record.train_loss[-1]:.4f} acc {record.train_accuracy[-1]:.3f}"
         if record.test_accuracy:

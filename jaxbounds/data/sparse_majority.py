@@ -24,6 +24,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -52,6 +53,20 @@ def positional_encoding(num_positions: int, embed_dim: int, *, dtype: Any = None
     angles = pos * freq[None, :]
     enc = np.where(dims[None, :] % 2 == 0, np.sin(angles), np.cos(angles))
     return jnp.asarray(enc, dtype=dtype)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
+def _draw(
+    key: jax.Array, subset: jax.Array, num_samples: int, seq_len: int, embed_dim: int, dtype: Any
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Bits, labels and encoded inputs in one compiled call."""
+    bits = jax.random.bernoulli(key, 0.5, (num_samples, seq_len)).astype(jnp.int32)
+    votes = jnp.sum(bits[:, subset], axis=1)
+    labels = (2 * votes > subset.shape[0]).astype(jnp.int32)
+    tokens = jnp.concatenate([jnp.full((num_samples, 1), CLS_TOKEN, jnp.int32), bits], axis=1)
+    onehot = jax.nn.one_hot(tokens, embed_dim, dtype=dtype)
+    inputs = onehot + positional_encoding(seq_len + 1, embed_dim, dtype=dtype)[None]
+    return inputs, labels, bits
 
 
 def sparse_majority(
@@ -105,7 +120,9 @@ def sparse_majority(
         raise ValueError(f"sparsity: expected <= seq_len = {seq_len}, got {sparsity}")
     key_subset, key_bits = jax.random.split(key)
     if subset is None:
-        subset = jax.random.choice(key_subset, seq_len, (sparsity,), replace=False)
+        # A uniform random s-subset: the s smallest of T i.i.d. uniform scores.
+        scores = np.asarray(jax.random.uniform(key_subset, (seq_len,)))
+        subset = np.argsort(scores, kind="stable")[:sparsity]
     subset_np = np.sort(np.asarray(subset).astype(np.int64).reshape(-1))
     if (
         subset_np.size != sparsity
@@ -117,11 +134,6 @@ def sparse_majority(
             f"subset: expected {sparsity} distinct ints in [0, {seq_len}), got {subset_np}"
         )
     dtype = jnp.result_type(float) if dtype is None else dtype
-    bits = jax.random.bernoulli(key_bits, 0.5, (num_samples, seq_len)).astype(jnp.int32)
     subset_arr = jnp.asarray(subset_np, dtype=jnp.int32)
-    votes = jnp.sum(bits[:, subset_arr], axis=1)
-    labels = (2 * votes > sparsity).astype(jnp.int32)
-    tokens = jnp.concatenate([jnp.full((num_samples, 1), CLS_TOKEN, jnp.int32), bits], axis=1)
-    onehot = jax.nn.one_hot(tokens, embed_dim, dtype=dtype)
-    inputs = onehot + positional_encoding(seq_len + 1, embed_dim, dtype=dtype)[None]
+    inputs, labels, bits = _draw(key_bits, subset_arr, num_samples, seq_len, embed_dim, dtype)
     return {"inputs": inputs, "labels": labels, "bits": bits, "subset": subset_arr}

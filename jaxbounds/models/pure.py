@@ -41,8 +41,8 @@ def as_pure(model: nnx.Module) -> tuple[Callable[[Any, Any], Any], dict[str, Any
     """
     graphdef, state, rest = nnx.split(model, nnx.Param, ...)
     treedef = jax.tree_util.tree_structure(state)
-    pure_treedef = jax.tree_util.tree_structure(state.to_pure_dict())
-    params = jax.tree_util.tree_map(lambda x: x, state.to_pure_dict())
+    pure_treedef = jax.tree_util.tree_structure(nnx.to_pure_dict(state))
+    params = jax.tree_util.tree_map(lambda x: x, nnx.to_pure_dict(state))
 
     def apply_fn(params: Any, inputs: Any) -> Any:
         leaves, got = jax.tree_util.tree_flatten(params)
