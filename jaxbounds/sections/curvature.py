@@ -146,30 +146,34 @@ def build_scalar(key: jax.Array, *, quick: bool = True, progress: bool = True) -
 def training_section(ctx: EstimateContext) -> list[Row]:
     """Final train / test loss and accuracy of the trained model, and its size."""
     s = "training"
-    out = jax.jit(ctx.apply_fn)(ctx.params, ctx.train["inputs"])
-    train_loss = float(task_loss(out, ctx.train["labels"]))
-    train_acc = float(task_accuracy(out, ctx.train["labels"]))
+    history = ctx.history
+    if history is not None and history.train_loss:
+        # The record's last entry is the evaluation of the final parameters.
+        final = history.final()
+    else:
+        final = {}
+        for split, data in (("train", ctx.train), ("test", ctx.test)):
+            if data is not None:
+                out = jax.jit(ctx.apply_fn)(ctx.params, data["inputs"])
+                final[f"{split}_loss"] = float(task_loss(out, data["labels"]))
+                final[f"{split}_accuracy"] = float(task_accuracy(out, data["labels"]))
     n_train = int(ctx.train["labels"].shape[0])
     rows = [
-        Row(s, "train loss", train_loss, note=f"logistic, n = {n_train}"),
-        Row(s, "train accuracy", train_acc),
+        Row(s, "train loss", final["train_loss"], note=f"logistic, n = {n_train}"),
+        Row(s, "train accuracy", final["train_accuracy"]),
     ]
-    if ctx.test is not None:
-        out = jax.jit(ctx.apply_fn)(ctx.params, ctx.test["inputs"])
-        test_loss = float(task_loss(out, ctx.test["labels"]))
-        test_acc = float(task_accuracy(out, ctx.test["labels"]))
+    if "test_loss" in final and ctx.test is not None:
         n_test = int(ctx.test["labels"].shape[0])
+        gap = final["test_loss"] - final["train_loss"]
         rows += [
-            Row(s, "test loss", test_loss, note=f"logistic, n = {n_test}"),
-            Row(s, "test accuracy", test_acc),
-            Row(s, "generalization gap (loss)", test_loss - train_loss, note="test - train"),
+            Row(s, "test loss", final["test_loss"], note=f"logistic, n = {n_test}"),
+            Row(s, "test accuracy", final["test_accuracy"]),
+            Row(s, "generalization gap (loss)", gap, note="test - train"),
         ]
     num_params = sum(int(jnp.size(x)) for x in jax.tree_util.tree_leaves(ctx.params))
     rows.append(Row(s, "parameters", float(num_params)))
-    if ctx.history is not None and getattr(ctx.history, "epoch", None):
-        rows.append(
-            Row(s, "epochs", float(ctx.history.epoch[-1]), note=f"{ctx.history.seconds:.1f} s")
-        )
+    if history is not None and history.epoch:
+        rows.append(Row(s, "epochs", float(history.epoch[-1]), note=f"{history.seconds:.1f} s"))
     return rows
 
 
