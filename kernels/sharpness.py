@@ -50,7 +50,7 @@ from kernels._checks import (
     check_scalar_fn,
     is_concrete,
 )
-from kernels.curvature import hessian_trace, hvp
+from kernels.curvature import hutchinson_trace, hvp
 from kernels.estimate import Estimate, estimate_from_samples
 from kernels.parallel import map_chunked, map_samples
 
@@ -371,8 +371,10 @@ def sharpness_decomposition(
 
     - ``average``: the antithetic estimate of $\mathbb E_u L(\theta+u) - L(\theta)$ from
       ``num_samples / 2`` pairs (as :func:`average_sharpness`);
-    - ``trace_term``: $\frac{\sigma^2}{2}$ times :func:`~kernels.curvature.hessian_trace` with
-      ``num_probes`` Rademacher probes (independent of the perturbations);
+    - ``trace_term``: $\frac{\sigma^2}{2}$ times the Hutchinson trace of
+      :func:`~kernels.curvature.hessian_trace` (``hvp`` + ``hutchinson_trace``, sharing one
+      linearisation with the control variate) with ``num_probes`` Rademacher probes, drawn
+      independently of the perturbations;
     - ``perturbation``: $P$, estimated on the same pairs as the mean of
       $\frac12(f(u)+f(-u)) - \frac12 u^\top H(\theta) u$ (a Hessian-vector product per pair).
       The control variate $\frac12 u^\top H u$ has expectation exactly
@@ -425,8 +427,9 @@ def sharpness_decomposition(
     )
     average = estimate_from_samples(pairs)
     perturb = estimate_from_samples(rest)
-    trace = hessian_trace(
-        prob.loss, prob.flat, key_trace, num_probes=num_probes, chunk_size=chunk_size
+    # hessian_trace's computation (hvp + Hutchinson), reusing the linearisation built above
+    trace = hutchinson_trace(
+        matvec, prob.flat, key_trace, num_probes=num_probes, chunk_size=chunk_size
     )
     half = 0.5 * sigma**2
     return SharpnessDecomposition(
@@ -685,25 +688,35 @@ def sigma_search(
         )
         return est.mean, est.stderr
 
-    lo = jnp.asarray(sigma_lower, dtype)
-    hi = jnp.asarray(sigma_upper, dtype)
-    lo_est = estimate(lo)
-    hi_est = estimate(hi)
+    zero = jnp.zeros((), dtype)
 
-    def body(_: int, state: tuple) -> tuple:
-        lo, hi, lo_est = state
-        mid = jnp.sqrt(lo * hi)
-        mid_est = estimate(mid)
-        below = mid_est[0] <= target
-        lo_est = jax.tree_util.tree_map(lambda a, b: jnp.where(below, a, b), mid_est, lo_est)
-        return jnp.where(below, mid, lo), jnp.where(below, hi, mid), lo_est
+    def body(i: jax.Array, state: tuple) -> tuple:
+        # step 0 evaluates sigma_upper, step 1 sigma_lower, then bisection (one traced loss copy)
+        lo, hi, lo_est, hi_est, low_ok = state
+        sig = jnp.where(i == 0, hi, jnp.where(i == 1, lo, jnp.sqrt(lo * hi)))
+        est = estimate(sig)
+        below = est[0] <= target
+        bisect = i >= 2
+        take_lo = jnp.logical_or(i == 1, jnp.logical_and(bisect, below))
+        lo_est = tuple(jnp.where(take_lo, a, b) for a, b in zip(est, lo_est, strict=True))
+        hi_est = tuple(jnp.where(i == 0, a, b) for a, b in zip(est, hi_est, strict=True))
+        lo = jnp.where(jnp.logical_and(bisect, below), sig, lo)
+        hi = jnp.where(jnp.logical_and(bisect, jnp.logical_not(below)), sig, hi)
+        low_ok = jnp.where(i == 1, below, low_ok)
+        return lo, hi, lo_est, hi_est, low_ok
 
-    lo_f, _, lo_est_f = jax.lax.fori_loop(0, num_iterations, body, (lo, hi, lo_est))
-    low_ok = lo_est[0] <= target
+    init = (
+        jnp.asarray(sigma_lower, dtype),
+        jnp.asarray(sigma_upper, dtype),
+        (zero, zero),
+        (zero, zero),
+        jnp.asarray(False),
+    )
+    lo_f, _, lo_est, hi_est, low_ok = jax.lax.fori_loop(0, num_iterations + 2, body, init)
     high_ok = hi_est[0] <= target
-    sigma = jnp.where(high_ok, hi, lo_f)
-    mean = jnp.where(high_ok, hi_est[0], lo_est_f[0])
-    stderr = jnp.where(high_ok, hi_est[1], lo_est_f[1])
+    sigma = jnp.where(high_ok, jnp.asarray(sigma_upper, dtype), lo_f)
+    mean = jnp.where(high_ok, hi_est[0], lo_est[0])
+    stderr = jnp.where(high_ok, hi_est[1], lo_est[1])
     return SigmaSearch(
         sigma=sigma,
         increase=Estimate(mean, stderr, num_samples),
