@@ -231,3 +231,31 @@ def test_bad_arguments_raise():
         construction(good, seq_len=4)(jnp.zeros((2, 5), dtype=jnp.int32))
     with pytest.raises(ValueError, match="eps"):
         jl_width(10, 1.5)
+
+
+def test_report_section_rows():
+    from jaxbounds.estimate import available_models
+    from jaxbounds.sections.construction import construction_context, construction_section
+
+    assert "construction" in available_models()
+    ctx = construction_context(seq_len=6, k=2, key=jax.random.key(0), quick=True)
+    ctx.extra["hutchpp_products"] = 12
+    rows = {r.name: r for r in construction_section(ctx)}
+    f = tiling_parities(6, 2)
+    norm = rows["squared parameter norm ||theta||^2"].value
+    assert norm == pytest.approx(construction_norm_terms(ctx.model)["total"])
+    assert rows["norm bound L(omega, D_f, T)"].value == pytest.approx(
+        construction_norm_bound(3, 2, 6)
+    )
+    assert norm < rows["norm bound L(omega, D_f, T)"].value
+    err = rows["max |f_theta(x) - f(x)| over all 2^6 inputs"].value
+    assert err <= construction_error_bound(f, seq_len=6) * (1 + 1e-9)
+    # Theorem 13 (an exact identity, checked densely above) against the section's Hutch++.
+    identity = rows["2 mean_x ||grad_theta f(x)||^2 (Theorem 13, exact)"].value
+    est = rows["tr H at an interpolator (labels = model outputs), Hutch++"]
+    assert abs(est.value - identity) <= 1e-6 * identity + 5 * est.stderr
+    g_u = rows["G_u = max_x ||grad_theta f(x)||^2"].value
+    assert g_u >= identity / 2
+    assert ctx.loss_fn(ctx.params) == pytest.approx(
+        rows["training loss (quadratic, all inputs)"].value
+    )
