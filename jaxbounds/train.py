@@ -209,8 +209,11 @@ def train(
     def step(p: Any, s: Any, x: jax.Array, y: jax.Array, idx: jax.Array) -> Any:
         xb, yb = x[idx], y[idx]
         grads = jax.grad(lambda q: loss_fn(apply_fn(q, xb), yb))(p)
-        updates, s = opt.update(grads, s, p)
-        return optax.apply_updates(p, updates), s
+        # optax mixes Python floats with int32 step counts (Adam's bias correction), which
+        # strict dtype promotion rejects; the model code above stays under the caller's mode.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, s = opt.update(grads, s, p)
+            return optax.apply_updates(p, updates), s
 
     def run_epoch(p: Any, s: Any, perm: np.ndarray) -> Any:
         # ceil(n / bs) batches of bs; the last one is filled up from the start of perm.
@@ -247,7 +250,8 @@ def train(
     bar = _Progress(num_epochs, progress)
     start = time.perf_counter()
     params0 = params
-    opt_state = opt.init(params)
+    with jax.numpy_dtype_promotion("standard"):
+        opt_state = opt.init(params)
 
     def log(epoch: int, p: Any) -> None:
         ev = jax.device_get(evaluate(p, params0, inputs, labels, test_x, test_y))
