@@ -372,7 +372,7 @@ def construction_error_bound(
 
     >>> from jaxbounds.data.boolean import tiling_parities
     >>> round(construction_error_bound(tiling_parities(10, 2), seq_len=10), 6)
-    0.059695
+    0.058432
     """
     omega, degree, c = _validate(f, seq_len)
     s = _scale(logit_scale, seq_len)
