@@ -676,9 +676,9 @@ def rademacher_search(
     >>> import jax, jax.numpy as jnp
     >>> from kernels.norms import project_lp_ball
     >>> x = jnp.eye(4)
-    >>> est = rademacher_search(lambda w, x: x @ w, jnp.zeros(4) + 0.1, x, jax.random.key(0),
-    ...     project=lambda w: project_lp_ball(w, p=2, radius=1.0), num_draws=4, num_steps=20,
-    ...     step_size=0.5)
+    >>> est = rademacher_search(lambda w, x: x @ w, jnp.zeros(4), x, jax.random.key(0),
+    ...     project=lambda w: project_lp_ball(w, p=2, radius=1.0), num_draws=4, num_steps=5,
+    ...     step_size=2.0)
     >>> round(float(est.mean), 6)  # the exact sup is ||s||_2 / 4 = 0.5 for every s
     0.5
     """
