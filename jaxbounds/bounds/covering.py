@@ -1,6 +1,7 @@
-r"""Log covering numbers of linear classes, covering budgets, Dudley's integral, risk from Rademacher.
+r"""Log covers of linear classes, covering budgets, Dudley's integral, risk from Rademacher.
 
-Every cover here is of the form $\log N_\infty(\mathcal F, \epsilon, N, \|\cdot\|_2) \le C/\epsilon^2$;
+Every cover here is of the form
+$\log N_\infty(\mathcal F, \epsilon, N, \|\cdot\|_2) \le C/\epsilon^2$;
 the calculators return the coefficient ``C`` as ``terms["C"]`` and ``C / eps^2`` as ``value``.
 All functions are pure ``jnp``: differentiable and broadcasting over their numeric inputs
 (same-rank arrays), so a sweep over sample sizes or norms is one call.
@@ -47,9 +48,12 @@ def _cover(C: jax.Array, eps: jax.Array, name: str, status: str, hyp: dict) -> B
 
 
 def lemma_3_3_log_cover(*, B_x, B_w, d, k, eps=1.0, num_points=None) -> Bound:
-    r"""Log cover of $\{x \mapsto Wx : \|W\|_{1,\infty} \le B_w\}$, $W \in \mathbb R^{k\times d}$, $\|x\|_1 \le B_x$.
+    r"""Log cover of $\{x \mapsto Wx : \|W\|_{1,\infty} \le B_w\}$ with $\|x\|_1 \le B_x$.
 
-    $$\log N_\infty(\mathcal F, \epsilon, N, \|\cdot\|_2) \le \frac{d B_w^2 B_x^2 \log(2k+1)}{\epsilon^2},$$
+    $W \in \mathbb R^{k\times d}$:
+
+    $$\log N_\infty(\mathcal F, \epsilon, N, \|\cdot\|_2)
+      \le \frac{d B_w^2 B_x^2 \log(2k+1)}{\epsilon^2},$$
     an upper bound for any number of points ``N >= d`` (Lemma 3.2 reduces any N inputs to the
     d scaled basis vectors). Proof: Maurey's lemma per column.
 
@@ -159,7 +163,9 @@ def edelman_lemma_4_6_log_cover(*, B_x, B_w, d, num_points, eps=1.0) -> Bound:
 
 
 def budget_optimisation(C: jax.Array, beta: jax.Array, eps=1.0) -> Bound:
-    r"""Split a covering budget: $\min \sum_i C_i/\epsilon_i^2$ s.t. $\sum_i \beta_i \epsilon_i = \epsilon$.
+    r"""Split a covering budget (Lemma A.8).
+
+    Minimise $\sum_i C_i/\epsilon_i^2$ s.t. $\sum_i \beta_i\epsilon_i = \epsilon$.
 
     The minimum is $\gamma^3/\epsilon^2$ with $\gamma = \sum_i C_i^{1/3}\beta_i^{2/3}$, reached at
     $\epsilon_i = (\epsilon/\gamma)(C_i/\beta_i)^{1/3}$ (exact, by Lagrange / Hölder).
@@ -293,7 +299,8 @@ def rademacher_to_gap(
       Bound (kind "risk") with terms ``complexity`` and ``confidence``.
 
     References:
-      Bartlett & Mendelson 2002, JMLR 3:463-482, Theorem 8; Mohri et al., Foundations of ML, Thm 3.5.
+      Bartlett & Mendelson 2002, JMLR 3:463-482, Theorem 8; Mohri et al., Foundations of ML,
+      Theorem 3.5.
     """
     rad, n, delta, rho, c, ls = floats(
         rademacher, num_samples, delta, lipschitz, loss_bound, empirical_risk

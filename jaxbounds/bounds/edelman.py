@@ -1,4 +1,4 @@
-r"""Edelman, Goel, Kakade & Zhang 2022: norm-based covers of self-attention with a log(d m T) factor.
+r"""Edelman, Goel, Kakade & Zhang 2022: norm-based self-attention covers with a log(d m T) factor.
 
 The covers here cover the m T token positions with Lemma 4.6, so they grow like log T, unlike
 :mod:`jaxbounds.bounds.trauger_tewari`. Status: **rebuilt** from the restatement in Trauger &

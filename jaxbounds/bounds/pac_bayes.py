@@ -1,6 +1,7 @@
-r"""PAC-Bayes bounds: McAllester, Maurer (kl), Catoni, Alquier (sub-Gaussian), and the flat-construction
-bounds of "A Sharper Picture of Generalization in Transformers" (semi-analytic, chain of thought,
-one-pass PARITY).
+r"""PAC-Bayes bounds: McAllester, Maurer (kl), Catoni, Alquier, and the flat-construction bounds.
+
+The last are those of "A Sharper Picture of Generalization in Transformers" (semi-analytic,
+chain of thought, one-pass PARITY).
 
 KL between the posterior N(theta, sigma^2 I) and the prior N(0, sigma^2 I) is
 $\|\theta\|^2/(2\sigma^2)$; pass it as ``kl``. Grids over a free parameter (lambda, C, sigma) pay a
@@ -43,7 +44,9 @@ _BISECTION_STEPS = 200
 
 
 def kl_bernoulli(q, p) -> jax.Array:
-    r"""Binary relative entropy $\mathrm{kl}(q\|p) = q\ln\frac qp + (1-q)\ln\frac{1-q}{1-p}$ (0 ln 0 = 0).
+    r"""Binary relative entropy $\mathrm{kl}(q\|p) = q\ln\frac qp + (1-q)\ln\frac{1-q}{1-p}$.
+
+    With 0 ln 0 = 0.
 
     >>> round(float(kl_bernoulli(0.0, 0.5)), 12)  # ln 2
     0.69314718056
@@ -86,7 +89,7 @@ def _kl_inv_jvp(primals, tangents):
 
 
 def kl_inverse(q, c) -> jax.Array:
-    r"""The largest $p \in [q, 1]$ with $\mathrm{kl}(q\|p) \le c$ (the kl-inverse of Maurer's bound).
+    r"""The largest $p \in [q, 1]$ with $\mathrm{kl}(q\|p) \le c$ (kl-inverse of Maurer's bound).
 
     Bracketed bisection on [q, 1] (200 halvings: exact to the floating-point resolution of the
     input dtype, float64 under x64); differentiable in q and c through the implicit function
@@ -129,9 +132,11 @@ def _risk(value, terms, hyp, name, status="paper", assumed=(), loss_bound=1.0) -
 
 
 def mcallester(*, empirical_risk, kl, num_samples, delta) -> Bound:
-    r"""McAllester's bound (Maurer's constant): for a loss in [0, 1], with probability >= 1 - delta,
+    r"""McAllester's bound (Maurer's constant).
 
-    $$\mathbb E_Q L_D \le \mathbb E_Q L_S + \sqrt{\frac{\mathrm{KL}(Q\|P) + \ln(2\sqrt N/\delta)}{2N}}.$$
+    For a loss in [0, 1], with probability >= 1 - delta,
+    $$\mathbb E_Q L_D \le \mathbb E_Q L_S
+      + \sqrt{\frac{\mathrm{KL}(Q\|P) + \ln(2\sqrt N/\delta)}{2N}}.$$
 
     References:
       McAllester 1999; Maurer 2004, arXiv:cs/0411099.
@@ -149,7 +154,9 @@ def mcallester(*, empirical_risk, kl, num_samples, delta) -> Bound:
 
 
 def maurer(*, empirical_risk, kl, num_samples, delta) -> Bound:
-    r"""Maurer / Seeger kl bound: $\mathbb E_Q L_D \le \mathrm{kl}^{-1}\big(\mathbb E_Q L_S,
+    r"""Maurer / Seeger kl bound.
+
+    $\mathbb E_Q L_D \le \mathrm{kl}^{-1}\big(\mathbb E_Q L_S,
     (\mathrm{KL} + \ln(2\sqrt N/\delta))/N\big)$, loss in [0, 1]. Always at least as tight as
     :func:`mcallester` (Pinsker).
 
@@ -169,7 +176,7 @@ def maurer(*, empirical_risk, kl, num_samples, delta) -> Bound:
 
 
 def catoni(*, empirical_risk, kl, num_samples, delta, Cs=None) -> Bound:
-    r"""Catoni's bound, minimised over a grid of C with a union bound:
+    r"""Catoni's bound, minimised over a grid of C with a union bound.
 
     $$\mathbb E_Q L_D \le \min_{C\in\mathcal C}\frac{1 - \exp\big(-C\,\mathbb E_Q L_S
       - (\mathrm{KL} + \ln(|\mathcal C|/\delta))/N\big)}{1 - e^{-C}}.$$
@@ -202,11 +209,12 @@ def catoni(*, empirical_risk, kl, num_samples, delta, Cs=None) -> Bound:
 
 
 def alquier(*, empirical_risk, kl, num_samples, delta, Sigma, lambdas=None) -> Bound:
-    r"""Alquier's bound for a Sigma-sub-Gaussian loss, with a union bound over a lambda grid:
+    r"""Alquier's bound for a Sigma-sub-Gaussian loss, with a union bound over a lambda grid.
 
     $$\mathbb E_Q L_D \le \mathbb E_Q L_S + \min_{\lambda\in\Lambda}\Big(\frac{\lambda\Sigma^2}{2N}
       + \frac{\mathrm{KL} + \ln(|\Lambda|/\delta)}{\lambda}\Big).$$
-    At the unconstrained optimum this is $\mathbb E_Q L_S + 2\sqrt{\Sigma^2(\mathrm{KL} + \ln(|\Lambda|/\delta))/(2N)}$.
+    At the unconstrained optimum this is
+    $\mathbb E_Q L_S + 2\sqrt{\Sigma^2(\mathrm{KL} + \ln(|\Lambda|/\delta))/(2N)}$.
 
     Args:
       empirical_risk: E_Q L_S.
@@ -254,7 +262,8 @@ def alquier(*, empirical_risk, kl, num_samples, delta, Sigma, lambdas=None) -> B
 def subgaussian_constant(losses, *, lambdas=None) -> jax.Array:
     r"""Smallest Sigma whose Gaussian MGF dominates the empirical MGF of the centred losses.
 
-    $$\hat\Sigma^2 = \max_{\lambda\in\pm\Lambda}\frac{2}{\lambda^2}\ln\frac1n\sum_i e^{\lambda(\ell_i - \bar\ell)},$$
+    $$\hat\Sigma^2 = \max_{\lambda\in\pm\Lambda}\frac{2}{\lambda^2}
+      \ln\frac1n\sum_i e^{\lambda(\ell_i - \bar\ell)},$$
     so $\frac1n\sum_i e^{\lambda(\ell_i-\bar\ell)} \le e^{\lambda^2\hat\Sigma^2/2}$ on the grid. Use
     validation losses (held out), not training losses. An estimate, not a certified constant.
 
@@ -288,7 +297,7 @@ def subgaussian_constant(losses, *, lambdas=None) -> jax.Array:
 
 
 def construction_norm_bound(omega, D_f, T) -> jax.Array:
-    r"""Squared norm bound of the flat construction (Theorem 10) [checked]:
+    r"""Squared norm bound of the flat construction (Theorem 10) [checked].
 
     $$L(\omega, D_f, T) = 16D_f^2(D_f+1) + 8(D_f+1) + 1 + \omega + 4\omega(D_f+1)\ln^2 T.$$
 
@@ -307,7 +316,9 @@ def sigma_mesh(num: int = 20, dtype=None) -> jax.Array:
 
 
 def optimal_sigma(*, G_u, norm_sq, Sigma, num_samples, perturbation=0.0) -> jax.Array:
-    r"""Continuous minimiser of $\sigma^2(G_u+P) + \Sigma\sqrt{L/m}/\sigma$ (confidence log dropped):
+    r"""Continuous minimiser of $\sigma^2(G_u+P) + \Sigma\sqrt{L/m}/\sigma$.
+
+    The confidence log is dropped:
     $\sigma^* = (\Sigma\sqrt{L/m}/(2(G_u+P)))^{1/3}$.
 
     >>> round(float(optimal_sigma(G_u=15524.0, norm_sq=1303.93, Sigma=0.01, num_samples=1e6)), 5)
@@ -427,7 +438,7 @@ def _prob_on_mesh(log_terms: jax.Array, mesh: jax.Array, name: str, extra: dict)
 def chain_of_thought_parity(
     *, T, G_u, Sigma, num_samples, norm_sq=None, perturbation=0.0, sigmas=None
 ) -> Bound:
-    r"""Probability that a chain of thought for PARITY of length T goes wrong [rebuilt]:
+    r"""Probability that a chain of thought for PARITY of length T goes wrong [rebuilt].
 
     $$P \le 4T\exp\Big(-\frac{m}{8\Sigma^2} + \frac{m\sigma^2(2G_u(1,2) + P)}{4\Sigma^2}
       + \frac{L(1,2,T)}{2\sigma^2}\Big),$$
@@ -467,7 +478,7 @@ def chain_of_thought_parity(
 def one_pass_parity(
     *, T, G_u, Sigma, num_samples, norm_sq=None, perturbation=0.0, sigmas=None
 ) -> Bound:
-    r"""Probability that one pass over PARITY of length T goes wrong [rebuilt]:
+    r"""Probability that one pass over PARITY of length T goes wrong [rebuilt].
 
     $$P \le 4\exp\Big(-\frac{m}{8\Sigma^2} + \frac{m\sigma^2T(2G_u(1,2) + P)}{4\Sigma^2}
       + \frac{T L(1,2,T)}{2\sigma^2}\Big),$$

@@ -1,6 +1,7 @@
 r"""Generalization of a shallow Transformer trained by gradient descent (NTK regime).
 
-Model $f(X) = \frac1{d_s}w_O^\top\sum_i\mathrm{relu}(W_V X^\top\mathrm{softmax}(XW_K^\top W_Q x_i^\top/\sqrt{d_m}))$.
+Model $f(X) = \frac1{d_s}w_O^\top\sum_i\mathrm{relu}(W_V X^\top
+\mathrm{softmax}(XW_K^\top W_Q x_i^\top/\sqrt{d_m}))$.
 From a training record (initial weights, the largest distance $R_*$ of each matrix from its
 initial value over training, $\alpha = \sigma_{\min}(F^0_{pre})$, N, $d_s$, $d_m$, $R_X$,
 $\Phi(\theta^0) = \frac12\|f(\theta^0) - y\|^2$) the calculators evaluate Lemma 1 (Rademacher),
@@ -35,7 +36,7 @@ _NAMES = ("Q", "K", "V", "O")
 
 
 def alpha_from_features(features: jax.Array) -> jax.Array:
-    r"""$\alpha = \sigma_{\min}(F^0_{pre})$: smallest singular value of the last hidden features at init.
+    r"""$\alpha = \sigma_{\min}(F^0_{pre})$, least singular value of the hidden features at init.
 
     Args:
       features: matrix of shape (N, p) (one row of hidden features per training example).
@@ -71,11 +72,14 @@ def norms_from_weights(init: dict[str, Any], radii: dict[str, Any]) -> dict[str,
 
 
 def lemma_1(*, eta_Q, eta_K, eta_V, eta_O, num_samples, d_s, d_m, R_X, loss_bound=1.0) -> Bound:
-    r"""Lemma 1: $\mathrm{Rad}_S \lesssim \sqrt{P/N}(1 + \log(A\sqrt{N/P}))$, = A where $A\sqrt{N/P} < 1$,
+    r"""Lemma 1: $\mathrm{Rad}_S \lesssim \sqrt{P/N}(1 + \log(A\sqrt{N/P}))$.
+
+    It is A where $A\sqrt{N/P} < 1$ (Dudley radius),
 
     with
 
-    $$P = (\sqrt{d_s}R_X)^2\big((\sqrt{d_m}\eta_V)^{2/3} + (\sqrt{d_m}\eta_K\eta_Q\eta_V)^{2/3}\big)^3\log(Nd_s),
+    $$P = (\sqrt{d_s}R_X)^2\big((\sqrt{d_m}\eta_V)^{2/3}
+      + (\sqrt{d_m}\eta_K\eta_Q\eta_V)^{2/3}\big)^3\log(Nd_s),
       \qquad A = \eta_O\eta_V\sqrt{d_s}R_X.$$
 
     Returns:
@@ -129,14 +133,17 @@ def lemma_4(
     R_O,
     loss_bound=1.0,
 ) -> Bound:
-    r"""Lemma 4: empirical loss after GD, $\min(\frac{\alpha^2}{8\rho\hat M\sqrt N},
+    r"""Lemma 4: the empirical loss after GD.
+
+    $\min(\frac{\alpha^2}{8\rho\hat M\sqrt N},
     \frac{\alpha^3\eta_O}{32\rho^2\hat z\sqrt N})$, $\rho = N^{1/2}d_s^{3/2}R_X$.
 
     $z = \eta_O^2(1 + \frac4{d_m}R_X^4d_s^2\xi_V^2(\xi_Q^2+\xi_K^2))$, $\hat z$ the same with eta;
     $M = \max(\xi_V/R_O, \eta_O/R_V, \frac2{\sqrt{d_m}}R_X^2d_s\xi_K\xi_V\eta_O/R_Q,
     \frac2{\sqrt{d_m}}R_X^2d_s\xi_Q\xi_V\eta_O/R_K)$, $\hat M$ the same with eta.
     Hypotheses reported: $d_m \ge N^3$, $\alpha^2 \ge 8\rho M\sqrt{2\Phi(\theta^0)}$,
-    $\alpha^3 \ge 32\rho^2z\sqrt{2\Phi(\theta^0)}/\eta_O$. See the module note on $\rho^2$ vs $\rho^4$.
+    $\alpha^3 \ge 32\rho^2z\sqrt{2\Phi(\theta^0)}/\eta_O$. See the module note on $\rho^2$ vs
+    $\rho^4$.
 
     Returns:
       Bound (kind "risk": a bound on the empirical loss) with every term.
@@ -201,7 +208,9 @@ def theorem_5(
     delta,
     loss_bound=1.0,
 ) -> Bound:
-    r"""Theorem 5: $L_D \lesssim \text{Lemma 4} + \sqrt{P/N}(1 + \log(A\sqrt{N/P})) + \sqrt{\log(R/\delta)/N}$.
+    r"""Theorem 5: population loss after GD.
+
+    $L_D \lesssim \text{Lemma 4} + \sqrt{P/N}(1 + \log(A\sqrt{N/P})) + \sqrt{\log(R/\delta)/N}$.
 
     $R = \sqrt{R_Q^2 + R_K^2 + R_V^2 + R_O^2}$. Vacuous when >= ``loss_bound``.
 

@@ -1,4 +1,4 @@
-"""Covering-number calculators, Lemma A.8 budget, Dudley closed form vs numeric, Rademacher to risk."""
+"""Covering calculators, Lemma A.8 budget, Dudley closed form vs numeric, Rademacher to risk."""
 
 import itertools
 
@@ -50,9 +50,9 @@ def test_maurey_cover_is_a_cover_lemma_3_6_by_enumeration():
     )
     assert best <= B / np.sqrt(k)
     # and the number of multisets is at most (2dk+1)^k, the log of which is the lemma's count
-    assert np.log(len(atoms)) * k == pytest.approx(float(
-        covering.lemma_3_6_log_cover(B_x=1.0, B_w=B, d=2, k=2, eps=B / np.sqrt(k)).value
-    ))
+    assert np.log(len(atoms)) * k == pytest.approx(
+        float(covering.lemma_3_6_log_cover(B_x=1.0, B_w=B, d=2, k=2, eps=B / np.sqrt(k)).value)
+    )
 
 
 def test_budget_optimisation_matches_numeric_minimum():
@@ -114,7 +114,9 @@ def test_rademacher_to_gap_above_empirical_risk(rad, n, delta, ls):
     r = covering.rademacher_to_gap(rademacher=rad, num_samples=n, delta=delta, empirical_risk=ls)
     assert float(r.value) >= ls
     assert bool(r.vacuous) == (float(r.value) >= 1.0)
-    r2 = covering.rademacher_to_gap(rademacher=rad, num_samples=4 * n, delta=delta, empirical_risk=ls)
+    r2 = covering.rademacher_to_gap(
+        rademacher=rad, num_samples=4 * n, delta=delta, empirical_risk=ls
+    )
     assert float(r2.value) <= float(r.value)
     expected = ls + 2 * rad + 3 * np.sqrt(np.log(2 / delta) / (2 * n))
     assert float(r.value) == pytest.approx(expected)

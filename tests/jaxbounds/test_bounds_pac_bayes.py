@@ -1,4 +1,4 @@
-"""PAC-Bayes calculators: reported numbers of the flat-construction paper, kl-inverse, properties."""
+"""PAC-Bayes calculators: the reported numbers of the flat construction, kl-inverse, properties."""
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +39,8 @@ def test_semi_analytic_mesh_pays_union_bound_and_is_above_continuous_optimum():
     assert mesh.per_sigma.shape == (20,)
     assert float(mesh.union_cost) == pytest.approx(np.log(20.0))
     s = pac_bayes.sigma_mesh()
-    assert float(s[0]) == pytest.approx(1e-2) and float(s[-1]) == pytest.approx(1e-5)
+    assert float(s[0]) == pytest.approx(1e-2)
+    assert float(s[-1]) == pytest.approx(1e-5)
     # dense float64 reference of the mesh minimum, computed independently with numpy
     sn = np.geomspace(1e-2, 1e-5, 20)
     ref = sn**2 * 15524.0 + 2 * np.sqrt(1e-4 / 2e6 * (float(L) / (2 * sn**2) + np.log(20 / 0.05)))
@@ -77,8 +78,8 @@ def test_kl_inverse_solves_kl_and_gradient_matches_finite_difference():
     for arg in (0, 1):
         g = jax.vmap(jax.grad(pac_bayes.kl_inverse, argnums=arg))(q, c)
         h = 1e-6
-        dq = (jnp.array([h, h, h]) if arg == 0 else 0.0 * q)
-        dc = (jnp.array([h, h, h]) if arg == 1 else 0.0 * c)
+        dq = jnp.array([h, h, h]) if arg == 0 else 0.0 * q
+        dc = jnp.array([h, h, h]) if arg == 1 else 0.0 * c
         fd = (pac_bayes.kl_inverse(q + dq, c + dc) - pac_bayes.kl_inverse(q - dq, c - dc)) / (2 * h)
         np.testing.assert_allclose(g, fd, rtol=1e-5)
 
@@ -123,7 +124,8 @@ def test_bounds_above_empirical_risk_and_decrease_in_n(ls, kl, n, delta):
         assert b3 >= b1 - 1e-12
     a1 = pac_bayes.alquier(empirical_risk=ls, kl=kl, num_samples=n, delta=delta, Sigma=0.3)
     a2 = pac_bayes.alquier(empirical_risk=ls, kl=kl, num_samples=4 * n, delta=delta, Sigma=0.3)
-    assert float(a1.value) >= ls and float(a2.value) <= float(a1.value) + 1e-12
+    assert float(a1.value) >= ls
+    assert float(a2.value) <= float(a1.value) + 1e-12
 
 
 @FAST

@@ -44,7 +44,8 @@ def test_norms_lemma_1_reference():
         l1 = shallow_gd.lemma_1(
             eta_Q=eQ, eta_K=eK, eta_V=eV, eta_O=eO, num_samples=N, d_s=ds, d_m=dm, R_X=RX
         )
-        assert float(l1.P) == pytest.approx(P) and float(l1.A) == pytest.approx(A)
+        assert float(l1.P) == pytest.approx(P)
+        assert float(l1.A) == pytest.approx(A)
         ratio = A * np.sqrt(N / P)
         expected = np.sqrt(P / N) * (1 + np.log(ratio)) if ratio >= 1 else A
         assert bool(l1.dudley_inside) == (ratio >= 1) == (N > 400)
@@ -60,7 +61,8 @@ def test_lemma_4_terms_and_hypotheses():
     rho = np.sqrt(N) * ds**1.5 * RX
     eO, eV, eQ, eK = (float(n[f"eta_{k}"]) for k in "OVQK")
     z_hat = eO**2 * (1 + 4 / dm * RX**4 * ds**2 * eV**2 * (eQ**2 + eK**2))
-    assert float(l4.rho) == pytest.approx(rho) and float(l4.z_hat) == pytest.approx(z_hat)
+    assert float(l4.rho) == pytest.approx(rho)
+    assert float(l4.z_hat) == pytest.approx(z_hat)
     c = 2 / np.sqrt(dm) * RX**2 * ds
     M_hat = max(eV / 0.4, eO / 0.3, c * eK * eV * eO / 0.1, c * eQ * eV * eO / 0.2)
     assert float(l4.M_hat) == pytest.approx(M_hat)
@@ -91,7 +93,9 @@ def test_theorem_5_is_sum_of_parts():
     assert float(t5.value) == pytest.approx(float(t5.empirical + t5.rademacher) + conf)
     assert bool(t5.vacuous) == (float(t5.value) >= 1.0)
     assert set(t5.hypotheses) == {
-        "d_m >= N^3", "alpha^2 >= 8 rho M sqrt(2 Phi0)", "alpha^3 >= 32 rho^2 z sqrt(2 Phi0) / eta_O",
+        "d_m >= N^3",
+        "alpha^2 >= 8 rho M sqrt(2 Phi0)",
+        "alpha^3 >= 32 rho^2 z sqrt(2 Phi0) / eta_O",
     }  # fmt: skip
 
 
@@ -135,7 +139,7 @@ def _np_proxy(layers, N, L_phi=1.13):
         L_phi
         * c2(l["m_in"])
         * c2(l["m_out"])
-        * sum(c2(v) * (1 + 4 * c2(q)) for q, v in zip(l["qk"], l["v"]))
+        * sum(c2(v) * (1 + 4 * c2(q)) for q, v in zip(l["qk"], l["v"], strict=False))
         for l in layers
     ]
     alpha = [np.prod(fac[i + 1 :]) for i in range(L)]
@@ -144,7 +148,7 @@ def _np_proxy(layers, N, L_phi=1.13):
     total = 0.0
     for i, l in enumerate(layers):
         ci, co = c2(l["m_in"]), c2(l["m_out"])
-        mats = [(q, 2 * c2(v) * co * ci) for q, v in zip(l["qk"], l["v"])]
+        mats = [(q, 2 * c2(v) * co * ci) for q, v in zip(l["qk"], l["v"], strict=False)]
         mats += [(v, co * ci) for v in l["v"]] + [(l["m_in"], co), (l["m_out"], 1.0)]
         for W, g in mats:
             s = np.linalg.svd(W, compute_uv=False)

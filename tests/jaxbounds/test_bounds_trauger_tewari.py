@@ -1,4 +1,4 @@
-"""Trauger & Tewari and Edelman et al. calculators: closed forms, corollaries, reductions, properties."""
+"""Trauger & Tewari and Edelman et al. calculators: closed forms, corollaries, properties."""
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +27,9 @@ def test_theorem_4_1_closed_form_and_heads():
     assert float(r2.value) == pytest.approx(2 * float(r.value))
     small = trauger_tewari.theorem_4_1(C=3.0, B_x=1.3, d=16, **{**ONE, "num_samples": 8})
     assert not bool(small.hypotheses["m > d"])
+    # sqrt(m) <= 2 B_x sqrt(C): the bound is the Dudley radius B_x times the prefactor
+    assert not bool(small.hypotheses["Dudley optimum inside [0, B_x]"])
+    assert float(small.value) == pytest.approx(2.0 * 1.5 * 1.0 * 1.2 * 1.3)
 
 
 @pytest.mark.parametrize(
@@ -65,8 +68,13 @@ def test_theorem_4_1_corollaries_equal_theorem_with_lemma(corollary, lemma, prin
 
 
 def _np_theorem_4_2(C_1, C_Bx, L, Ls, Bc, Bv, Bqk, Bw):
-    alpha = [np.prod([Ls * Bc * Bv * (1 + 4 * Bqk) for _ in range(i + 1, L + 1)]) for i in range(1, L + 1)]
-    tau = [a ** (2 / 3) + (2 * a * Ls * Bc * Bv) ** (2 / 3) + (a * Ls * Bv) ** (2 / 3) for a in alpha]
+    alpha = [
+        np.prod([Ls * Bc * Bv * (1 + 4 * Bqk) for _ in range(i + 1, L + 1)])
+        for i in range(1, L + 1)
+    ]
+    tau = [
+        a ** (2 / 3) + (2 * a * Ls * Bc * Bv) ** (2 / 3) + (a * Ls * Bv) ** (2 / 3) for a in alpha
+    ]
     gamma = C_Bx ** (1 / 3) * (2 * Ls * Bc * Bv * alpha[0] * Bw) ** (2 / 3) + C_1 ** (1 / 3) * (
         1 + (Bw * Ls * Bv) ** (2 / 3)
     )
@@ -82,7 +90,8 @@ def test_theorem_4_2_matches_reference(L):
     r = trauger_tewari.multi_layer_log_cover(C_1=2.0, C_Bx=5.0, num_layers=L, **ML)
     ref, gamma, eta = _np_theorem_4_2(2.0, 5.0, L, 1.0, 1.1, 0.9, 0.5, 1.7)
     assert float(r.value) == pytest.approx(ref, rel=1e-12)
-    assert float(r.gamma) == pytest.approx(gamma) and float(r.eta) == pytest.approx(eta)
+    assert float(r.gamma) == pytest.approx(gamma)
+    assert float(r.eta) == pytest.approx(eta)
     assert r.alpha.shape == (L,)
 
 
@@ -90,8 +99,11 @@ def test_theorem_4_2_with_one_layer_reduces():
     """L = 1: alpha_1 = 1 (empty product), eta = 0 (empty sum), so the cover is gamma^3 with
     gamma = C_Bx^{1/3} (2 L_s B_c2 B_v2 B_w)^{2/3} + C_1^{1/3} (1 + (B_w L_s B_v2)^{2/3})."""
     r = trauger_tewari.multi_layer_log_cover(C_1=2.0, C_Bx=5.0, num_layers=1, **ML)
-    assert float(r.alpha[0]) == 1.0 and float(r.eta) == 0.0
-    g = 5.0 ** (1 / 3) * (2 * 1.1 * 0.9 * 1.7) ** (2 / 3) + 2.0 ** (1 / 3) * (1 + (1.7 * 0.9) ** (2 / 3))
+    assert float(r.alpha[0]) == 1.0
+    assert float(r.eta) == 0.0
+    g = 5.0 ** (1 / 3) * (2 * 1.1 * 0.9 * 1.7) ** (2 / 3) + 2.0 ** (1 / 3) * (
+        1 + (1.7 * 0.9) ** (2 / 3)
+    )
     assert float(r.value) == pytest.approx(g**3, rel=1e-12)
 
 
@@ -186,20 +198,27 @@ def test_theorem_4_1_increases_in_every_norm_decreases_in_m(scale, which, m):
 def test_theorem_4_2_increases_in_every_norm(scale, which, L):
     base = {"C_1": 2.0, "C_Bx": 5.0, **ML}
     v = float(trauger_tewari.multi_layer_log_cover(num_layers=L, **base).value)
-    bigger = trauger_tewari.multi_layer_log_cover(num_layers=L, **{**base, which: base[which] * scale})
+    bigger = trauger_tewari.multi_layer_log_cover(
+        num_layers=L, **{**base, which: base[which] * scale}
+    )
     assert float(bigger.value) >= v * (1 - 1e-12)
 
 
 def test_theorem_4_2_differentiable_and_jit(run):
     g = jax.grad(
-        lambda b: trauger_tewari.multi_layer_log_cover(
-            C_1=1.0, C_Bx=1.0, num_layers=3, L_sigma=1.0, B_c2=b, B_v2=1.0, B_QK2=1.0, B_w=1.0
-        ).value
+        lambda b: (
+            trauger_tewari.multi_layer_log_cover(
+                C_1=1.0, C_Bx=1.0, num_layers=3, L_sigma=1.0, B_c2=b, B_v2=1.0, B_QK2=1.0, B_w=1.0
+            ).value
+        )
     )(1.0)
     assert float(g) > 0
     out = run(
-        lambda: trauger_tewari.multi_layer_log_cover(
-            C_1=jnp.array([1.0, 2.0]), C_Bx=jnp.array([1.0, 2.0]), num_layers=2, **ML
-        ).value
+        lambda: (
+            trauger_tewari.multi_layer_log_cover(
+                C_1=jnp.array([1.0, 2.0]), C_Bx=jnp.array([1.0, 2.0]), num_layers=2, **ML
+            ).value
+        )
     )
-    assert out.shape == (2,) and float(out[1]) > float(out[0])
+    assert out.shape == (2,)
+    assert float(out[1]) > float(out[0])
