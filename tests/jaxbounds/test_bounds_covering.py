@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxbounds.bounds import covering
+from jaxbounds.bounds import covering, trauger_tewari
 
 FAST = settings(max_examples=25, deadline=None)
 
@@ -125,3 +125,21 @@ def test_rademacher_to_gap_above_empirical_risk(rad, n, delta, ls):
 def test_float32_in_float32_out():
     r = covering.lemma_3_6_log_cover(B_x=jnp.float32(1.0), B_w=jnp.float32(2.0), d=3, k=3)
     assert r.value.dtype == jnp.float32
+
+
+def test_dudley_cross_check_with_kernels_dudley():
+    """Cross-check with the Rademacher issue's numeric integral (kernels.dudley)."""
+    from kernels.dudley import dudley_integral, dudley_inverse_square
+
+    for C, A, n in [(2.0, 1.0, 1000), (50.0, 3.0, 10**5), (100.0, 0.1, 10)]:
+        ours = float(covering.dudley_rademacher(C=C, A=A, num_samples=n).value)
+        num, _ = dudley_integral(lambda e, C=C: C / e**2, num_samples=n, radius=A)
+        assert ours == pytest.approx(float(num), rel=1e-5)
+        assert ours == pytest.approx(float(dudley_inverse_square(C, num_samples=n, radius=A)))
+    # a cover from Theorem 4.2 through both routes
+    cover = trauger_tewari.multi_layer_log_cover(
+        C_1=2.0, C_Bx=5.0, num_layers=2, L_sigma=1.0, B_c2=1.1, B_v2=0.9, B_QK2=0.5, B_w=1.7
+    )
+    rad = trauger_tewari.multi_layer_rademacher(cover=cover, B_w=1.7, num_samples=10**6)
+    num, _ = dudley_integral(lambda e: cover.value / e**2, num_samples=10**6, radius=1.7)
+    assert float(rad.value) == pytest.approx(float(num), rel=1e-5)
