@@ -225,8 +225,8 @@ def linear_sup(
       ValueError: on bad shapes, exponents, non-positive radius or non-finite inputs.
     """
     inputs = jnp.asarray(inputs)
-    if inputs.ndim != 2:
-        raise ValueError(f"inputs: expected [n, d], got shape {inputs.shape}")
+    if inputs.ndim != 2 or not jnp.issubdtype(inputs.dtype, jnp.floating):
+        raise ValueError(f"inputs: expected a float [n, d] array, got {inputs.dtype}{inputs.shape}")
     check_finite(inputs, "inputs")
     check_positive(radius, "radius")
     p, q = _parse_norm(norm, readout)
