@@ -122,11 +122,12 @@ def construction_section(ctx: EstimateContext) -> list[Row]:
 
     outputs = jax.jit(ctx.apply_fn)(ctx.params, inputs)
     err_bound = construction_error_bound(f, seq_len=seq_len)
+    max_error = float(jnp.max(jnp.abs(outputs - labels)))
     rows.append(
         Row(
             sec,
             f"max |f_theta(x) - f(x)| over all 2^{seq_len} inputs",
-            float(jnp.max(jnp.abs(outputs - labels))),
+            max_error,
             note=f"derived bound {err_bound:.4g} at logit scale 2 ln T [rebuilt]",
         )
     )
@@ -144,6 +145,12 @@ def construction_section(ctx: EstimateContext) -> list[Row]:
         )
     )
 
+    ctx.extra["construction"] = {  # for later sections
+        "G_u": float(jnp.max(grad_sq)),
+        "mean_grad_sq": mean_grad_sq,
+        "norm_sq": terms["total"],
+        "max_error": max_error,
+    }
     num_probes = ctx.extra.get("hutchpp_products", 60 if ctx.quick else 300)
     key = ctx.section_key(sec)
     k_self, k_true = jax.random.split(key)

@@ -196,7 +196,7 @@ def test_learnable_twin_matches_construction_and_trains():
     p, state = p0, opt.init(p0)
     first = float(loss(p0))
     with jax.numpy_dtype_promotion("standard"):  # optax's bias correction mixes dtypes
-        for _ in range(60):
+        for _ in range(40):
             p, state, _ = step(p, state)
     assert float(loss(p)) < 0.5 * first
 
@@ -256,6 +256,8 @@ def test_report_section_rows():
     assert abs(est.value - identity) <= 1e-6 * identity + 5 * est.stderr
     g_u = rows["G_u = max_x ||grad_theta f(x)||^2"].value
     assert g_u >= identity / 2
+    assert ctx.extra["construction"]["max_error"] == err
+    assert ctx.extra["construction"]["G_u"] == g_u
     assert ctx.loss_fn(ctx.params) == pytest.approx(
         rows["training loss (quadratic, all inputs)"].value
     )
