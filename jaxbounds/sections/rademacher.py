@@ -72,7 +72,8 @@ def rademacher_section(ctx: EstimateContext) -> list[Row]:
     readout = params.get("w") if isinstance(params, dict) else None
     bound = None if readout is None else float(jnp.linalg.norm(readout))
 
-    def search(k: jax.Array) -> Any:
+    # params and inputs enter the compiled program as arguments, not as folded constants
+    def search(k: jax.Array, params: Any, inputs: jax.Array) -> Any:
         return rademacher_search(
             ctx.apply_fn,
             params,
@@ -87,7 +88,7 @@ def rademacher_section(ctx: EstimateContext) -> list[Row]:
             output_bound=bound,
         )
 
-    est = jax.jit(search)(k_search)
+    est = jax.jit(search)(k_search, params, inputs)
     note = (
         f"lower bound: projected gradient ascent over {{||theta_l||_F <= ||trained_l||_F}}, "
         f"{cfg['search_draws']} sign vectors x {cfg['search_restarts']} starts x "
@@ -107,8 +108,8 @@ def rademacher_section(ctx: EstimateContext) -> list[Row]:
     ]
     flat = inputs.reshape(m, -1)
     lin = jax.jit(
-        lambda k: rademacher_linear(flat, k, norm=2, radius=1.0, num_draws=cfg["linear_draws"])
-    )(k_linear)
+        lambda k, x: rademacher_linear(x, k, norm=2, radius=1.0, num_draws=cfg["linear_draws"])
+    )(k_linear, flat)
     rows.append(
         Row.from_estimate(
             s,
