@@ -111,11 +111,11 @@ def bench_average(num: int, repeats: int, chunks: list[int]) -> dict:
     t_inputs, t_targets = (torch.as_tensor(a) for a in ref.make_batch())
     gen = torch.Generator().manual_seed(0)
 
-    def torch_loop():
+    def torch_loop(count=num):
         values = []
         with torch.no_grad():
             base = ref.torch_criterion(model(t_inputs), t_targets)
-            for _ in range(num):
+            for _ in range(count):
                 noises = []
                 for p in model.parameters():
                     noise = torch.randn(p.shape, generator=gen) * SIGMA
@@ -129,7 +129,7 @@ def bench_average(num: int, repeats: int, chunks: list[int]) -> dict:
     compile_s = {}
     for name, (fn, args) in variants.items():
         compile_s[name] = timed(fn, *args)
-    torch_loop()  # warm-up
+    torch_loop(4)  # warm-up
     times = {name: [] for name in [*variants, "torch_inplace_loop"]}
     for _ in range(repeats):
         for name, (fn, args) in variants.items():
@@ -252,12 +252,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     parser.add_argument("--only", default="average,worst,memory", help="comma-separated benches")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--chunks", default="1,8", help="chunk sizes of average_sharpness")
+    parser.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument("--chunks", default="1", help="chunk sizes of average_sharpness, e.g. 1,8")
     args = parser.parse_args()
     only = set(args.only.split(","))
     num = 64 if args.quick else 256
     repeats = args.repeats or (3 if args.quick else 5)
     chunks = [int(c) for c in args.chunks.split(",")]
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     import jax
 
     emit(
