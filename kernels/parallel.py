@@ -5,6 +5,15 @@ per-sample function over those keys with :func:`map_samples`. Chunking bounds me
 ``chunk_size`` samples at a time, and sharding spreads the samples over ``jax.devices()``.
 Neither changes which sample gets which key, so results do not depend on either (up to
 floating-point reassociation inside a vectorised batch).
+
+Many hosts: after ``jax.distributed.initialize()`` on every process, ``jax.devices()`` lists
+the devices of all hosts and the mesh built here spans them. Call the kernel inside
+``jax.jit`` on every process with the same arguments (same key, same replicated inputs): the
+sample indices or keys are then created inside the program and sharded over the global mesh,
+each host computes its share, and reductions of the output are cross-host collectives, so every
+process receives the same replicated result. (Outside ``jit``, a process-local array cannot be
+passed to a multi-host ``shard_map``.) Tested with forced host devices on one host only
+(``tests/kernels/test_sharding.py``).
 """
 
 from __future__ import annotations
