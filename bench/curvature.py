@@ -342,11 +342,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and probes")
     parser.add_argument("--only", choices=["speed", "hvp", "memory", "hutchpp"], action="append")
+    parser.add_argument("--memory-probes", type=int, help="probes of the large memory run")
     args = parser.parse_args()
     args.reps = 3 if args.quick else 7
     args.probes = 32 if args.quick else 64
     args.matfree_probes = 16
-    args.memory_probes = 128 if args.quick else 1024
+    args.memory_probes = args.memory_probes or (128 if args.quick else 1024)
     args.trials = 50 if args.quick else 200
     sections = args.only or ["hvp", "hutchpp", "speed", "memory"]
     emit(
