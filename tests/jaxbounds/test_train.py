@@ -34,6 +34,7 @@ def trained():
         batch_size=16,
         learning_rate=1e-2,
         test_data=test,
+        eval_chunk_size=32,  # 100 examples evaluated in chunks of 32 (lax.map path)
         progress=True,
     )
     return model, record, init, data, test
