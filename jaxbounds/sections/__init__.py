@@ -1,8 +1,15 @@
-"""Report sections and model builders of ``jaxbounds estimate``; importing registers them all."""
+"""Report sections and model builders of ``jaxbounds estimate``; importing registers them all.
 
-import jaxbounds.sections.construction  # noqa: F401
-import jaxbounds.sections.curvature as _curvature  # noqa: F401
-import jaxbounds.sections.rademacher  # noqa: F401
-import jaxbounds.sections.sharpness as _sharpness  # noqa: F401
-from jaxbounds.sections import bounds as _bounds  # noqa: F401
-from jaxbounds.sections import shallow  # noqa: F401
+Sections run in import order; ``bounds`` comes last because it reads what the model sections
+leave in ``ctx.extra`` (e.g. the construction's G_u and error).
+"""
+
+# ruff: noqa: I001  (import order is the report order)
+from jaxbounds.sections import (  # noqa: F401  (imported to register)
+    curvature,
+    sharpness,
+    rademacher,
+    shallow,
+    construction,
+    bounds,
+)
