@@ -350,13 +350,17 @@ def lanczos(
       vector (so $e_1$ of $T$ corresponds to ``start / first``).
 
     Raises:
-      ValueError: if num_steps is not in [1, n].
+      ValueError: if num_steps is not in [1, n] or ``start`` does not have shape (n,).
     """
     like = _template(like)
     size, dtype, flat_mv = _flat_matvec(matvec, like)
     check_positive_int(num_steps, "num_steps")
     if num_steps > size:
         raise ValueError(f"num_steps: expected at most the dimension {size}, got {num_steps}")
+    if start is not None and jnp.shape(start) != (size,):
+        raise ValueError(
+            f"start: expected a flat vector of shape ({size},), got {jnp.shape(start)}"
+        )
     key_start, key_restart = jax.random.split(key)
     v0 = _probe(key_start, size, dtype, "rademacher") if start is None else start.astype(dtype)
     norm0 = jnp.linalg.norm(v0)
@@ -528,4 +532,3 @@ def spectral_density(
     kernel = jnp.exp(-0.5 * z**2) / (jnp.sqrt(2 * jnp.pi).astype(nodes.dtype) * sigma)
     density = kernel @ weights.reshape(-1) / num_probes
     return grid, density
-

@@ -89,7 +89,7 @@ def test_sharded_over_four_devices_equals_single_device():
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=900,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
