@@ -389,9 +389,13 @@ def test_chunk_size_does_not_change_results_and_matches_a_loop():
     for est in results:
         assert float(est.mean) == pytest.approx(np.mean(looped), rel=1e-12)
         assert float(est.stderr) == pytest.approx(np.std(looped, ddof=1) / np.sqrt(m), rel=1e-10)
-    pp = [hutchpp_trace(mv, params, key, num_matvecs=13, chunk_size=c).mean for c in (None, 5)]
+    dense_mv, like = make_dense_operator()  # cheap operator: the chunking is what is tested
+    pp = [hutchpp_trace(dense_mv, like, key, num_matvecs=13, chunk_size=c).mean for c in (None, 5)]
     np.testing.assert_allclose(pp, pp[0], rtol=1e-11)
-    sl = [slq_nodes(mv, params, key, num_probes=5, num_steps=4, chunk_size=c)[1] for c in (None, 2)]
+    sl = [
+        slq_nodes(dense_mv, like, key, num_probes=5, num_steps=4, chunk_size=c)[1]
+        for c in (None, 2)
+    ]
     np.testing.assert_allclose(sl[0], sl[1], rtol=1e-10, atol=1e-14)
 
 
@@ -491,27 +495,44 @@ def test_bad_arguments_raise_naming_the_argument():
 # --------------------------------------------------------------------------- sharding
 
 
+def make_dense_operator():
+    """A fixed symmetric 17 x 17 operator on a two-leaf pytree (cheap to compile)."""
+    like = {"a": jnp.zeros((3, 4)), "b": jnp.zeros((5,))}
+    _, unravel = ravel_pytree(like)
+    a = random_symmetric(jax.random.key(29), jnp.linspace(-3.0, 5.0, 17))
+
+    def matvec(v):
+        return unravel(jnp.asarray(a) @ ravel_pytree(v)[0])
+
+    return matvec, like
+
+
 SHARDED = textwrap.dedent(
     """
     import json, sys
     import jax
     jax.config.update("jax_enable_x64", True)
     sys.path.insert(0, sys.argv[1])
-    from tests.kernels.test_curvature import make_attention
-    from kernels.curvature import hessian_trace, hutchinson_trace, hvp
+    from tests.kernels import test_curvature as t
+    from kernels.curvature import hutchinson_trace, hvp
     assert len(jax.devices()) == 4, jax.devices()
-    loss, params = make_attention()
+    if sys.argv[2] == "attention":
+        loss, params = t.make_attention()
+        matvec, like = hvp(loss, params), params
+    else:
+        matvec, like = t.make_dense_operator()
     key = jax.random.key(28)
     out = {}
     for m, chunk in ((10, None), (10, 3)):  # 10 probes on 4 devices: padding
-        est = hutchinson_trace(hvp(loss, params), params, key, num_probes=m, chunk_size=chunk)
+        est = hutchinson_trace(matvec, like, key, num_probes=m, chunk_size=chunk)
         out[f"{m}-{chunk}"] = [float(est.mean), float(est.stderr)]
     print(json.dumps(out))
     """
 )
 
 
-def test_sharded_equals_single_device():
+@pytest.mark.parametrize("operator", ["dense", pytest.param("attention", marks=pytest.mark.slow)])
+def test_sharded_equals_single_device(operator):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {
         **os.environ,
@@ -519,7 +540,7 @@ def test_sharded_equals_single_device():
         "JAX_PLATFORMS": "cpu",
     }
     proc = subprocess.run(
-        [sys.executable, "-c", SHARDED, root],
+        [sys.executable, "-c", SHARDED, root, operator],
         capture_output=True,
         text=True,
         env=env,
@@ -528,8 +549,12 @@ def test_sharded_equals_single_device():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     sharded = json.loads(proc.stdout.strip().splitlines()[-1])
-    loss, params = make_attention()
+    if operator == "attention":
+        loss, params = make_attention()
+        matvec, like = hvp(loss, params), params
+    else:
+        matvec, like = make_dense_operator()
     key = jax.random.key(28)
     for m, chunk in ((10, None), (10, 3)):
-        est = hutchinson_trace(hvp(loss, params), params, key, num_probes=m, chunk_size=chunk)
+        est = hutchinson_trace(matvec, like, key, num_probes=m, chunk_size=chunk)
         np.testing.assert_allclose(sharded[f"{m}-{chunk}"], [est.mean, est.stderr], rtol=1e-12)
