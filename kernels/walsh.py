@@ -160,6 +160,15 @@ def _tolerance(coefficients: jax.Array, tol: float | None) -> jax.Array | float:
     return float(np.sqrt(np.finfo(np.dtype(coefficients.dtype)).eps))
 
 
+def _spectrum_and_tolerance(coefficients: jax.Array, tol: float | None):
+    """Coefficients as a floating array, the number of bits n, and the threshold."""
+    coefficients = jnp.asarray(coefficients)
+    if not jnp.issubdtype(coefficients.dtype, jnp.inexact):
+        coefficients = coefficients.astype(jnp.result_type(float))
+    n = _num_bits(coefficients.shape[-1] if coefficients.ndim else 0, "coefficients")
+    return coefficients, n, _tolerance(coefficients, tol)
+
+
 def spectrum_degree(coefficients: jax.Array, *, tol: float | None = None) -> jax.Array:
     r"""Fourier degree $\max\{|S| : |\hat f(S)| > \mathrm{tol}\}$ of a spectrum.
 
@@ -180,11 +189,7 @@ def spectrum_degree(coefficients: jax.Array, *, tol: float | None = None) -> jax
     >>> spectrum_degree(jnp.array([0.5, 0.0, 0.0, 0.5]))
     Array(2, dtype=int32)
     """
-    coefficients = jnp.asarray(coefficients)
-    if not jnp.issubdtype(coefficients.dtype, jnp.inexact):
-        coefficients = coefficients.astype(jnp.result_type(float))
-    n = _num_bits(coefficients.shape[-1] if coefficients.ndim else 0, "coefficients")
-    tol = _tolerance(coefficients, tol)
+    coefficients, n, tol = _spectrum_and_tolerance(coefficients, tol)
     sizes = jnp.broadcast_to(subset_sizes(n), coefficients.shape)
     return jnp.max(jnp.where(jnp.abs(coefficients) > tol, sizes, -1), axis=-1)
 
@@ -209,9 +214,5 @@ def spectrum_sparsity(coefficients: jax.Array, *, tol: float | None = None) -> j
     >>> spectrum_sparsity(jnp.array([0.5, 0.0, 0.0, 0.5]))
     Array(2, dtype=int32)
     """
-    coefficients = jnp.asarray(coefficients)
-    if not jnp.issubdtype(coefficients.dtype, jnp.inexact):
-        coefficients = coefficients.astype(jnp.result_type(float))
-    _num_bits(coefficients.shape[-1] if coefficients.ndim else 0, "coefficients")
-    tol = _tolerance(coefficients, tol)
+    coefficients, _, tol = _spectrum_and_tolerance(coefficients, tol)
     return jnp.sum(jnp.abs(coefficients) > tol, axis=-1, dtype=jnp.int32)
