@@ -315,6 +315,11 @@ def sigma_mesh(num: int = 20, dtype=None) -> jax.Array:
     return jnp.geomspace(1e-2, 1e-5, num, dtype=dtype or jnp.result_type(float))
 
 
+def _mesh(sigmas, dtype) -> jax.Array:
+    """The sigmas to choose from: the paper's mesh when ``sigmas`` is None."""
+    return sigma_mesh(dtype=dtype) if sigmas is None else jnp.atleast_1d(jnp.asarray(sigmas, dtype))
+
+
 def optimal_sigma(*, G_u, norm_sq, Sigma, num_samples, perturbation=0.0) -> jax.Array:
     r"""Continuous minimiser of $\sigma^2(G_u+P) + \Sigma\sqrt{L/m}/\sigma$.
 
@@ -371,11 +376,7 @@ def semi_analytic(
     G, L, S, m, delta, ls = jnp.broadcast_arrays(
         *floats(G_u, norm_sq, Sigma, num_samples, delta, empirical_risk)
     )
-    mesh = (
-        sigma_mesh(dtype=G.dtype)
-        if sigmas is None
-        else jnp.atleast_1d(jnp.asarray(sigmas, G.dtype))
-    )
+    mesh = _mesh(sigmas, G.dtype)
     K = mesh.shape[0]
     (P,) = floats(perturbation)
     P = P.astype(G.dtype)
@@ -459,19 +460,14 @@ def chain_of_thought_parity(
     """
     T, G, S, m, P = jnp.broadcast_arrays(*floats(T, G_u, Sigma, num_samples, perturbation))
     L = construction_norm_bound(1.0, 2.0, T) if norm_sq is None else floats(norm_sq)[0]
-    mesh = (
-        sigma_mesh(dtype=G.dtype)
-        if sigmas is None
-        else jnp.atleast_1d(jnp.asarray(sigmas, G.dtype))
-    )
-    x, s = _grid(G, mesh)
+    mesh = _mesh(sigmas, G.dtype)
+    _, s = _grid(G, mesh)
     log_terms = (
         jnp.log(4.0 * T)[..., None]
         - (m / (8.0 * S**2))[..., None]
         + (m * (2.0 * G + P) / (4.0 * S**2))[..., None] * s**2
         + (L / 2.0)[..., None] / s**2
     )
-    del x
     return _prob_on_mesh(log_terms, mesh, "Chain-of-thought PARITY", {"norm_sq": L})
 
 
@@ -489,11 +485,7 @@ def one_pass_parity(
     """
     T, G, S, m, P = jnp.broadcast_arrays(*floats(T, G_u, Sigma, num_samples, perturbation))
     L = construction_norm_bound(1.0, 2.0, T) if norm_sq is None else floats(norm_sq)[0]
-    mesh = (
-        sigma_mesh(dtype=G.dtype)
-        if sigmas is None
-        else jnp.atleast_1d(jnp.asarray(sigmas, G.dtype))
-    )
+    mesh = _mesh(sigmas, G.dtype)
     _, s = _grid(G, mesh)
     log_terms = (
         jnp.log(jnp.asarray(4.0, G.dtype))
