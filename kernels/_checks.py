@@ -1,13 +1,94 @@
-"""Argument checks shared by the kernels: fail early with a ValueError naming the argument."""
+"""Argument checks shared by the kernels: fail with a ValueError naming the argument.
+
+Two kinds of check:
+
+- *static* checks (counts, sizes, option strings, shapes, dtypes) run in Python while the
+  kernel is traced and raise ``ValueError`` at once;
+- *runtime* checks (:func:`check_finite`, :func:`check_positive`, :func:`check_that`) test
+  array values inside the compiled program with a host callback, so they hold eagerly and
+  inside a user's ``jax.jit`` / ``vmap`` alike. Eagerly they raise ``ValueError``; inside a
+  user's ``jit`` the failure surfaces as a ``jax.errors.JaxRuntimeError`` whose message contains
+  the same text (``"kernels check failed: <argument>: ..."``).
+
+Runtime checks cost one reduction over the checked values and one host callback per kernel
+call. Turn them off with ``kernels.set_runtime_checks(False)`` (or the environment variable
+``KERNELS_RUNTIME_CHECKS=0`` at import), or for a block with
+``with kernels.runtime_checks(False): ...``. The switch is read when a program is traced, and
+it is part of the compilation cache key of the kernels' entry points.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+__all__ = [
+    "check_finite",
+    "check_key",
+    "check_positive",
+    "check_positive_int",
+    "check_scalar_fn",
+    "check_that",
+    "runtime_checks",
+    "runtime_checks_enabled",
+    "set_runtime_checks",
+]
+
+_MARKER = "kernels check failed: "
+
+
+class _DropFailedChecks(logging.Filter):
+    """Keep JAX's callback logger quiet about our own failed checks (they are re-raised)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, ValueError) and str(exc).startswith(_MARKER))
+
+
+logging.getLogger("jax._src.debugging").addFilter(_DropFailedChecks())
+_state = {"enabled": os.environ.get("KERNELS_RUNTIME_CHECKS", "1").strip() not in ("0", "false")}
+
+
+def runtime_checks_enabled() -> bool:
+    """Whether runtime checks are compiled into kernels traced from now on."""
+    return _state["enabled"]
+
+
+def set_runtime_checks(enabled: bool) -> None:
+    """Turn the kernels' runtime value checks on or off (default on).
+
+    Args:
+      enabled: ``False`` compiles kernels without the NaN / sign checks on traced values
+        (static checks of counts, shapes and options always run).
+    """
+    if not isinstance(enabled, bool):
+        raise ValueError(f"enabled: expected a bool, got {enabled!r}")
+    _state["enabled"] = enabled
+
+
+@contextlib.contextmanager
+def runtime_checks(enabled: bool) -> Iterator[None]:
+    """Context manager: runtime checks on or off inside the block, restored after it."""
+    previous = runtime_checks_enabled()
+    set_runtime_checks(enabled)
+    try:
+        yield
+    finally:
+        set_runtime_checks(previous)
+
+
+def failed_check_message(err: BaseException) -> str | None:
+    """The check's message inside a runtime error raised by a failed check, else None."""
+    found = re.search(re.escape(_MARKER) + r"([^\n]*)", str(err))
+    return None if found is None else found.group(1)
 
 
 def is_concrete(tree: Any) -> bool:
@@ -15,17 +96,61 @@ def is_concrete(tree: Any) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
 
 
-def check_finite(tree: Any, name: str) -> None:
-    """Raise ValueError if a concrete floating leaf of ``tree`` holds NaN or inf.
+def _raise_if(failed: Any, message: str) -> None:
+    if np.any(np.asarray(failed)):
+        raise ValueError(_MARKER + message)
 
-    Traced leaves (inside ``jit`` / ``vmap``) cannot be inspected and are skipped.
+
+def check_that(ok: Any, message: str) -> None:
+    """Fail with ``message`` unless every element of the boolean ``ok`` is true.
+
+    Concrete ``ok`` raises ``ValueError(message)`` at once; a traced one installs a host
+    callback in the program (skipped when runtime checks are off).
     """
-    for leaf in jax.tree_util.tree_leaves(tree):
-        if isinstance(leaf, jax.core.Tracer):
-            continue
-        arr = np.asarray(leaf)
-        if np.issubdtype(arr.dtype, np.inexact) and not np.all(np.isfinite(arr)):
-            raise ValueError(f"{name}: expected finite values, found NaN or inf")
+    if is_concrete(ok):
+        if not np.all(np.asarray(ok)):
+            raise ValueError(message)
+        return
+    if not runtime_checks_enabled():
+        return
+    jax.debug.callback(_raise_if, jnp.logical_not(jnp.all(ok)), message)
+
+
+def check_finite(tree: Any, name: str) -> None:
+    """Fail unless every floating leaf of ``tree`` is finite (eagerly and under ``jit``)."""
+    leaves = [
+        leaf
+        for leaf in jax.tree_util.tree_leaves(tree)
+        if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)
+    ]
+    if not leaves:
+        return
+    if is_concrete(leaves):
+        for leaf in leaves:
+            if not np.all(np.isfinite(np.asarray(leaf))):
+                raise ValueError(f"{name}: expected finite values, found NaN or inf")
+        return
+    if not runtime_checks_enabled():
+        return
+    ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
+    check_that(ok, f"{name}: expected finite values, found NaN or inf")
+
+
+def check_positive(value: Any, name: str) -> None:
+    """Fail unless ``value`` is finite and > 0 (eagerly and under ``jit``)."""
+    if isinstance(value, bool) or not (
+        isinstance(value, int | float | np.integer | np.floating | np.ndarray | jax.Array)
+    ):
+        raise ValueError(f"{name}: expected a finite value > 0, got {value!r}")
+    if is_concrete(value):
+        arr = np.asarray(value)
+        if not (np.all(np.isfinite(arr)) and np.all(arr > 0)):
+            raise ValueError(f"{name}: expected a finite value > 0, got {value!r}")
+        return
+    check_that(
+        jnp.logical_and(jnp.isfinite(value), value > 0),
+        f"{name}: expected a finite value > 0, got a non-positive or non-finite traced value",
+    )
 
 
 def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
@@ -35,21 +160,34 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
-def check_positive(value: Any, name: str) -> None:
-    """Raise ValueError if a concrete ``value`` is not finite and > 0 (tracers are skipped)."""
-    if isinstance(value, jax.core.Tracer):
-        return
-    arr = np.asarray(value)
-    if not (np.all(np.isfinite(arr)) and np.all(arr > 0)):
-        raise ValueError(f"{name}: expected a finite value > 0, got {value!r}")
+def check_key(key: Any, name: str = "key") -> jax.Array:
+    """Return ``key`` if it is a single PRNG key (typed, or a raw uint32 key); else raise."""
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"{name}: expected one PRNG key of shape (), got shape {key.shape}")
+        return key
+    if (
+        isinstance(key, jax.Array | np.ndarray)
+        and key.dtype == np.uint32
+        and key.shape == (2,)
+    ):
+        return key
+    raise ValueError(
+        f"{name}: expected a PRNG key such as jax.random.key(0), got {type(key).__name__}"
+        f"{'' if not hasattr(key, 'shape') else f' of shape {key.shape}'}"
+    )
 
 
-def check_scalar_fn(fn: Callable[[Any], Any], primal: Any, name: str) -> None:
-    """Raise ValueError unless ``fn(primal)`` is a real floating scalar (checked abstractly)."""
+def check_scalar_fn(fn: Callable[..., Any], primal: Any, name: str, *args: Any) -> None:
+    """Raise ValueError unless ``fn(primal, *args)`` is a real floating scalar (abstractly).
+
+    This traces ``fn`` once more; inside a kernel prefer checking the shape and dtype of a value
+    the program computes anyway (e.g. the loss at ``params``).
+    """
     try:
-        out = jax.eval_shape(fn, primal)
+        out = jax.eval_shape(fn, primal, *args)
     except Exception as err:  # re-raised with the argument named
-        raise ValueError(f"{name}: could not be evaluated at the given params: {err}") from err
+        raise ValueError(f"{name}: could not be evaluated at the given arguments: {err}") from err
     shape = getattr(out, "shape", None)
     if shape != () or not jnp.issubdtype(out.dtype, jnp.floating):
         raise ValueError(

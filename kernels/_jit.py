@@ -1,0 +1,107 @@
+"""Compile once per (callable, static options, shapes): the public entry points' jit boundary.
+
+:func:`compile_once` wraps a kernel the way equinox's ``filter_jit`` wraps lineax's
+``linear_solve``: every array leaf of the arguments (parameters, data batches, keys, traced
+scalars) is a dynamic argument of one ``jax.jit`` program, everything else (callables, Python
+ints and floats, strings, pytree structure) is static and part of the compilation cache key.
+A second call with the same callable, the same static options and arrays of the same shapes and
+dtypes therefore compiles nothing. Callables are keyed by identity: pass data through the
+kernel's ``batch`` argument (``loss_fn(params, batch)``) instead of closing over it in a new
+``lambda`` per call. Python floats are static, so a new ``sigma=0.02`` compiles again; pass
+``jnp.asarray(sigma)`` to vary it without recompiling.
+
+Inside a user's ``jax.jit`` / ``vmap`` / ``grad`` the wrapped kernel is an inner ``jit`` call,
+which JAX inlines into the outer program.
+
+Runtime checks (:mod:`kernels._checks`) raise inside the compiled program. Called eagerly, the
+wrapper turns such a failure back into the ``ValueError`` naming the argument.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import jax
+import numpy as np
+
+from kernels import _checks
+
+__all__ = ["compile_once"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _is_dynamic(leaf: Any) -> bool:
+    return isinstance(leaf, jax.Array | np.ndarray | np.generic)
+
+
+class _Static:
+    """A hashable wrapper of a static leaf: by value when hashable, else by identity."""
+
+    __slots__ = ("hash", "value")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        try:
+            self.hash = hash((type(value), value))
+        except TypeError:
+            self.hash = id(value)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Static) or type(self.value) is not type(other.value):
+            return False
+        if self.value is other.value:
+            return True
+        try:
+            return bool(self.value == other.value)
+        except Exception:  # noqa: BLE001 - an uncomparable value is simply a different key
+            return False
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _run(fn: Callable[..., Any], treedef: Any, mask: tuple, static: tuple, checks: bool, dynamic):
+    del checks  # part of the cache key only: the checks read the switch while tracing
+    dyn = iter(dynamic)
+    stat = iter(static)
+    leaves = [next(dyn) if is_dyn else next(stat).value for is_dyn in mask]
+    args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
+    return fn(*args, **kwargs)
+
+
+def _concrete(leaves: list[Any]) -> bool:
+    return not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
+
+
+def compile_once(fn: F) -> F:
+    """Wrap a kernel so it is compiled once per (callables, static options, shapes and dtypes).
+
+    Array leaves of the arguments are traced, all other leaves are static. Eager calls whose
+    runtime checks fail raise the ``ValueError`` of the check (see :mod:`kernels._checks`).
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        mask = tuple(_is_dynamic(leaf) for leaf in leaves)
+        dynamic = [leaf for leaf, is_dyn in zip(leaves, mask, strict=True) if is_dyn]
+        static = tuple(
+            _Static(leaf) for leaf, is_dyn in zip(leaves, mask, strict=True) if not is_dyn
+        )
+        checks = _checks.runtime_checks_enabled()
+        if not _concrete(dynamic):
+            return _run(fn, treedef, mask, static, checks, dynamic)
+        try:
+            out = _run(fn, treedef, mask, static, checks, dynamic)
+            return jax.block_until_ready(out) if checks else out
+        except jax.errors.JaxRuntimeError as err:
+            message = _checks.failed_check_message(err)
+            if message is None:
+                raise
+            raise ValueError(message) from None
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,57 @@
+"""Shared test helpers: trace counting, compile counting, dtype tolerances."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+
+class TraceCounter:
+    """Wrap a function and count how often JAX traces (or Python runs) it."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.count = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.count += 1
+        return self.fn(*args, **kwargs)
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def count_compiles() -> Iterator[list[str]]:
+    """Collect the messages of every XLA compilation inside the block (``jax.log_compiles``)."""
+    handler = _Collect()
+    loggers = [logging.getLogger(name) for name in ("jax._src.dispatch", "jax._src.interpreters.pxla", "jax")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        with jax.log_compiles(True):
+            yield handler.messages
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+def compiles_in(messages: list[str]) -> list[str]:
+    """The compilation messages among collected log messages."""
+    return [m for m in messages if m.startswith("Compiling") or "Finished XLA compilation" in m]
+
+
+def tol(dtype: Any) -> float:
+    """Relative tolerance tied to a dtype: sqrt(eps)."""
+    return float(jnp.sqrt(jnp.finfo(dtype).eps))
