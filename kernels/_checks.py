@@ -20,6 +20,7 @@ it is part of the compilation cache key of the kernels' entry points.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -96,24 +97,32 @@ def is_concrete(tree: Any) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
 
 
-def _raise_if(failed: Any, message: str) -> None:
+def _format(message: str, values: tuple[Any, ...]) -> str:
+    return message.format(*(np.asarray(v).tolist() for v in values)) if values else message
+
+
+def _raise_if(message: str, failed: Any, *values: Any) -> None:
     if np.any(np.asarray(failed)):
-        raise ValueError(_MARKER + message)
+        raise ValueError(_MARKER + _format(message, values))
 
 
-def check_that(ok: Any, message: str) -> None:
+def check_that(ok: Any, message: str, *values: Any) -> None:
     """Fail with ``message`` unless every element of the boolean ``ok`` is true.
 
     Concrete ``ok`` raises ``ValueError(message)`` at once; a traced one installs a host
-    callback in the program (skipped when runtime checks are off).
+    callback in the program (skipped when runtime checks are off). ``values`` (arrays, possibly
+    traced) fill ``{}`` fields of ``message`` when it fails, e.g.
+    ``check_that(bad == 0, "loss_fn: non-finite at {} of the probes", bad)``.
     """
-    if is_concrete(ok):
+    if is_concrete((ok, values)):
         if not np.all(np.asarray(ok)):
-            raise ValueError(message)
+            raise ValueError(_format(message, values))
         return
     if not runtime_checks_enabled():
         return
-    jax.debug.callback(_raise_if, jnp.logical_not(jnp.all(ok)), message)
+    jax.debug.callback(
+        functools.partial(_raise_if, message), jnp.logical_not(jnp.all(ok)), *values
+    )
 
 
 def check_finite(tree: Any, name: str) -> None:

@@ -24,11 +24,15 @@ class Estimate:
       mean: the estimate, $\hat\mu = \frac{1}{K}\sum_k Y_k$.
       stderr: its standard error, $s / \sqrt{K}$ with $s$ the sample standard deviation
         (``ddof=1``), unless a kernel's docstring says otherwise.
-      num_samples: $K$, the number of Monte Carlo samples (probes, draws, perturbations).
+      num_samples: $K$, the number of independent Monte Carlo samples the standard error is
+        computed from (probes, sign vectors, perturbations, or antithetic pairs).
       lower: lower end of a $(1-\delta)$ confidence interval where a kernel provides one
         (e.g. McDiarmid for Rademacher averages), else ``None``.
       upper: upper end of that interval, else ``None``.
       delta: the $\delta$ of that interval, else ``None``.
+      num_evaluations: the number of function evaluations (loss evaluations, matrix-vector
+        products) behind the estimate when it differs from ``num_samples`` (two per antithetic
+        pair; all ``num_matvecs`` of Hutch++), else ``None``.
     """
 
     mean: Any
@@ -37,6 +41,7 @@ class Estimate:
     lower: Any = None
     upper: Any = None
     delta: float | None = dataclasses.field(default=None, metadata={"static": True})
+    num_evaluations: int | None = dataclasses.field(default=None, metadata={"static": True})
 
     def __repr__(self) -> str:
         def fmt(x: Any) -> str:
