@@ -1,0 +1,669 @@
+"""Resumable experiment runner: a grid of units (configuration x seed), one JSON file per unit.
+
+An :class:`Experiment` gives config grids per scale (``smoke``, ``cpu``, ``paper``), expands a
+grid and seeds into :class:`Unit` s, computes one unit (``run_unit``) or the seeds of one
+configuration at once (``run_batch``, e.g. one vmapped training program), and renders
+figures and ``report.md`` from the result rows. :func:`run_experiment` runs the units that are
+not finished yet and writes, under ``DIR/NAME/``::
+
+    units/<key>.json   one per finished unit: config, seed, result row, wall time
+    results.csv        one row per unit, deterministic bytes (no timings)
+    summary.json       package/jax versions, scale, seeds, wall time per unit, machine
+    report.md, *.png   by the experiment's ``render`` hook
+
+Guarantees: a unit's key is the SHA-256 of its configuration, seed, experiment name and package
+version (:func:`unit_key`), so a changed configuration never reuses another's results; every
+file is written atomically (temporary file, fsync, ``os.replace``), so a run killed at any
+moment (SIGKILL included) and started again skips the finished units and ends with the same
+``results.csv`` bytes as an uninterrupted run; SIGINT/SIGTERM raise :class:`Interrupted`
+(exit code ``128 + signum`` on the command line) and never leave half a file. Progress: a
+``tqdm`` bar on stderr (elapsed, ETA; shown on a terminal unless ``quiet``, or when
+``progress=True``) and, unless ``quiet``, one line per finished unit.
+
+The statistics of reports (:func:`kendall_tau`, :func:`mean_spread`, :func:`markdown_table`,
+:func:`claim_line`, :func:`group_rows`) and the atomic writers used by ``render`` hooks
+(:func:`write_text_atomic`, :func:`save_figure`, :func:`new_figure`) are exported here too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import importlib.metadata
+import json
+import math
+import re
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxbounds.experiments._atomic import (
+    Interrupted,
+    SignalGuard,
+    critical_section,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
+from jaxbounds.experiments._output import (
+    csv_text,
+    machine_info,
+    new_figure,
+    save_figure,
+    sort_records,
+    versions,
+)
+from jaxbounds.experiments._stats import (
+    KendallTau,
+    Spread,
+    claim_line,
+    format_number,
+    group_rows,
+    kendall_tau,
+    markdown_table,
+    mean_spread,
+)
+from jaxbounds.experiments._units import (
+    Unit,
+    canonical_json,
+    config_batch_key,
+    grid_units,
+    to_jsonable,
+    unit_key,
+)
+
+__all__ = [
+    "DEFAULT_OUT",
+    "Experiment",
+    "ExperimentRegistry",
+    "Interrupted",
+    "KendallTau",
+    "RunSummary",
+    "Spread",
+    "Unit",
+    "canonical_json",
+    "claim_line",
+    "config_batch_key",
+    "default_render",
+    "format_number",
+    "grid_units",
+    "group_rows",
+    "kendall_tau",
+    "markdown_table",
+    "mean_spread",
+    "new_figure",
+    "package_version",
+    "run_experiment",
+    "save_figure",
+    "unit_key",
+    "write_bytes_atomic",
+    "write_json_atomic",
+    "write_text_atomic",
+]
+
+DEFAULT_OUT = "jaxbounds_reproduce"
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+def package_version() -> str:
+    """The installed ``jaxbounds`` version, else ``jaxbounds.__version__`` (source checkout).
+
+    >>> isinstance(package_version(), str)
+    True
+    """
+    try:
+        return importlib.metadata.version("jaxbounds")
+    except importlib.metadata.PackageNotFoundError:
+        from jaxbounds import __version__
+
+        return __version__
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Experiment:
+    """The specification of a reproducible experiment (no state; hooks are plain functions).
+
+    Attributes:
+      name: directory name and registry key (lower case, digits, ``-``, ``_``, ``.``).
+      description: one line for ``--list`` and the report.
+      paper: the reference (authors, year, section/figure).
+      scales: ``{scale: config grid}``, usually ``smoke`` (< 1 min, tests), ``cpu`` (default,
+        < 20 min on 2 cores) and ``paper`` (the paper's sizes).
+      run_unit: ``run_unit(unit) -> dict`` of JSON-serialisable results (numpy scalars and
+        arrays are converted). Keys must differ from the config keys and ``"seed"``.
+      units: ``units(config_grid, seeds) -> list[Unit]`` (default :func:`grid_units`). Every
+        setting that changes a result belongs in the unit's config.
+      run_batch: optional ``run_batch(units) -> list[dict]`` computing several units at once
+        (e.g. the seeds of one configuration as one vmapped program); used instead of
+        ``run_unit`` when given. Row ``i`` must equal what ``run_unit(units[i])`` would give
+        whatever the other units of the batch are (a resumed run may batch fewer units).
+      batch_key: units with equal ``batch_key(unit)`` form one batch (default: equal config).
+      render: ``render(rows, meta, out_dir) -> None`` writing figures and ``report.md``
+        (default :func:`default_render`). ``rows`` are the sorted result rows (config, seed
+        and result columns as dicts), ``meta`` the content of ``summary.json``.
+      claims: the paper's claims the report tests, one sentence each.
+      paper_numbers: the paper's reported numbers the report puts beside ours (JSON data).
+      default_seeds: number of seeds, one int or ``{scale: int}``.
+      default_scale: the scale when none is given.
+    """
+
+    name: str
+    description: str
+    paper: str
+    scales: Mapping[str, Mapping[str, Any]]
+    run_unit: Callable[[Unit], Mapping[str, Any]]
+    units: Callable[[Mapping[str, Any], Sequence[int]], list[Unit]] = grid_units
+    run_batch: Callable[[Sequence[Unit]], Sequence[Mapping[str, Any]]] | None = None
+    batch_key: Callable[[Unit], Any] = config_batch_key
+    render: Callable[[list[dict], dict, Path], None] | None = None
+    claims: tuple[str, ...] = ()
+    paper_numbers: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    default_seeds: int | Mapping[str, int] = 3
+    default_scale: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ValueError(f"Experiment.name: expected a lower-case slug, got {self.name!r}")
+        if not self.scales or not all(isinstance(g, Mapping) for g in self.scales.values()):
+            raise ValueError(f"Experiment {self.name}: scales must map names to config grids")
+        if self.default_scale not in self.scales:
+            raise ValueError(
+                f"Experiment {self.name}: default_scale {self.default_scale!r} is not one of "
+                f"{sorted(self.scales)}"
+            )
+        for hook in ("run_unit", "units", "batch_key"):
+            if not callable(getattr(self, hook)):
+                raise TypeError(f"Experiment {self.name}: {hook} must be callable")
+        object.__setattr__(self, "claims", tuple(self.claims))
+        to_jsonable(self.paper_numbers, where=f"Experiment {self.name}: paper_numbers")
+
+    def seeds_for(self, scale: str) -> int:
+        """The default number of seeds at ``scale``."""
+        if isinstance(self.default_seeds, Mapping):
+            return int(self.default_seeds.get(scale, 1))
+        return int(self.default_seeds)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    """What :func:`run_experiment` did.
+
+    Attributes:
+      experiment: the experiment's name.
+      scale: the scale run or rendered.
+      seeds: the seeds.
+      out_dir: ``DIR/NAME``, where results, summary, figures and report are.
+      num_units: units of the grid.
+      num_run: units computed by this call (0 with ``from_dir``).
+      num_finished: units whose files exist now.
+      num_missing: ``num_units - num_finished`` (other processes' shares, or interrupted).
+      rendered: whether results, summary and report were written by this call.
+      wall_time_s: wall time of this call.
+    """
+
+    experiment: str
+    scale: str
+    seeds: tuple[int, ...]
+    out_dir: Path
+    num_units: int
+    num_run: int
+    num_finished: int
+    num_missing: int
+    rendered: bool
+    wall_time_s: float
+
+
+class ExperimentRegistry:
+    """An explicit, ordered table of experiments (nothing registers itself on import).
+
+    Entries are :class:`Experiment` objects or lazy ``(name, "module:attribute", description)``
+    triples, imported on :meth:`get` only, so listing needs no experiment module. The attribute
+    is an :class:`Experiment` or a function of no arguments returning one.
+
+    >>> toy = Experiment("toy", "a toy", "none", {"cpu": {"n": [1, 2]}}, run_unit=lambda u: {})
+    >>> registry = ExperimentRegistry([toy, ("other", "some.module:EXPERIMENT", "lazy one")])
+    >>> registry.names(), registry.get("toy") is toy, "other" in registry
+    (('toy', 'other'), True, True)
+    """
+
+    def __init__(self, entries: Iterable[Experiment | tuple[str, str, str]] = ()) -> None:
+        self._entries: dict[str, Experiment | tuple[str, str]] = {}
+        for entry in entries:
+            name, value = self._entry(entry)
+            if name in self._entries:
+                raise ValueError(f"ExperimentRegistry: experiment {name!r} listed twice")
+            self._entries[name] = value
+
+    @staticmethod
+    def _entry(entry: Experiment | tuple[str, str, str]) -> tuple[str, Any]:
+        if isinstance(entry, Experiment):
+            return entry.name, entry
+        name, target, description = entry
+        if ":" not in target:
+            raise ValueError(f"ExperimentRegistry: {name}: target must be 'module:attr'")
+        return name, (target, description)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self):
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def names(self) -> tuple[str, ...]:
+        """Names in table order."""
+        return tuple(self._entries)
+
+    def description(self, name: str) -> str:
+        """One-line description of ``name`` (without importing a lazy entry)."""
+        entry = self._entries[self._known(name)]
+        return entry.description if isinstance(entry, Experiment) else entry[1]
+
+    def listing(self) -> str:
+        """``name  description`` lines for ``jaxbounds reproduce --list``."""
+        width = max((len(name) for name in self._entries), default=0)
+        return "\n".join(f"{n:<{width}}  {self.description(n)}" for n in self._entries)
+
+    def get(self, name: str) -> Experiment:
+        """The experiment called ``name`` (importing its module if lazy).
+
+        Raises:
+          ValueError: for an unknown name, or a lazy target that is not that experiment.
+        """
+        entry = self._entries[self._known(name)]
+        if isinstance(entry, Experiment):
+            return entry
+        module, _, attribute = entry[0].partition(":")
+        value = getattr(importlib.import_module(module), attribute)
+        experiment = value() if callable(value) and not isinstance(value, Experiment) else value
+        if not isinstance(experiment, Experiment) or experiment.name != name:
+            raise ValueError(f"ExperimentRegistry: {entry[0]} is not the experiment {name!r}")
+        self._entries[name] = experiment
+        return experiment
+
+    def _known(self, name: str) -> str:
+        if name not in self._entries:
+            known = ", ".join(self._entries) or "none"
+            raise ValueError(f"unknown experiment {name!r}; known: {known}")
+        return name
+
+
+def _emit(message: str) -> None:
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        print(message, file=sys.stderr, flush=True)
+        return
+    tqdm.write(message, file=sys.stderr)
+    sys.stderr.flush()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Log:
+    quiet: bool
+
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            _emit(message)
+
+    def warn(self, message: str) -> None:
+        _emit(message)
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        del n
+
+    def close(self) -> None:
+        pass
+
+
+def _bar(total: int, initial: int, name: str, show: bool) -> Any:
+    if not show:
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(
+        total=total, initial=initial, desc=name, unit="unit", file=sys.stderr, dynamic_ncols=True
+    )
+
+
+def _resolve_seeds(experiment: Experiment, scale: str, seeds: Any, recorded: Mapping) -> tuple:
+    if seeds is None:
+        seeds = recorded.get("seeds") if recorded.get("scale") == scale else None
+    if seeds is None:
+        seeds = experiment.seeds_for(scale)
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise ValueError(f"seeds: expected a positive number of seeds, got {seeds}")
+        return tuple(range(seeds))
+    out = tuple(seeds)
+    if not out or len(set(out)) != len(out) or not all(isinstance(s, int) for s in out):
+        raise ValueError(f"seeds: expected distinct ints, got {seeds!r}")
+    return out
+
+
+def _plan(experiment: Experiment, scale: str, seeds: tuple, version: str) -> list:
+    units = list(experiment.units(experiment.scales[scale], seeds))
+    if not units or not all(isinstance(u, Unit) for u in units):
+        raise ValueError(f"{experiment.name}: units() must return a non-empty list of Unit")
+    plan = [(unit_key(experiment.name, u, version), u) for u in units]
+    if len({key for key, _ in plan}) != len(plan):
+        raise ValueError(f"{experiment.name}: units() returned the same config and seed twice")
+    return plan
+
+
+def _groups(experiment: Experiment, items: Sequence[tuple[str, Unit]]) -> list[list]:
+    if experiment.run_batch is None:
+        return [[item] for item in items]
+    groups: dict[Any, list] = {}
+    for item in items:
+        groups.setdefault(experiment.batch_key(item[1]), []).append(item)
+    return list(groups.values())
+
+
+def _share(experiment: Experiment, plan: list, index: int, count: int) -> list:
+    """Units of process ``index``: unit i (or batch i with ``run_batch``) if i % count == index."""
+    if count == 1:
+        return plan
+    groups = _groups(experiment, plan)
+    return [item for i, group in enumerate(groups) if i % count == index for item in group]
+
+
+def _unit_path(units_dir: Path, key: str) -> Path:
+    return units_dir / f"{key}.json"
+
+
+def _load_unit(units_dir: Path, key: str, unit: Unit, log: _Log) -> dict | None:
+    path = _unit_path(units_dir, key)
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        ok = record["key"] == key and record["seed"] == unit.seed
+        if ok and record["config"] == unit.config and isinstance(record["result"], dict):
+            return record
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    log.warn(f"unit file {path} is unreadable or does not match its key: treated as missing")
+    return None
+
+
+def _check_result(experiment: Experiment, unit: Unit, result: Any) -> dict:
+    where = f"{experiment.name}: result of {unit.label()}"
+    if not isinstance(result, Mapping):
+        raise TypeError(f"{where}: expected a dict, got {type(result).__name__}")
+    row = to_jsonable(result, where=where)
+    clash = sorted(set(row) & {*unit.config, "seed"})
+    if clash:
+        raise ValueError(f"{where}: result keys {clash} repeat config keys or 'seed'")
+    return row
+
+
+def _compute(experiment: Experiment, group: list) -> tuple[list[dict], float]:
+    units = [unit for _, unit in group]
+    start = time.perf_counter()
+    if experiment.run_batch is None:
+        results = [experiment.run_unit(units[0])]
+    else:
+        results = list(experiment.run_batch(units))
+        if len(results) != len(units):
+            raise ValueError(
+                f"{experiment.name}: run_batch returned {len(results)} rows for {len(units)} units"
+            )
+    elapsed = time.perf_counter() - start
+    return [_check_result(experiment, u, r) for u, r in zip(units, results, strict=True)], elapsed
+
+
+def _store(units_dir: Path, experiment: Experiment, version: str, group: list, results: list,
+           elapsed: float) -> None:  # fmt: skip
+    """Write the unit files of one batch (signals held until all of them are in place)."""
+    with critical_section():
+        for (key, unit), result in zip(group, results, strict=True):
+            record = {
+                "experiment": experiment.name, "version": version, "key": key,
+                "seed": unit.seed, "config": unit.config, "result": result,
+                "wall_time_s": elapsed / len(group), "batch_size": len(group),
+            }  # fmt: skip
+            write_json_atomic(_unit_path(units_dir, key), record)
+
+
+def _run_share(experiment: Experiment, share: list, units_dir: Path, version: str, log: _Log,
+               show_bar: bool) -> int:  # fmt: skip
+    """Compute the units of ``share`` that have no file yet; return how many were computed."""
+    pending = [(k, u) for k, u in share if _load_unit(units_dir, k, u, log) is None]
+    done = len(share) - len(pending)
+    if done:
+        log.info(f"{experiment.name}: {done} of {len(share)} units already finished in "
+                 f"{units_dir}; running {len(pending)}")  # fmt: skip
+    bar = _bar(len(share), done, experiment.name, show_bar)
+    try:
+        for group in _groups(experiment, pending):
+            results, elapsed = _compute(experiment, group)
+            _store(units_dir, experiment, version, group, results, elapsed)
+            for _, unit in group:
+                done += 1
+                bar.update(1)
+                log.info(f"[{done}/{len(share)}] {experiment.name} {unit.label()} "
+                         f"{elapsed / len(group):.3g} s")  # fmt: skip
+    except Interrupted as exc:
+        raise Interrupted(
+            exc.signum,
+            f"{experiment.name}: interrupted by {signal.Signals(exc.signum).name} with {done} of "
+            f"{len(share)} units finished; rerun the same command to resume",
+        ) from None
+    finally:
+        bar.close()
+    return len(pending)
+
+
+def _columns(keys: Iterable[Iterable[str]]) -> list[str]:
+    return list(dict.fromkeys(key for group in keys for key in group))
+
+
+def _meta(experiment: Experiment, scale: str, seeds: tuple, version: str, plan: list,
+          records: list) -> dict:  # fmt: skip
+    finished = {record["key"] for record in records}
+    return {
+        "experiment": experiment.name,
+        "description": experiment.description,
+        "paper": experiment.paper,
+        "scale": scale,
+        "seeds": list(seeds),
+        "config_grid": to_jsonable(experiment.scales[scale]),
+        "package": {"name": "jaxbounds", "version": version},
+        "versions": versions(),
+        "machine": machine_info(),
+        "num_units": len(plan),
+        "num_finished": len(records),
+        "num_missing": len(plan) - len(records),
+        "missing": [unit.label() for key, unit in plan if key not in finished],
+        "total_unit_time_s": math.fsum(r["wall_time_s"] for r in records),
+        "units": [
+            {k: r[k] for k in ("key", "config", "seed", "wall_time_s", "batch_size")}
+            for r in records
+        ],
+        "claims": list(experiment.claims),
+        "paper_numbers": to_jsonable(experiment.paper_numbers),
+    }
+
+
+def _write_outputs(experiment: Experiment, scale: str, seeds: tuple, version: str, plan: list,
+                   units_dir: Path, run_dir: Path, log: _Log) -> bool:  # fmt: skip
+    """Write results.csv, summary.json and the rendered report; return whether rendered."""
+    loaded = [_load_unit(units_dir, key, unit, log) for key, unit in plan]
+    config_columns = _columns(unit.config for _, unit in plan)
+    records = sort_records([r for r in loaded if r is not None], config_columns)
+    rows = [{**r["config"], "seed": r["seed"], **r["result"]} for r in records]
+    columns = [*config_columns, "seed", *_columns(r["result"] for r in records)]
+    write_text_atomic(run_dir / "results.csv", csv_text(rows, columns))
+    meta = _meta(experiment, scale, seeds, version, plan, records)
+    write_json_atomic(run_dir / "summary.json", meta)
+    if meta["num_missing"]:
+        log.warn(
+            f"{experiment.name}: {meta['num_missing']} of {len(plan)} units are missing "
+            f"(other processes' shares or an interrupted run): rendering the {len(records)} "
+            "that exist; rerun with --from once they are finished"
+        )
+    if not rows:
+        log.warn(f"{experiment.name}: no finished units, nothing to render")
+        return False
+    (experiment.render or default_render)(rows, meta, run_dir)
+    return True
+
+
+def _resolve_from(from_dir: str | Path, name: str) -> Path:
+    root = Path(from_dir)
+    for candidate in (root / name, root):
+        if (candidate / "units").is_dir():
+            return candidate
+    raise FileNotFoundError(f"--from {root}: no {name}/units directory with finished units")
+
+
+def _read_recorded(source: Path | None) -> dict:
+    if source is None or not (source / "summary.json").exists():
+        return {}
+    return json.loads((source / "summary.json").read_text(encoding="utf-8"))
+
+
+def run_experiment(
+    experiment: Experiment,
+    *,
+    scale: str | None = None,
+    out_dir: str | Path | None = None,
+    seeds: int | Sequence[int] | None = None,
+    jobs: int = 1,
+    quiet: bool = False,
+    from_dir: str | Path | None = None,
+    process_index: int = 0,
+    process_count: int = 1,
+    progress: bool | None = None,
+) -> RunSummary:
+    """Run the unfinished units of an experiment, then write results, summary and report.
+
+    Args:
+      experiment: the :class:`Experiment`.
+      scale: a key of ``experiment.scales`` (default: the scale recorded in ``from_dir``'s
+        ``summary.json``, else ``experiment.default_scale``).
+      out_dir: the output root; files go to ``out_dir/NAME/`` (default: the ``from_dir`` run,
+        else ``jaxbounds_reproduce``).
+      seeds: a number of seeds N (seeds 0..N-1) or the seeds themselves (default: recorded in
+        ``from_dir``, else ``experiment.default_seeds``).
+      jobs: process-local parallelism; units run one at a time in this process whatever its
+        value (XLA already uses every core); split a run over processes with
+        ``process_index``/``process_count`` instead.
+      quiet: no per-unit lines and no progress bar (warnings still print).
+      from_dir: re-render from the finished units under ``from_dir/NAME/units`` (or
+        ``from_dir/units``) without running anything.
+      process_index: this process's share of the units (``0 <= process_index < process_count``).
+      process_count: number of processes sharing the run: unit i goes to process
+        ``i % process_count`` (with ``run_batch``: batch i, so seeds stay together). Only
+        process 0 writes results and renders, from the units that exist when its share is done.
+      progress: force the progress bar on (True) or off (False); default: on a terminal
+        unless ``quiet``.
+
+    Returns:
+      A :class:`RunSummary`.
+
+    Raises:
+      Interrupted: on SIGINT/SIGTERM (finished units are kept; rerun to resume).
+      ValueError: for an unknown scale, bad seeds, jobs or process share.
+      FileNotFoundError: when ``from_dir`` holds no units of this experiment.
+    """
+    start = time.perf_counter()
+    scale, seeds, source, run_dir = _setup(
+        experiment, scale, seeds, out_dir, from_dir, jobs, process_index, process_count
+    )
+    units_dir = (source or run_dir) / "units"
+    version, log = package_version(), _Log(quiet)
+    plan = _plan(experiment, scale, seeds, version)
+    num_run, rendered = 0, False
+    with SignalGuard():
+        if source is None:
+            if jobs > 1:
+                log.info(f"jobs={jobs}: units run one at a time in this process (XLA uses "
+                         "every core); use process_index/process_count to split a run")  # fmt: skip
+            _prepare_units_dir(units_dir)
+            share = _share(experiment, plan, process_index, process_count)
+            show_bar = progress if progress is not None else (not quiet and sys.stderr.isatty())
+            num_run = _run_share(experiment, share, units_dir, version, log, show_bar)
+        if source is not None or process_index == 0:
+            rendered = _write_outputs(
+                experiment, scale, seeds, version, plan, units_dir, run_dir, log
+            )
+    finished = sum(_unit_path(units_dir, key).exists() for key, _ in plan)
+    if rendered:
+        log.info(f"{experiment.name}: wrote {run_dir} ({finished} of {len(plan)} units)")
+    return RunSummary(experiment.name, scale, seeds, run_dir, len(plan), num_run, finished,
+                      len(plan) - finished, rendered, time.perf_counter() - start)  # fmt: skip
+
+
+def _setup(experiment: Experiment, scale: str | None, seeds: Any, out_dir: Any, from_dir: Any,
+           jobs: Any, process_index: int, process_count: int) -> tuple:  # fmt: skip
+    """Check the options; resolve scale, seeds, the ``--from`` source and the output dir."""
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index must be in [0, {process_count}), got {process_index}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs: expected an int >= 1, got {jobs!r}")
+    source = None if from_dir is None else _resolve_from(from_dir, experiment.name)
+    recorded = _read_recorded(source)
+    scale = scale or recorded.get("scale") or experiment.default_scale
+    if scale not in experiment.scales:
+        raise ValueError(f"scale: expected one of {sorted(experiment.scales)}, got {scale!r}")
+    seeds = _resolve_seeds(experiment, scale, seeds, recorded)
+    run_dir = Path(out_dir) / experiment.name if out_dir is not None else source
+    run_dir = run_dir if run_dir is not None else Path(DEFAULT_OUT) / experiment.name
+    return scale, seeds, source, run_dir
+
+
+_STALE_S = 3600.0
+
+
+def _prepare_units_dir(units_dir: Path) -> None:
+    """Create the units directory; remove temporaries a killed writer left over an hour ago."""
+    units_dir.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for path in units_dir.glob(".*.tmp"):
+        with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime > _STALE_S:
+                path.unlink()
+
+
+def default_render(rows: list[dict], meta: dict, out_dir: Path) -> None:
+    """Write a plain ``report.md``: mean ± std over seeds of every numeric result column.
+
+    Used when an experiment gives no ``render`` hook; experiments with papers write their own
+    (the paper's numbers beside ours, one sentence per claim).
+
+    Args:
+      rows: result rows (config, seed and result columns).
+      meta: the run's ``summary.json`` content.
+      out_dir: where ``report.md`` goes.
+    """
+    config_columns = _columns(u["config"] for u in meta["units"])
+    numeric = [
+        c for c in _columns(rows) if c not in config_columns and c != "seed"
+        and all(isinstance(r.get(c), int | float) and not isinstance(r.get(c), bool) for r in rows)
+    ]  # fmt: skip
+    table = [
+        [*key, len(group), *(mean_spread(r[c] for r in group).format() for c in numeric)]
+        for key, group in group_rows(rows, config_columns).items()
+    ]
+    lines = [
+        f"# {meta['experiment']}", "", meta["description"], "", f"Paper: {meta['paper']}", "",
+        f"Scale `{meta['scale']}`, seeds {meta['seeds']}, {meta['num_finished']} of "
+        f"{meta['num_units']} units.", "", "## Results (mean ± std over seeds)", "",
+        markdown_table([*config_columns, "seeds", *numeric], table),
+    ]  # fmt: skip
+    if meta["claims"]:
+        lines += ["## Claims (not evaluated by the default report)", ""]
+        lines += [f"- {claim}" for claim in meta["claims"]]
+    write_text_atomic(Path(out_dir) / "report.md", "\n".join(lines).rstrip("\n") + "\n")

@@ -1,0 +1,442 @@
+"""Tests of the resumable experiment runner on a toy experiment (pure numpy, ms per unit).
+
+Run as a script, this file is the tiny command line the subprocess tests start:
+``python test_runner.py OUT_DIR SLEEP_S`` runs the toy experiment at ``smoke`` scale and exits
+with ``Interrupted.exit_code`` (130 for SIGINT, 143 for SIGTERM) when interrupted.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxbounds.experiments import _output, runner
+from jaxbounds.experiments._atomic import SignalGuard, critical_section
+from jaxbounds.experiments.runner import (
+    Experiment,
+    ExperimentRegistry,
+    Interrupted,
+    Unit,
+    claim_line,
+    kendall_tau,
+    markdown_table,
+    mean_spread,
+    run_experiment,
+    unit_key,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+NUM_SMOKE_UNITS = 12  # 3 values of n x 2 scales x 2 seeds
+CLAIM = "The mean does not grow with n"
+
+
+def _toy_result(unit: Unit) -> dict:
+    rng = np.random.default_rng([unit.seed, unit.config["n"]])
+    x = rng.normal(size=unit.config["n"]) * unit.config["scale"]
+    return {"mean": float(x.mean()), "max": np.float64(x.max()), "label": f"n{unit.config['n']}"}
+
+
+def _toy_render(rows: list[dict], meta: dict, out_dir: Path) -> None:
+    ns = [row["n"] for row in rows]
+    trend = kendall_tau(ns, [row["mean"] for row in rows])
+    table = [
+        [n, mean_spread(r["mean"] for r in rows if r["n"] == n).format()]
+        for n in sorted(set(ns))
+    ]
+    for name in ("figure1.png", "figure2.png"):
+        figure = runner.new_figure(figsize=(3, 2))
+        if figure is not None:
+            figure.add_subplot().plot(ns, [row["mean"] for row in rows], "o")
+            runner.save_figure(figure, out_dir / name)
+    text = "\n".join([
+        f"# {meta['experiment']} ({meta['scale']}, seeds {meta['seeds']})", "",
+        markdown_table(["n", "mean ± std"], table, align="rl"),
+        claim_line(CLAIM, trend.p_value >= 0.05 or trend.tau <= 0, str(trend)), "",
+    ])  # fmt: skip
+    runner.write_text_atomic(out_dir / "report.md", text)
+
+
+def make_toy(*, calls=None, sleep=0.0, n_values=(8, 3, 5), batch_sizes=None, name="toy"):
+    def run_unit(unit):
+        if calls is not None:
+            calls.append(unit)
+        time.sleep(sleep)
+        return _toy_result(unit)
+
+    def run_batch(units):
+        batch_sizes.append(len(units))
+        return [run_unit(unit) for unit in units]
+
+    grid = {"n": list(n_values), "scale": [0.5, 2.0], "kind": "normal"}
+    return Experiment(
+        name=name,
+        description="a toy: means of Gaussian samples",
+        paper="Nobody (2024), Table 0",
+        scales={"smoke": grid, "cpu": {**grid, "n": [*n_values, 13]}},
+        run_unit=run_unit,
+        run_batch=None if batch_sizes is None else run_batch,
+        render=_toy_render,
+        claims=(CLAIM,),
+        paper_numbers={"mean": 0.0},
+        default_seeds=2,
+    )
+
+
+def _run(tmp_path, **kwargs):
+    kwargs = {"scale": "smoke", "seeds": 2, "quiet": True, "out_dir": tmp_path, **kwargs}
+    experiment = kwargs.pop("experiment", None) or make_toy()
+    return run_experiment(experiment, **kwargs)
+
+
+def _units(out_dir: Path, name: str = "toy") -> list[Path]:
+    return sorted((out_dir / name / "units").glob("*.json"))
+
+
+# ---------------------------------------------------------------------------- keys and resume
+
+
+def test_unit_keys_follow_the_configuration():
+    unit = Unit({"n": 3, "scale": 0.5}, seed=1)
+    key = unit_key("toy", unit, "0.1.0")
+    assert key == unit_key("toy", Unit({"scale": 0.5, "n": 3}, seed=1), "0.1.0")
+    others = [
+        unit_key("toy", Unit({"n": 3, "scale": 0.25}, seed=1), "0.1.0"),
+        unit_key("toy", Unit({"n": 3, "scale": 0.5, "extra": None}, seed=1), "0.1.0"),
+        unit_key("toy", Unit({"n": 3, "scale": 0.5}, seed=2), "0.1.0"),
+        unit_key("other", unit, "0.1.0"),
+        unit_key("toy", unit, "0.2.0"),
+    ]
+    assert len({key, *others}) == 6
+    with pytest.raises(ValueError, match="NaN"):
+        Unit({"x": float("nan")}, seed=0)
+
+
+def test_changed_configuration_never_reuses_units(tmp_path):
+    calls = []
+    _run(tmp_path, experiment=make_toy(calls=calls))
+    assert len(calls) == NUM_SMOKE_UNITS
+    calls.clear()
+    _run(tmp_path, experiment=make_toy(calls=calls, n_values=(8, 3, 6)))
+    assert sorted({u.config["n"] for u in calls}) == [6]  # n=8 and n=3 are reused, n=6 is new
+    assert len(calls) == 4
+    assert len(_units(tmp_path)) == NUM_SMOKE_UNITS + 4
+
+
+def test_resume_skips_finished_units(tmp_path, capsys):
+    calls = []
+    summary = _run(tmp_path, experiment=make_toy(calls=calls))
+    assert (summary.num_run, summary.num_finished, summary.num_missing) == (12, 12, 0)
+    csv_bytes = (tmp_path / "toy" / "results.csv").read_bytes()
+    assert (tmp_path / "toy" / "figure1.png").stat().st_size > 0
+    calls.clear()
+    summary = _run(tmp_path, experiment=make_toy(calls=calls))
+    assert calls == []
+    assert summary.num_run == 0
+    assert summary.rendered
+    _units(tmp_path)[3].unlink()
+    _units(tmp_path)[5].write_text("{")  # a damaged file (not one the runner writes) is rerun
+    _run(tmp_path, experiment=make_toy(calls=calls), progress=True)
+    assert len(calls) == 2
+    err = capsys.readouterr().err
+    assert "unreadable" in err
+    assert re.search(r"toy: 100%.*12/12 \[[\d:]+<[\d:]+", err)  # tqdm bar: elapsed<ETA
+    assert (tmp_path / "toy" / "results.csv").read_bytes() == csv_bytes
+
+
+def test_results_csv_and_summary(tmp_path):
+    _run(tmp_path)
+    text = (tmp_path / "toy" / "results.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    assert list(rows[0]) == ["n", "scale", "kind", "seed", "mean", "max", "label"]
+    order = [(int(r["n"]), float(r["scale"]), int(r["seed"])) for r in rows]
+    assert order == sorted(order)
+    assert len(order) == NUM_SMOKE_UNITS
+    for row in rows:  # every number reads back to the exact double the unit computed
+        unit = Unit({"n": int(row["n"]), "scale": float(row["scale"]), "kind": "normal"},
+                    seed=int(row["seed"]))  # fmt: skip
+        assert float(row["mean"]) == _toy_result(unit)["mean"]
+    assert "wall" not in text
+    summary = json.loads((tmp_path / "toy" / "summary.json").read_text())
+    assert summary["scale"] == "smoke"
+    assert summary["seeds"] == [0, 1]
+    assert summary["package"]["name"] == "jaxbounds"
+    assert summary["versions"]["jax"]
+    assert summary["machine"]["cpu_count"] >= 1
+    assert summary["machine"]["jax_devices"]
+    assert len(summary["units"]) == NUM_SMOKE_UNITS
+    assert all(u["wall_time_s"] >= 0 for u in summary["units"])
+    # the report's statistic recomputed independently from results.csv
+    ns = [float(r["n"]) for r in rows]
+    means = [float(r["mean"]) for r in rows]
+    assert str(kendall_tau(ns, means)) in (tmp_path / "toy" / "report.md").read_text()
+
+
+# --------------------------------------------------------------------- subprocess: kill, signals
+
+
+def _start(out_dir: Path, sleep: float) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
+    return subprocess.Popen(
+        [sys.executable, __file__, str(out_dir), str(sleep)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_units(out_dir: Path, count: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 180
+    while len(_units(out_dir)) < count:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the toy run wrote no units in 180 s"
+        time.sleep(0.02)
+
+
+def test_kill_and_resume_gives_the_same_bytes(tmp_path):
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    process = _start(killed, sleep=0.2)
+    _wait_for_units(killed, 3, process)
+    process.kill()  # SIGKILL: no handler runs
+    process.communicate(timeout=60)
+    done = len(_units(killed))
+    assert 3 <= done < NUM_SMOKE_UNITS
+    calls = []
+    summary = _run(killed, experiment=make_toy(calls=calls))
+    assert len(calls) == NUM_SMOKE_UNITS - done
+    assert summary.num_missing == 0
+    _run(clean)
+    for name in ("results.csv", "report.md"):
+        assert (killed / "toy" / name).read_bytes() == (clean / "toy" / name).read_bytes()
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_exits_cleanly_without_partial_files(tmp_path, signum, code):
+    process = _start(tmp_path, sleep=0.2)
+    _wait_for_units(tmp_path, 2, process)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    assert "interrupted by" in stderr
+    assert "Traceback" not in stderr
+    units_dir = tmp_path / "toy" / "units"
+    assert [p.name for p in units_dir.iterdir() if not p.name.endswith(".json")] == []
+    for path in _units(tmp_path):
+        assert json.loads(path.read_text())["key"] == path.stem
+    assert len(_units(tmp_path)) < NUM_SMOKE_UNITS
+
+
+def test_a_signal_during_a_write_waits_for_the_write():
+    previous = signal.getsignal(signal.SIGINT)
+    with SignalGuard() as guard:
+        if threading.current_thread() is threading.main_thread():
+            assert signal.getsignal(signal.SIGINT) == guard.handle
+        with pytest.raises(Interrupted) as info, critical_section():  # noqa: PT012
+            guard.handle(signal.SIGINT, None)  # held: nothing raised inside the write
+            written = True
+        assert written
+        assert info.value.exit_code == 130
+        with pytest.raises(Interrupted, match="SIGTERM"):
+            guard.handle(signal.SIGTERM, None)
+    assert signal.getsignal(signal.SIGINT) == previous
+
+
+# ---------------------------------------------------------------- --from, matplotlib, shares
+
+
+def test_from_dir_rerenders_without_running(tmp_path):
+    _run(tmp_path)
+    run_dir = tmp_path / "toy"
+    before = {n: (run_dir / n).read_bytes() for n in ("results.csv", "report.md")}
+    for name in ("results.csv", "report.md", "figure1.png"):
+        (run_dir / name).unlink()
+    calls = []
+    summary = run_experiment(make_toy(calls=calls), from_dir=tmp_path, quiet=True)
+    assert calls == []
+    assert summary.rendered
+    assert summary.out_dir == run_dir
+    assert summary.scale == "smoke"
+    assert summary.seeds == (0, 1)
+    assert {n: (run_dir / n).read_bytes() for n in before} == before
+    assert (run_dir / "figure1.png").exists()
+    elsewhere = tmp_path / "elsewhere"
+    run_experiment(make_toy(calls=calls), from_dir=run_dir, out_dir=elsewhere, quiet=True)
+    assert (elsewhere / "toy" / "report.md").read_bytes() == before["report.md"]
+    assert calls == []
+    assert not (elsewhere / "toy" / "units").exists()
+    with pytest.raises(FileNotFoundError, match="no toy/units"):
+        run_experiment(make_toy(), from_dir=tmp_path / "nothing", quiet=True)
+
+
+def test_without_matplotlib_everything_else_is_written(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    monkeypatch.setattr(_output, "_SAID_NO_MATPLOTLIB", False)
+    _run(tmp_path)
+    _run(tmp_path, from_dir=tmp_path)
+    stderr = capsys.readouterr().err
+    assert stderr.count("matplotlib is not installed") == 1
+    names = sorted(p.name for p in (tmp_path / "toy").iterdir())
+    assert names == ["report.md", "results.csv", "summary.json", "units"]
+
+
+def test_process_shares_are_disjoint_and_process_0_renders(tmp_path, capsys):
+    single = tmp_path / "single"
+    _run(single)
+    shared, seen = tmp_path / "shared", []
+    for index in (2, 1):
+        calls = []
+        summary = _run(shared, experiment=make_toy(calls=calls), process_index=index,
+                       process_count=3)  # fmt: skip
+        assert not summary.rendered
+        assert not (shared / "toy" / "results.csv").exists()
+        seen.append({(repr(u.config), u.seed) for u in calls})
+    assert len(seen[0]) == len(seen[1]) == 4
+    assert not seen[0] & seen[1]
+    capsys.readouterr()
+    _run(shared, from_dir=shared)  # before process 0: renders what exists, says what is missing
+    assert "4 of 12 units are missing" in capsys.readouterr().err
+    summary = _run(shared, process_index=0, process_count=3)
+    assert summary.rendered
+    assert summary.num_run == 4
+    assert summary.num_missing == 0
+    csv_bytes = (shared / "toy" / "results.csv").read_bytes()
+    assert csv_bytes == (single / "toy" / "results.csv").read_bytes()
+
+
+def test_run_batch_gets_the_seeds_of_one_configuration(tmp_path):
+    sizes = []
+    _run(tmp_path / "batched", experiment=make_toy(batch_sizes=sizes), seeds=3)
+    assert sizes == [3] * 6
+    _run(tmp_path / "plain", seeds=3)
+    batched = (tmp_path / "batched" / "toy" / "results.csv").read_bytes()
+    assert batched == (tmp_path / "plain" / "toy" / "results.csv").read_bytes()
+    summary = json.loads((tmp_path / "batched" / "toy" / "summary.json").read_text())
+    assert {u["batch_size"] for u in summary["units"]} == {3}
+    sizes.clear()  # shares keep batches whole
+    _run(tmp_path / "shared", experiment=make_toy(batch_sizes=sizes), seeds=3,
+         process_index=1, process_count=2)  # fmt: skip
+    assert sizes == [3] * 3
+
+
+def test_progress_lines_and_bad_inputs(tmp_path, capsys):
+    _run(tmp_path, quiet=False, jobs=2)
+    err = capsys.readouterr().err
+    assert len(re.findall(r"\[\d+/12\] toy n=\d+ scale=[\d.]+ kind=normal seed=\d", err)) == 12
+    assert "jobs=2" in err
+    with pytest.raises(ValueError, match="scale"):
+        _run(tmp_path, scale="huge")
+    with pytest.raises(ValueError, match="seeds"):
+        _run(tmp_path, seeds=0)
+    with pytest.raises(ValueError, match="process_index"):
+        _run(tmp_path, process_index=2, process_count=2)
+    clash = Experiment("clash", "", "", {"smoke": {"n": [1]}}, lambda u: {"n": 2},
+                       default_scale="smoke")  # fmt: skip
+    with pytest.raises(ValueError, match=r"repeat config keys"):
+        _run(tmp_path, experiment=clash)
+    assert not list((tmp_path / "clash" / "units").iterdir())
+    with pytest.raises(ValueError, match="slug"):
+        Experiment("Bad Name", "", "", {"cpu": {}}, lambda u: {})
+
+
+def test_registry_is_explicit_ordered_and_lazy(tmp_path, monkeypatch):
+    (tmp_path / "lazy_toy_module.py").write_text(
+        "from jaxbounds.experiments.runner import Experiment\n"
+        "def make():\n"
+        "    return Experiment('lazy', 'lazy toy', '', {'cpu': {'n': [1]}}, lambda u: {})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    toy = make_toy()
+    registry = ExperimentRegistry([("lazy", "lazy_toy_module:make", "lazy toy"), toy])
+    assert registry.names() == ("lazy", "toy")
+    assert len(registry) == 2
+    assert "lazy_toy_module" not in sys.modules
+    assert registry.listing().splitlines()[0].split() == ["lazy", "lazy", "toy"]
+    assert registry.get("lazy").name == "lazy"
+    assert registry.get("toy") is toy
+    with pytest.raises(ValueError, match="unknown experiment 'x'; known: lazy, toy"):
+        registry.get("x")
+    with pytest.raises(ValueError, match="twice"):
+        ExperimentRegistry([toy, toy])
+    wrong = ExperimentRegistry([("toy", "jaxbounds.experiments.runner:DEFAULT_OUT", "")])
+    with pytest.raises((ValueError, TypeError)):
+        wrong.get("toy")
+
+
+# ------------------------------------------------------------------------------- statistics
+
+
+@pytest.mark.parametrize(
+    "case", ["exact", "exact_perfect", "exact_n40_one_discordant", "ties", "large", "constant"]
+)
+def test_kendall_tau_matches_scipy(case):
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(7)
+    x = np.arange(10.0)
+    y = {
+        "exact": lambda: x + rng.normal(scale=4.0, size=10),
+        "exact_perfect": lambda: -x,
+        "exact_n40_one_discordant": None,
+        "ties": lambda: np.round(x / 3) + rng.integers(0, 2, size=10),
+        "large": None,
+        "constant": lambda: np.ones(10),
+    }[case]
+    if case == "exact_n40_one_discordant":
+        x = np.arange(40.0)
+        y = x.copy()
+        y[[3, 4]] = y[[4, 3]]
+    elif case == "large":
+        x = rng.normal(size=60)
+        y = 0.3 * x + rng.normal(size=60)
+    else:
+        y = y()
+    ours = kendall_tau(x, y, backend="numpy")
+    ref = stats.kendalltau(x, y)
+    np.testing.assert_allclose([ours.tau, ours.p_value], [ref.statistic, ref.pvalue],
+                               rtol=1e-10, atol=1e-300)  # fmt: skip
+    auto = kendall_tau(x, y)
+    np.testing.assert_allclose([auto.tau, auto.p_value], [ours.tau, ours.p_value], rtol=1e-10)
+    expected = {"ties": "asymptotic", "large": "asymptotic", "constant": "undefined"}
+    assert ours.method == expected.get(case, "exact")
+
+
+def test_mean_spread_table_and_claim_lines():
+    values = [1.0, 2.0, 4.0]
+    spread = mean_spread(values)
+    assert spread.mean == pytest.approx(np.mean(values))
+    assert spread.std == pytest.approx(np.std(values, ddof=1))
+    assert spread.stderr == pytest.approx(np.std(values, ddof=1) / np.sqrt(3))
+    assert spread.format(2) == "2.3 ± 1.5"
+    assert mean_spread([5.0]).format() == "5 (n=1)"
+    table = markdown_table(["a", "b|c"], [[1, 0.123456], ["x|y", None]], align="lr")
+    assert table == "| a | b\\|c |\n| --- | ---: |\n| 1 | 0.1235 |\n| x\\|y |  |\n"
+    with pytest.raises(ValueError, match="row 0"):
+        markdown_table(["a"], [[1, 2]])
+    assert claim_line("Gap has no trend.", True, "tau = 0.1").startswith("- **reproduced**: Gap")
+    assert "**not reproduced**" in claim_line("c", False, "e")
+    assert "**inconclusive**" in claim_line("c", None, "e")
+
+
+def _main(argv: list[str]) -> int:
+    out_dir, sleep = argv[0], float(argv[1])
+    try:
+        run_experiment(make_toy(sleep=sleep), scale="smoke", seeds=2, out_dir=out_dir)
+    except Interrupted as exc:
+        print(exc, file=sys.stderr, flush=True)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
