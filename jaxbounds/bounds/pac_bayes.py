@@ -49,11 +49,28 @@ _MAX_HALVINGS = 1100  # enough to reach adjacent float64 numbers anywhere in [0,
 _PRIOR = ("loss in [0, 1]", "prior chosen before the data")
 
 
+def _x_minus_log1p(x: np.ndarray) -> np.ndarray:
+    """x - ln(1 + x) >= 0 for x >= -1, to full relative precision (a series for |x| < 1/4)."""
+    small = np.abs(x) < 0.25
+    xs = np.where(small, x, 0.0)
+    acc = np.zeros_like(xs)
+    for k in range(40, 1, -1):  # sum_{k>=2} (-1)^k x^k / k, Horner; 0.25^40 < 1e-24
+        acc = acc * xs + (-1.0) ** k / k
+    return np.where(small, acc * xs**2, x - np.log1p(np.where(small, 0.0, x)))
+
+
 def _kl(q: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """kl(q || p) in float64 with 0 ln 0 = 0 and log1p for the (1 - q) part (no cancellation)."""
-    first = np.where(q > 0, q * (np.log(np.where(q > 0, q, 1.0)) - np.log(p)), 0.0)
-    second = np.where(q < 1, (1.0 - q) * (np.log1p(-q) - np.log1p(-p)), 0.0)
-    return first + second
+    """kl(q || p) in float64 to full relative precision, also for p close to q.
+
+    With r = p - q, kl = q f(r/q) + (1 - q) f(-r/(1 - q)) for f(x) = x - ln(1 + x): two
+    non-negative terms, no cancellation (the textbook form loses every digit as p -> q).
+    0 ln 0 = 0 at q = 0 and q = 1.
+    """
+    inner = (q > 0) & (q < 1)
+    qs = np.where(inner, q, 0.5)
+    r = p - qs
+    both = qs * _x_minus_log1p(r / qs) + (1.0 - qs) * _x_minus_log1p(-r / (1.0 - qs))
+    return np.where(q == 0, -np.log1p(-p), np.where(q == 1, -np.log(p), both))
 
 
 @quiet
@@ -85,7 +102,7 @@ def _kl_inv(q: np.ndarray, c: np.ndarray) -> np.ndarray:
         over = _kl(q, mid) > c
         lo = np.where(active & ~over, mid, lo)
         hi = np.where(active & over, mid, hi)
-    return lo
+    return np.where(_kl(q, hi) <= c, hi, lo)  # the whole bracket fits (c = inf, or q = 1)
 
 
 @quiet
