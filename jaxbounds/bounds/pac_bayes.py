@@ -50,7 +50,7 @@ _PRIOR = ("loss in [0, 1]", "prior chosen before the data")
 
 
 def _x_minus_log1p(x: np.ndarray) -> np.ndarray:
-    """x - ln(1 + x) >= 0 for x >= -1, to full relative precision (a series for |x| < 1/4)."""
+    """The function x - ln(1 + x) >= 0 for x >= -1, to full relative precision (a series for |x| < 1/4)."""
     small = np.abs(x) < 0.25
     xs = np.where(small, x, 0.0)
     acc = np.zeros_like(xs)
@@ -179,7 +179,8 @@ def mcallester(*, empirical_risk, kl, num_examples, delta, strict=True) -> Bound
     References:
       McAllester 1999; Maurer 2004, arXiv:cs/0411099.
 
-    >>> round(float(mcallester(empirical_risk=0.0, kl=0.0, num_examples=100, delta=0.5).value), 6)  # sqrt(ln(40)/200)
+    >>> r = mcallester(empirical_risk=0.0, kl=0.0, num_examples=100, delta=0.5)
+    >>> round(float(r.value), 6)  # sqrt(ln(40)/200)
     0.13581
     """
     ins, ls, kl, n, delta = _pac_inputs(strict, empirical_risk, kl, num_examples, delta)
@@ -210,7 +211,8 @@ def maurer(*, empirical_risk, kl, num_examples, delta, strict=True) -> Bound:
     References:
       Maurer 2004, arXiv:cs/0411099; Seeger 2002.
 
-    >>> round(float(maurer(empirical_risk=0.0, kl=0.0, num_examples=100, delta=0.5).value), 6)  # 1 - 40^(-1/100)
+    >>> r = maurer(empirical_risk=0.0, kl=0.0, num_examples=100, delta=0.5)
+    >>> round(float(r.value), 6)  # 1 - 40^(-1/100)
     0.036217
     """
     ins, ls, kl, n, delta = _pac_inputs(strict, empirical_risk, kl, num_examples, delta)
