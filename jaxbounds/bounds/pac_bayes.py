@@ -50,7 +50,7 @@ _PRIOR = ("loss in [0, 1]", "prior chosen before the data")
 
 
 def _x_minus_log1p(x: np.ndarray) -> np.ndarray:
-    """The function x - ln(1 + x) >= 0 for x >= -1, to full relative precision (a series for |x| < 1/4)."""
+    """Return x - ln(1 + x) >= 0 (x >= -1) to full relative precision (series for |x| < 1/4)."""
     small = np.abs(x) < 0.25
     xs = np.where(small, x, 0.0)
     acc = np.zeros_like(xs)
