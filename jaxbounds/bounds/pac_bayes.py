@@ -449,18 +449,9 @@ def _semi_analytic_inputs(strict, G_u, norm_sq, subgaussian_scale, num_examples,
 
 @quiet
 def semi_analytic(
-    *,
-    G_u,
-    norm_sq,
-    subgaussian_scale,
-    num_examples,
-    delta,
-    remainder=0.0,
-    sigmas=None,
-    empirical_risk=0.0,
-    loss_bound=1.0,
-    strict=True,
-) -> Bound:
+    *, G_u, norm_sq, subgaussian_scale, num_examples, delta, remainder=0.0, sigmas=None,
+    empirical_risk=0.0, loss_bound=1.0, strict=True,
+) -> Bound:  # fmt: skip
     r"""The semi-analytic PAC-Bayes bound of the flat construction [rebuilt], sigma on a mesh.
 
     $$\mathbb E_u L_D(\hat\theta + u) \le L_S + \sigma^2(G_u + P)
@@ -504,27 +495,30 @@ def semi_analytic(
         * (L[..., None] / (2.0 * mesh**2) + np.log(K / delta)[..., None])
     )
     per_sigma = ls[..., None] + curvature + complexity
+    terms = _pick_sigma(per_sigma, sigma=mesh, curvature=curvature, complexity=complexity)
+    terms.update(
+        union_cost=np.log(np.float64(K)), per_sigma=per_sigma, empirical_risk=ls,
+        sigma_star=_sigma_star(G, L, S, m, 0.0),
+    )  # fmt: skip
+    name = "Flat construction semi-analytic PAC-Bayes"
+    return _risk(ins, terms.pop("value"), terms, name, "rebuilt", _SEMI_ASSUMED, lb)
+
+
+_SEMI_ASSUMED = (
+    "loss Sigma-sub-Gaussian",
+    "theta-hat interpolates (tr H = 2||grad f||^2)",
+    "||grad f||^2 <= G_u on the data",
+)
+
+
+def _pick_sigma(per_sigma: np.ndarray, **parts: np.ndarray) -> dict[str, np.ndarray]:
+    """The bound (``value``) and each part at the best mesh point (NaN points never chosen)."""
     idx = np.argmin(np.where(np.isnan(per_sigma), np.inf, per_sigma), axis=-1)[..., None]
 
     def pick(a: np.ndarray) -> np.ndarray:
         return np.take_along_axis(np.broadcast_to(a, per_sigma.shape), idx, axis=-1)[..., 0]
 
-    terms = {
-        "sigma": pick(mesh),
-        "curvature": pick(curvature),
-        "complexity": pick(complexity),
-        "union_cost": np.log(np.float64(K)),
-        "per_sigma": per_sigma,
-        "sigma_star": _sigma_star(G, L, S, m, 0.0),
-        "empirical_risk": ls,
-    }
-    assumed = (
-        "loss Sigma-sub-Gaussian",
-        "theta-hat interpolates (tr H = 2||grad f||^2)",
-        "||grad f||^2 <= G_u on the data",
-    )
-    name = "Flat construction semi-analytic PAC-Bayes"
-    return _risk(ins, pick(per_sigma), terms, name, "rebuilt", assumed, lb)
+    return {"value": pick(per_sigma), **{k: pick(v) for k, v in parts.items()}}
 
 
 def _prob_on_mesh(ins: Inputs, log_terms: np.ndarray, mesh: np.ndarray, name: str, extra) -> Bound:

@@ -91,7 +91,6 @@ def lemma_1(
     r"""Lemma 1: $\mathrm{Rad}_S \lesssim \sqrt{P/N}(1 + \log(A\sqrt{N/P}))$.
 
     It is A where $A\sqrt{N/P} < 1$ (Dudley radius), and 0 when P = 0, with
-
     $$P = (\sqrt{d_s}R_X)^2\big((\sqrt{d_m}\eta_V)^{2/3}
       + (\sqrt{d_m}\eta_K\eta_Q\eta_V)^{2/3}\big)^3\log(Nd_s),
       \qquad A = \eta_O\eta_V\sqrt{d_s}R_X.$$
@@ -128,8 +127,22 @@ def lemma_1(
         ins.count("d_m", d_m),
     )
     RX, lb = ins.nonneg("R_X", R_X), ins.positive("loss_bound", loss_bound)
+    terms = _lemma_1_terms(eQ, eK, eV, eO, N, ds, dm, RX)
+    return ins.bound(
+        value=terms.pop("value"),
+        terms=terms,
+        hypotheses={},
+        trivial=lb / 2.0,
+        name="Shallow GD Lemma 1",
+        kind="rademacher",
+        assumed=("inputs full rank", "||X_n||_F <= sqrt(d_s) R_X"),
+    )
+
+
+def _lemma_1_terms(eQ, eK, eV, eO, N, ds, dm, RX) -> dict[str, np.ndarray]:
+    """P, A, which Dudley branch applies, and the value of Lemma 1."""
     t = 2.0 / 3.0
-    P = (np.sqrt(ds) * RX) ** 2 * ((np.sqrt(dm) * eV) ** t + (np.sqrt(dm) * eK * eQ * eV) ** t) ** 3
+    P = (ds * RX**2) * ((np.sqrt(dm) * eV) ** t + (np.sqrt(dm) * eK * eQ * eV) ** t) ** 3
     P = P * np.log(N * ds)
     A = eO * eV * np.sqrt(ds) * RX
     ratio = np.where(P > 0, A * np.sqrt(N / np.where(P > 0, P, 1.0)), np.inf)
@@ -137,16 +150,7 @@ def lemma_1(
     # Dudley with constants 1: when the optimal delta sqrt(P/N) exceeds the radius A the
     # integral is empty and the bound is A (the printed formula would go negative there).
     formula = np.sqrt(P / N) * (1.0 + np.log(np.where(inside & (P > 0), ratio, 1.0)))
-    value = np.where(inside, formula, A)
-    return ins.bound(
-        value=value,
-        terms={"P": P, "A": A, "dudley_inside": inside},
-        hypotheses={},
-        trivial=lb / 2.0,
-        name="Shallow GD Lemma 1",
-        kind="rademacher",
-        assumed=("inputs full rank", "||X_n||_F <= sqrt(d_s) R_X"),
-    )
+    return {"value": np.where(inside, formula, A), "P": P, "A": A, "dudley_inside": inside}
 
 
 def _lemma_4_inputs(ins: Inputs, kw: dict[str, Any]) -> dict[str, np.ndarray]:

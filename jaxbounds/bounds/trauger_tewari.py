@@ -96,27 +96,39 @@ def theorem_4_1(
     C, B_x, B_w, B_Wc, B_Wv, L_s, d, m, H, c, lb = _theorem_4_1_inputs(
         ins, C, B_x, B_w, B_Wc, B_Wv, L_sigma, d, num_examples, num_heads, constant, loss_bound
     )
-    scale = 2.0 * B_x * np.sqrt(C)
-    inside = np.sqrt(m) > scale
-    ratio = np.where(inside & (scale > 0), np.sqrt(m) / np.where(scale > 0, scale, 1.0), 1.0)
-    cover_term = B_x * scale / np.sqrt(m) * (1.0 + np.log(ratio))
-    sign_term = B_x * np.sqrt(np.log(2.0 * d) / m)
-    prefactor = c * H * B_w * B_Wc * L_s * B_Wv
-    # Dudley with delta = B_x bounds the expectation by B_x whatever m is.
-    inner = np.where(inside, np.minimum(cover_term + sign_term, B_x), B_x)
+    terms = _theorem_4_1_terms(C, B_x, d, m, prefactor=c * H * B_w * B_Wc * L_s * B_Wv)
     return ins.bound(
-        value=prefactor * inner,
-        terms={"prefactor": prefactor, "cover_term": cover_term, "sign_term": sign_term, "C": C,
-               "dudley_inside": inside},
-        hypotheses={
-            "m > d": Check.of(m > d, m=m, d=d),
-            "m > ln(2d)": Check.of(m > np.log(2.0 * d), m=m, **{"ln(2d)": np.log(2.0 * d)}),
-        },
+        value=terms.pop("value"),
+        terms=terms,
+        hypotheses=_theorem_4_1_hypotheses(m, d),
         trivial=lb / 2.0,
         name="Trauger & Tewari Theorem 4.1",
         kind="rademacher",
         assumed=("sigma L_sigma-Lipschitz with sigma(0) = 0", "norm bounds hold for every weight"),
     )  # fmt: skip
+
+
+def _theorem_4_1_terms(C, B_x, d, m, *, prefactor) -> dict[str, np.ndarray]:
+    """The bracket of Theorem 4.1, capped at the Dudley radius B_x, times the prefactor."""
+    scale = 2.0 * B_x * np.sqrt(C)
+    inside = np.sqrt(m) > scale
+    ratio = np.where(inside & (scale > 0), np.sqrt(m) / np.where(scale > 0, scale, 1.0), 1.0)
+    cover_term = B_x * scale / np.sqrt(m) * (1.0 + np.log(ratio))
+    sign_term = B_x * np.sqrt(np.log(2.0 * d) / m)
+    # Dudley with delta = B_x bounds the expectation by B_x whatever m is.
+    inner = np.where(inside, np.minimum(cover_term + sign_term, B_x), B_x)
+    return {
+        "value": prefactor * inner, "prefactor": prefactor, "cover_term": cover_term,
+        "sign_term": sign_term, "C": C, "dudley_inside": inside,
+    }  # fmt: skip
+
+
+def _theorem_4_1_hypotheses(m: np.ndarray, d: np.ndarray) -> dict[str, Check]:
+    ln2d = np.log(2.0 * d)
+    return {
+        "m > d": Check.of(m > d, m=m, d=d),
+        "m > ln(2d)": Check.of(m > ln2d, m=m, **{"ln(2d)": ln2d}),
+    }
 
 
 def _corollary_4_1(lemma, name: str, *, B_x, B_WQK, d, strict=True, **kw) -> Bound:
@@ -205,13 +217,22 @@ def corollary_d_0_2(*, B_x, B_WQK, B_w, B_Wc, B_Wv, L_sigma, d, num_examples, **
     )  # fmt: skip
 
 
-def _alphas_taus(L: int, L_s, B_c2, B_v2, B_QK2) -> tuple[list, list]:
-    """alpha_1..alpha_L and tau_1..tau_L of Theorem 4.2."""
+def _theorem_4_2(L: int, C_1, C_Bx, L_s, B_c2, B_v2, B_QK2, B_w) -> dict[str, np.ndarray]:
+    """alpha_1..alpha_L, tau_1..tau_L, gamma, eta and C = (gamma + eta)^3 of Theorem 4.2."""
     r = L_s * B_c2 * B_v2 * (1.0 + 4.0 * B_QK2)
     t = 2.0 / 3.0
     alphas = [r ** (L - i) for i in range(1, L + 1)]
     taus = [a**t + (2.0 * a * L_s * B_c2 * B_v2) ** t + (a * L_s * B_v2) ** t for a in alphas]
-    return alphas, taus
+    gamma = C_Bx ** (1 / 3) * (2.0 * L_s * B_c2 * B_v2 * alphas[0] * B_w) ** t
+    gamma = gamma + C_1 ** (1 / 3) * (1.0 + (B_w * L_s * B_v2) ** t)
+    eta = C_1 ** (1 / 3) * B_w**t * sum(taus[1:], np.zeros_like(gamma))
+    return {
+        "alpha": np.stack(np.broadcast_arrays(*alphas), axis=-1),
+        "tau": np.stack(np.broadcast_arrays(*taus), axis=-1),
+        "gamma": gamma,
+        "eta": eta,
+        "C": (gamma + eta) ** 3,
+    }
 
 
 @quiet
@@ -255,29 +276,12 @@ def multi_layer_log_cover(
     """
     L = int_option("num_layers", num_layers)
     ins = Inputs(strict)
-    C_1, C_Bx = ins.nonneg("C_1", C_1), ins.nonneg("C_Bx", C_Bx)
-    L_s, B_c2, B_v2 = (
-        ins.nonneg("L_sigma", L_sigma),
-        ins.nonneg("B_c2", B_c2),
-        ins.nonneg("B_v2", B_v2),
-    )
-    B_QK2, B_w = ins.nonneg("B_QK2", B_QK2), ins.nonneg("B_w", B_w)
-    alphas, taus = _alphas_taus(L, L_s, B_c2, B_v2, B_QK2)
-    t = 2.0 / 3.0
-    gamma = C_Bx ** (1 / 3) * (2.0 * L_s * B_c2 * B_v2 * alphas[0] * B_w) ** t + C_1 ** (1 / 3) * (
-        1.0 + (B_w * L_s * B_v2) ** t
-    )
-    eta = C_1 ** (1 / 3) * B_w**t * sum(taus[1:], np.zeros_like(gamma))
-    value = (gamma + eta) ** 3
+    names = ("C_1", "C_Bx", "L_sigma", "B_c2", "B_v2", "B_QK2", "B_w")
+    values = (C_1, C_Bx, L_sigma, B_c2, B_v2, B_QK2, B_w)
+    terms = _theorem_4_2(L, *(ins.nonneg(n, v) for n, v in zip(names, values, strict=True)))
     return ins.bound(
-        value=value,
-        terms={
-            "alpha": np.stack(np.broadcast_arrays(*alphas), axis=-1),
-            "tau": np.stack(np.broadcast_arrays(*taus), axis=-1),
-            "gamma": gamma,
-            "eta": eta,
-            "C": value,
-        },
+        value=terms["C"],
+        terms=terms,
         hypotheses={},
         name="Trauger & Tewari Theorem 4.2",
         kind="log_cover",
