@@ -40,15 +40,33 @@ __all__ = [
 ]
 
 
+def _parameters(fn: Callable) -> set[str]:
+    return set(inspect.signature(fn).parameters)
+
+
 # TODO(lead): drop after h-small merge (maps the agreed kernels.dudley names onto the old ones).
-_NEW_DUDLEY = "num_examples" in inspect.signature(_kernels_dudley.dudley_integral).parameters
+_NEW_DUDLEY = "num_examples" in _parameters(_kernels_dudley.dudley_integral)
+_INVERSE_SQUARE = _parameters(_kernels_dudley.dudley_inverse_square)
 
 
-def _kernel_inverse_square(C: float, *, num_examples: int, radius: float, **coefs: float) -> float:
-    """``kernels.dudley.dudley_inverse_square`` in float64, as a Python float."""
-    size = {"num_examples" if _NEW_DUDLEY else "num_samples": num_examples}
+def _kernel_inverse_square(
+    C: float, *, num_examples: int, radius: float, coef_delta: float, coef_integral: float
+) -> float:
+    """``kernels.dudley.dudley_inverse_square`` in float64, as a Python float.
+
+    If the kernel takes only the standard constants (c_0, c_1) = (4, 12), other constants use
+    the identity B_{c0,c1}(C, n, A) = (c1 / 12) B_{4,12}(C, n, (c0 / 4)(12 / c1) A).
+    """
+    size = "num_examples" if "num_examples" in _INVERSE_SQUARE else "num_samples"
+    kw = {size: num_examples}
+    if "coef_delta" in _INVERSE_SQUARE:
+        kw.update(coef_delta=coef_delta, coef_integral=coef_integral)
+        scale, radius_scale = 1.0, 1.0
+    else:
+        scale, radius_scale = coef_integral / 12.0, (coef_delta / 4.0) * (12.0 / coef_integral)
     with float64_scope():
-        return float(_kernels_dudley.dudley_inverse_square(C, radius=radius, **size, **coefs))
+        out = _kernels_dudley.dudley_inverse_square(C, radius=radius * radius_scale, **kw)
+    return scale * float(out)
 
 
 def _kernel_integral(

@@ -244,3 +244,15 @@ def test_dudley_cross_check_with_kernels_dudley():
     rad = trauger_tewari.multi_layer_rademacher(cover=cover, B_w=1.7, num_examples=10**6)
     num = covering.dudley_numeric(lambda e: cover.value / e**2, num_examples=10**6, radius=1.7)
     assert float(rad.value) == pytest.approx(float(num.value), rel=1e-6)
+
+
+@pytest.mark.parametrize(("c0", "c1"), [(1.0, 1.0), (1.0, 3.0), (4.0, 12.0), (2.0, 7.0)])
+def test_dudley_other_constants(c0, c1):
+    """c_1 sqrt(C/n)(1 + ln(c_0 A / (c_1 sqrt(C/n)))) inside, c_0 A outside [0, A]."""
+    for C, A, n in [(2.0, 1.0, 1000), (100.0, 0.1, 10)]:
+        s = np.sqrt(C / n)
+        ref = c1 * s * (1 + np.log(c0 * A / (c1 * s))) if c1 / c0 * s < A else c0 * A
+        out = covering.dudley_rademacher(
+            C=C, radius=A, num_examples=n, coef_delta=c0, coef_integral=c1
+        )
+        assert float(out.value) == pytest.approx(ref, rel=1e-13)
