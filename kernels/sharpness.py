@@ -396,8 +396,9 @@ def _setup(
         scales = jnp.asarray(mask, dtype)
         dim = int(mask.sum())
     # One jitted closure: every use below (L(θ), perturbed points, derivatives) reuses the
-    # jaxpr of a single trace of loss_fn.
+    # jaxpr of a single trace of loss_fn, this shape check included.
     loss = jax.jit(lambda x: loss_fn(unravel(x), batch))
+    _check_loss_value(jax.eval_shape(loss, flat))
     return _Problem(flat, unravel, loss, scales, dim, ok)
 
 
@@ -405,8 +406,8 @@ def _valid_scale(scale: Any) -> jax.Array:
     return jnp.logical_and(jnp.isfinite(scale), jnp.asarray(scale) > 0)
 
 
-def _check_loss_value(value: jax.Array) -> None:
-    """Static check that the loss is a real floating scalar (on a value the program computes)."""
+def _check_loss_value(value: Any) -> None:
+    """Static check that the loss is a real floating scalar (from its shape and dtype)."""
     shape, dtype = jnp.shape(value), jnp.result_type(value)
     if shape != () or not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(
@@ -414,17 +415,29 @@ def _check_loss_value(value: jax.Array) -> None:
         )
 
 
-def _loss_at_params(prob: _Problem) -> tuple[jax.Array, jax.Array]:
-    """L(theta), checked (scalar; finite at runtime), and the updated check gate."""
-    base = prob.loss(prob.flat)
-    _check_loss_value(base)
+def _checked_base(prob: _Problem, base: jax.Array) -> jax.Array:
+    """Runtime check that L(theta) is finite; returns the updated check gate."""
     finite = jnp.isfinite(base)
     check_that(
         jnp.logical_or(jnp.logical_not(prob.ok), finite),
         "loss_fn: expected a finite loss at params, got {}",
         base,
     )
-    return base, jnp.logical_and(prob.ok, finite)
+    return jnp.logical_and(prob.ok, finite)
+
+
+def _loss_at_params(prob: _Problem) -> tuple[jax.Array, jax.Array]:
+    """L(theta) (checked) and the updated check gate."""
+    base = prob.loss(prob.flat)
+    return base, _checked_base(prob, base)
+
+
+def _hessian_at(
+    prob: _Problem, point: jax.Array
+) -> tuple[jax.Array, Callable[[jax.Array], jax.Array]]:
+    """L at ``point`` and ``v -> H v`` there, from one linearisation of the gradient."""
+    (value, _), linear = jax.linearize(jax.value_and_grad(prob.loss), point)
+    return value, lambda v: linear(v)[1]
 
 
 def _check_samples(num_bad: jax.Array, ok: jax.Array, what: str) -> None:
@@ -684,19 +697,10 @@ def sharpness_decomposition(
     num_probes = check_positive_int(num_probes, "num_probes", minimum=2)
     chunk_size = _check_chunk(chunk_size)
     prob = _setup(loss_fn, params, batch, key, perturbation)
-    (base, _), linear = jax.linearize(jax.value_and_grad(prob.loss), prob.flat)
-    _check_loss_value(base)
-    check_that(
-        jnp.logical_or(jnp.logical_not(prob.ok), jnp.isfinite(base)),
-        "loss_fn: expected a finite loss at params, got {}",
-        base,
-    )
-    ok = jnp.logical_and(prob.ok, jnp.isfinite(base))
+    base, hvp = _hessian_at(prob, prob.flat)
+    ok = _checked_base(prob, base)
     sigma = jnp.asarray(perturbation.scale, prob.flat.dtype)
     key_pairs, key_probes = jax.random.split(key)
-
-    def hvp(v: jax.Array) -> jax.Array:
-        return linear(v)[1]
 
     def probe(k: jax.Array) -> jax.Array:
         v = prob.scales * jax.random.rademacher(k, prob.scales.shape, prob.scales.dtype)
@@ -728,12 +732,11 @@ def _trace_at(
 
     def one(index: jax.Array) -> tuple[jax.Array, ...]:
         k_u, k_probe = jax.random.split(jax.random.fold_in(key, index))
-        (value, _), linear = jax.linearize(jax.value_and_grad(prob.loss), prob.flat + draw(k_u))
-        _check_loss_value(value)
+        value, hvp = _hessian_at(prob, prob.flat + draw(k_u))
 
         def probe(kp: jax.Array) -> jax.Array:
             v = jax.random.rademacher(kp, prob.flat.shape, prob.flat.dtype)
-            return jnp.vdot(v, linear(v)[1])
+            return jnp.vdot(v, hvp(v))
 
         # probes of one perturbation run one at a time on its device (perturbations shard)
         stats = sample_statistics(
