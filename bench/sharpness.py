@@ -3,7 +3,7 @@
 Measured in one run, variants interleaved (A B C A B C ...), compile time reported separately,
 medians over repeats:
 
-- ``average``: ``average_sharpness`` with K perturbations (K loss evaluations, antithetic pairs)
+- ``average``: ``average_sharpness`` with K loss evaluations (``num_samples`` = K/2 pairs)
   against (a) the floor, K plain forward evaluations of the loss at K different pre-drawn
   parameter vectors in one vmapped batch (``jit(vmap(loss))``), (b) the same K forwards as a
   sequential ``lax.map``, and (c) the common PyTorch research-script loop: for each sample, add
@@ -60,6 +60,11 @@ def make_loss(data):
     return lambda p: ref.jax_loss(p, inputs, targets)
 
 
+def batch_loss(params, batch):
+    """The reference loss as ``loss_fn(params, batch)``: one callable for every batch."""
+    return ref.jax_loss(params, *batch)
+
+
 def timed(fn, *args):
     import jax
 
@@ -81,11 +86,12 @@ def bench_average(num: int, repeats: int, chunks: list[int]) -> dict:
         variants[f"jax_average_sharpness_chunk{chunk}"] = (
             jax.jit(
                 lambda params, data, key, chunk=chunk: average_sharpness(
-                    make_loss(data),
+                    batch_loss,
                     params,
+                    data,
                     key,
                     perturbation=pert,
-                    num_samples=num,
+                    num_samples=num // 2,
                     chunk_size=chunk,
                 )
             ),
@@ -144,7 +150,7 @@ def bench_average(num: int, repeats: int, chunks: list[int]) -> dict:
         rec = {
             "bench": "average",
             "variant": name,
-            "num_samples": num,
+            "num_evaluations": num,
             "sigma": SIGMA,
             "median_s": statistics.median(ts),
             "times_s": [round(t, 4) for t in ts],
@@ -171,7 +177,7 @@ def bench_worst(steps: int, repeats: int) -> dict:
     pert = Perturbation("l2_ball", 0.05)
     worst = jax.jit(
         lambda params, data, key: worst_case_sharpness(
-            make_loss(data), params, key, perturbation=pert, num_steps=steps
+            batch_loss, params, data, key, perturbation=pert, num_steps=steps
         )
     )
     grad = jax.jit(lambda params, data: jax.grad(make_loss(data))(params))
@@ -220,14 +226,15 @@ import _reference as ref
 from kernels.sharpness import Perturbation, average_sharpness
 params = {{k: jax.numpy.asarray(v) for k, v in ref.init_params().items()}}
 data = tuple(jax.numpy.asarray(a) for a in ref.make_batch())
+def loss(p, batch):
+    return ref.jax_loss(p, *batch)
 def run(params, data, key):
-    loss = lambda p: ref.jax_loss(p, *data)
-    return average_sharpness(loss, params, key, perturbation=Perturbation("gaussian", {sigma}),
-                             num_samples={num})
+    pert = Perturbation("gaussian", {sigma})
+    return average_sharpness(loss, params, data, key, perturbation=pert, num_samples={num} // 2)
 t0 = time.perf_counter()
 est = jax.jit(run)(params, data, jax.random.key(0))
 jax.block_until_ready(est.mean)
-print(json.dumps({{"num_samples": {num}, "peak_rss_mb":
+print(json.dumps({{"num_evaluations": {num}, "peak_rss_mb":
     resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     "wall_s": time.perf_counter() - t0, "mean": float(est.mean)}}))
 """

@@ -14,17 +14,27 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from kernels.curvature import hessian_trace
+from kernels._checks import runtime_checks
 from kernels.sharpness import (
     Perturbation,
+    PerturbedTraces,
+    SigmaSearch,
+    WorstCase,
     average_sharpness,
     perturbed_hessian_traces,
     sharpness_decomposition,
     sigma_search,
     worst_case_sharpness,
 )
+from tests.helpers import TraceCounter, compiles_in, count_compiles
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def quad_loss(w, batch):
+    """0.5 w.A w + b.w with (A, b) passed as the batch."""
+    a, b = batch
+    return 0.5 * w @ (a @ w) + b @ w
 
 
 def quadratic(n=6, seed=0, psd=True):
@@ -33,12 +43,7 @@ def quadratic(n=6, seed=0, psd=True):
     a = m @ m.T / n + 0.5 * np.eye(n) if psd else (m + m.T) / 2
     b = rng.normal(size=n)
     theta = rng.normal(size=n)
-    a_j, b_j = jnp.asarray(a), jnp.asarray(b)
-
-    def loss(w):
-        return 0.5 * w @ (a_j @ w) + b_j @ w
-
-    return loss, a, b, theta
+    return (jnp.asarray(a), jnp.asarray(b)), a, b, theta
 
 
 def trust_region_max(g, a, radius):
@@ -66,6 +71,11 @@ def mlp(params, x):
     return (h @ params["w2"])[..., 0] + params["b2"][0]
 
 
+def mlp_loss(params, batch):
+    x, y = batch
+    return jnp.mean((mlp(params, x) - y) ** 2)
+
+
 def mlp_params(key, d_in=3, width=5, dtype=jnp.float64):
     k1, k2, k3 = jax.random.split(key, 3)
     return {
@@ -82,12 +92,13 @@ def mlp_params(key, d_in=3, width=5, dtype=jnp.float64):
 
 @pytest.mark.parametrize("antithetic", [True, False])
 def test_average_sharpness_quadratic_gaussian(run, antithetic):
-    loss, a, b, theta = quadratic()
-    sigma, k = 0.3, 4000
+    batch, a, b, theta = quadratic()
+    sigma, k = 0.3, 2000
     est = run(
         lambda: average_sharpness(
-            loss,
+            quad_loss,
             jnp.asarray(theta),
+            batch,
             jax.random.key(1),
             perturbation=Perturbation("gaussian", sigma),
             num_samples=k,
@@ -97,27 +108,27 @@ def test_average_sharpness_quadratic_gaussian(run, antithetic):
     exact = 0.5 * sigma**2 * np.trace(a)
     assert abs(float(est.mean) - exact) <= 5 * float(est.stderr)
     assert est.num_samples == k
-    # closed-form standard error: Var(u.Au/2) = sigma^4 ||A||_F^2 / 2, Var(g.u) = sigma^2 ||g||^2
+    assert est.num_evaluations == (2 * k if antithetic else None)
+    # closed-form standard error: Var(u.Au/2) = sigma^4 ||A||_F^2 / 2, Var(g.u) = sigma^2 ||g||^2;
+    # a pair mean of a quadratic is exactly u.Au/2
     quad_var = sigma**4 * np.sum(a**2) / 2
-    if antithetic:
-        closed = np.sqrt(quad_var / (k // 2))
-    else:
-        g = a @ theta + b
-        closed = np.sqrt((sigma**2 * g @ g + quad_var) / k)
+    g = a @ theta + b
+    closed = np.sqrt((quad_var if antithetic else sigma**2 * g @ g + quad_var) / k)
     assert abs(float(est.stderr) / closed - 1) < 0.2
 
 
 @pytest.mark.parametrize(("kind", "second_moment"), [("l2_ball", 1 / 8), ("linf_ball", 1 / 3)])
 def test_average_sharpness_quadratic_balls(kind, second_moment):
     # uniform in the l2 ball of R^6: E u u^T = r^2 / (n + 2) I; in the cube: r^2 / 3 I
-    loss, a, _, theta = quadratic()
+    batch, a, _, theta = quadratic()
     radius = 0.5
     est = average_sharpness(
-        loss,
+        quad_loss,
         jnp.asarray(theta),
+        batch,
         jax.random.key(2),
         perturbation=Perturbation(kind, radius),
-        num_samples=4000,
+        num_samples=2000,
     )
     exact = 0.5 * radius**2 * second_moment * np.trace(a)
     assert abs(float(est.mean) - exact) <= 5 * float(est.stderr)
@@ -125,63 +136,60 @@ def test_average_sharpness_quadratic_balls(kind, second_moment):
 
 
 def test_average_sharpness_adaptive_and_masked_quadratic():
-    loss, a, _, theta = quadratic()
+    batch, a, _, theta = quadratic()
     sigma = 0.2
     mask = np.array([True, False, True, True, False, True])
     s = np.abs(theta) * mask
     est = average_sharpness(
-        lambda p: loss(p["w"]),
+        lambda p, batch: quad_loss(p["w"], batch),
         {"w": jnp.asarray(theta)},
+        batch,
         jax.random.key(3),
         perturbation=Perturbation("gaussian", sigma, adaptive=True, mask={"w": jnp.asarray(mask)}),
-        num_samples=4000,
+        num_samples=2000,
     )
     exact = 0.5 * sigma**2 * np.sum(np.diag(a) * s**2)  # E u u^T = sigma^2 diag(s^2)
     assert abs(float(est.mean) - exact) <= 5 * float(est.stderr)
 
 
 def test_average_sharpness_chunk_invariant_and_key_dependent():
-    loss, _, _, theta = quadratic()
-    pert = Perturbation("gaussian", 0.1)
-    kwargs = {"perturbation": pert, "num_samples": 20}
-    ref = average_sharpness(loss, jnp.asarray(theta), jax.random.key(0), **kwargs)
-    for chunk in (3, 100):
+    batch, _, _, theta = quadratic()
+    kwargs = {"perturbation": Perturbation("gaussian", 0.1), "num_samples": 10}
+    ref = average_sharpness(quad_loss, jnp.asarray(theta), batch, jax.random.key(0), **kwargs)
+    for chunk in (1, 3, 100):
         other = average_sharpness(
-            loss, jnp.asarray(theta), jax.random.key(0), chunk_size=chunk, **kwargs
+            quad_loss, jnp.asarray(theta), batch, jax.random.key(0), chunk_size=chunk, **kwargs
         )
         np.testing.assert_allclose(other.mean, ref.mean, rtol=1e-12)
         np.testing.assert_allclose(other.stderr, ref.stderr, rtol=1e-10)
-    new = average_sharpness(loss, jnp.asarray(theta), jax.random.key(1), **kwargs)
+    new = average_sharpness(quad_loss, jnp.asarray(theta), batch, jax.random.key(1), **kwargs)
     assert float(new.mean) != float(ref.mean)
 
 
-def test_float32_in_float32_out_and_traced_once():
-    _, a, _, theta = quadratic()
+def test_float32_in_float32_out():
+    batch, _, _, theta = quadratic()
+    batch32 = tuple(x.astype(jnp.float32) for x in batch)
     theta32 = jnp.asarray(theta, jnp.float32)
-    count = {"n": 0}
-
-    def counted(key):
-        count["n"] += 1
-        return average_sharpness(
-            loss_f32, theta32, key, perturbation=Perturbation("gaussian", 0.1), num_samples=8
-        )
-
-    a32 = jnp.asarray(a, jnp.float32)
-
-    def loss_f32(w):
-        return 0.5 * w @ (a32 @ w)
-
-    fn = jax.jit(counted)
-    est = fn(jax.random.key(0))
-    fn(jax.random.key(1))
-    assert count["n"] == 1
+    est = average_sharpness(
+        quad_loss,
+        theta32,
+        batch32,
+        jax.random.key(0),
+        perturbation=Perturbation("gaussian", 0.1),
+        num_samples=8,
+    )
     assert est.mean.dtype == jnp.float32
     assert est.stderr.dtype == jnp.float32
     res = worst_case_sharpness(
-        loss_f32, theta32, jax.random.key(0), perturbation=Perturbation("l2_ball", 0.1), num_steps=3
+        quad_loss,
+        theta32,
+        batch32,
+        jax.random.key(0),
+        perturbation=Perturbation("l2_ball", 0.1),
+        num_steps=3,
     )
     assert res.value.dtype == jnp.float32
-    assert res.perturbation.dtype == jnp.float32
+    assert res.u.dtype == jnp.float32
 
 
 # ----------------------------------------------------------------------------------------------
@@ -190,25 +198,29 @@ def test_float32_in_float32_out_and_traced_once():
 
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_worst_case_l2_matches_trust_region(adaptive):
-    loss, a, b, theta = quadratic(n=5, seed=4, psd=False)
+    batch, a, b, theta = quadratic(n=5, seed=4, psd=False)
     radius = 0.7
     s = np.abs(theta) if adaptive else np.ones_like(theta)
     # in eta coordinates: max g's.eta + eta.(S A S) eta / 2 over ||eta|| <= r
     exact = trust_region_max(s * (a @ theta + b), s[:, None] * a * s[None, :], radius)
     res = jax.jit(
         lambda: worst_case_sharpness(
-            loss,
+            quad_loss,
             jnp.asarray(theta),
+            batch,
             jax.random.key(0),
             perturbation=Perturbation("l2_ball", radius, adaptive=adaptive),
             num_steps=200,
             num_restarts=3,
         )
     )()
-    u = np.asarray(res.perturbation)
+    assert isinstance(res, WorstCase)
+    u = np.asarray(res.u)
     assert np.linalg.norm(u / s) <= radius * (1 + 1e-12)
     np.testing.assert_allclose(
-        float(loss(jnp.asarray(theta + u)) - loss(jnp.asarray(theta))), float(res.value), rtol=1e-12
+        float(quad_loss(jnp.asarray(theta + u), batch) - quad_loss(jnp.asarray(theta), batch)),
+        float(res.value),
+        rtol=1e-12,
     )
     assert float(res.value) <= exact * (1 + 1e-12)
     np.testing.assert_allclose(float(res.value), exact, rtol=1e-6)
@@ -217,7 +229,7 @@ def test_worst_case_l2_matches_trust_region(adaptive):
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_worst_case_linf_matches_vertex_enumeration(adaptive):
     # convex quadratic: the max over a box is attained at a vertex, so enumerate all 2^n
-    loss, a, b, theta = quadratic(n=5, seed=5)
+    batch, a, b, theta = quadratic(n=5, seed=5)
     radius = 0.3
     s = np.abs(theta) if adaptive else np.ones_like(theta)
     g = a @ theta + b
@@ -226,39 +238,41 @@ def test_worst_case_linf_matches_vertex_enumeration(adaptive):
         for signs in itertools.product([-1.0, 1.0], repeat=5)
     )
     res = worst_case_sharpness(
-        loss,
+        quad_loss,
         jnp.asarray(theta),
+        batch,
         jax.random.key(1),
         perturbation=Perturbation("linf_ball", radius, adaptive=adaptive),
         num_steps=100,
         num_restarts=4,
     )
-    assert np.all(np.abs(np.asarray(res.perturbation)) <= radius * s * (1 + 1e-12))
+    assert np.all(np.abs(np.asarray(res.u)) <= radius * s * (1 + 1e-12))
     np.testing.assert_allclose(float(res.value), exact, rtol=1e-9)
 
 
 def test_worst_case_mask_leaves_other_groups_unperturbed():
     params = mlp_params(jax.random.key(0))
     x = jax.random.normal(jax.random.key(1), (16, 3), jnp.float64)
-
-    def loss(p):
-        return jnp.mean(mlp(p, x) ** 2)
-
     res = worst_case_sharpness(
-        loss,
+        mlp_loss,
         params,
+        (x, jnp.zeros(16)),
         jax.random.key(2),
         perturbation=Perturbation("l2_ball", 0.1, mask=lambda path, leaf: "w1" in path),
         num_steps=10,
     )
     assert float(res.value) > 0
-    assert float(jnp.linalg.norm(res.perturbation["w1"])) == pytest.approx(0.1, rel=1e-9)
+    assert float(jnp.linalg.norm(res.u["w1"])) == pytest.approx(0.1, rel=1e-9)
     for name in ("b1", "w2", "b2"):
-        assert not np.any(np.asarray(res.perturbation[name]))
+        assert not np.any(np.asarray(res.u[name]))
 
 
 # ----------------------------------------------------------------------------------------------
 # Theorem 6/12 decomposition
+
+
+def exp_loss(w, a):
+    return jnp.sum(jnp.exp(a * w))
 
 
 def test_decomposition_matches_closed_form_exponential():
@@ -266,13 +280,15 @@ def test_decomposition_matches_closed_form_exponential():
     # P = sum e^{a theta} (e^{a^2 sigma^2/2} - 1 - a^2 sigma^2/2) exactly.
     a = jnp.linspace(-1.5, 2.0, 8)
     theta = jnp.linspace(0.3, -0.4, 8)
-
-    def loss(w):
-        return jnp.sum(jnp.exp(a * w))
-
     decompose = jax.jit(  # sigma traced: one compilation for the three sigmas
         lambda sigma: sharpness_decomposition(
-            loss, theta, jax.random.key(0), sigma=sigma, num_samples=1024, num_probes=4
+            exp_loss,
+            theta,
+            a,
+            jax.random.key(0),
+            perturbation=Perturbation("gaussian", sigma),
+            num_samples=512,
+            num_probes=4,
         )
     )
     ratios = []
@@ -286,35 +302,63 @@ def test_decomposition_matches_closed_form_exponential():
         # diagonal Hessian: Rademacher Hutchinson is exact
         np.testing.assert_allclose(float(dec.trace_term.mean), trace_exact, rtol=1e-12)
         assert abs(float(dec.average.mean) - avg_exact) <= 5 * float(dec.average.stderr)
-        assert abs(float(dec.perturbation.mean) - p_exact) <= 5 * float(dec.perturbation.stderr)
-        assert float(dec.perturbation.stderr) < 0.1 * p_exact
-        ratios.append(float(dec.perturbation.mean) / float(dec.trace_term.mean))
+        assert abs(float(dec.remainder.mean) - p_exact) <= 5 * float(dec.remainder.stderr)
+        assert float(dec.remainder.stderr) < 0.1 * p_exact
+        assert dec.average.num_samples == 512
+        assert dec.average.num_evaluations == 1024
+        assert dec.trace_term.num_samples == 4
+        ratios.append(float(dec.remainder.mean) / float(dec.trace_term.mean))
     # P / trace term = O(sigma^2) here (odd orders vanish): halving sigma divides it by ~4
     assert 3.0 < ratios[0] / ratios[1] < 5.0
     assert 3.0 < ratios[1] / ratios[2] < 5.0
+
+
+def test_decomposition_adaptive_masked_trace_term_exact():
+    # diagonal Hessian: the trace term is (sigma^2 / 2) sum_i s_i^2 H_ii exactly
+    a = jnp.linspace(-1.5, 2.0, 6)
+    theta = jnp.linspace(0.3, -0.4, 6)
+    mask = np.array([True, True, False, True, False, True])
+    sigma = 0.1
+    dec = sharpness_decomposition(
+        exp_loss,
+        theta,
+        a,
+        jax.random.key(1),
+        perturbation=Perturbation("gaussian", sigma, adaptive=True, mask=jnp.asarray(mask)),
+        num_samples=256,
+        num_probes=2,
+    )
+    s2 = np.asarray(theta) ** 2 * mask
+    h = np.asarray(a**2 * jnp.exp(a * theta))
+    np.testing.assert_allclose(float(dec.trace_term.mean), 0.5 * sigma**2 * np.sum(s2 * h), 1e-12)
+    a2s2 = np.asarray(a) ** 2 * sigma**2 * s2
+    avg_exact = np.sum(np.exp(np.asarray(a * theta)) * (np.exp(a2s2 / 2) - 1))
+    assert abs(float(dec.average.mean) - avg_exact) <= 5 * float(dec.average.stderr)
 
 
 def test_decomposition_small_network_scaling():
     params = mlp_params(jax.random.key(3))
     x = jax.random.normal(jax.random.key(4), (32, 3), jnp.float64)
     y = jnp.sin(x[:, 0]) + 0.5 * x[:, 1]
-
-    def loss(p):
-        return jnp.mean((mlp(p, x) - y) ** 2)
-
     decompose = jax.jit(
         lambda sigma: sharpness_decomposition(
-            loss, params, jax.random.key(5), sigma=sigma, num_samples=512, num_probes=64
+            mlp_loss,
+            params,
+            (x, y),
+            jax.random.key(5),
+            perturbation=Perturbation("gaussian", sigma),
+            num_samples=256,
+            num_probes=64,
         )
     )
     rel = []
     for sigma in (0.08, 0.04, 0.02):
         dec = decompose(sigma)
-        total = dec.trace_term.mean + dec.perturbation.mean
-        se = np.hypot(float(dec.trace_term.stderr), float(dec.perturbation.stderr))
+        total = dec.trace_term.mean + dec.remainder.mean
+        se = np.hypot(float(dec.trace_term.stderr), float(dec.remainder.stderr))
         se = np.hypot(se, float(dec.average.stderr))
         assert abs(float(dec.average.mean) - float(total)) <= 5 * se
-        rel.append(abs(float(dec.perturbation.mean)) / float(dec.trace_term.mean))
+        rel.append(abs(float(dec.remainder.mean)) / float(dec.trace_term.mean))
     # P is O(sigma^3) relative to sigma^2 tr H / 2: the ratio shrinks at least linearly in sigma
     assert rel[0] < 0.2
     assert rel[1] <= 0.6 * rel[0]
@@ -326,56 +370,80 @@ def test_interpolator_trace_equals_twice_gradient_norm():
     params = mlp_params(jax.random.key(6))
     x = jax.random.normal(jax.random.key(7), (4, 3), jnp.float64)
     y = mlp(params, x)  # interpolated targets
-
-    def loss(p):
-        return jnp.mean((mlp(p, x) - y) ** 2)
-
     grads = jax.vmap(
         lambda xi: ravel_pytree(jax.grad(lambda p: mlp(p, xi[None, :])[0])(params))[0]
     )(x)
     rhs = 2 * float(jnp.mean(jnp.sum(grads**2, axis=1)))
     flat, unravel = ravel_pytree(params)
-    dense = float(jnp.trace(jax.hessian(lambda f: loss(unravel(f)))(flat)))
+    dense = float(jnp.trace(jax.hessian(lambda f: mlp_loss(unravel(f), (x, y)))(flat)))
     np.testing.assert_allclose(dense, rhs, rtol=1e-10)
-    est = hessian_trace(loss, params, jax.random.key(8), num_probes=200)
-    assert abs(float(est.mean) - rhs) <= 5 * float(est.stderr)
-    assert float(est.stderr) < 0.1 * rhs
+    # the decomposition's trace term is (sigma^2 / 2) x Hutchinson's tr H
+    sigma = 0.01
+    dec = sharpness_decomposition(
+        mlp_loss,
+        params,
+        (x, y),
+        jax.random.key(8),
+        perturbation=Perturbation("gaussian", sigma),
+        num_samples=4,
+        num_probes=200,
+    )
+    trace = float(dec.trace_term.mean) / (0.5 * sigma**2)
+    stderr = float(dec.trace_term.stderr) / (0.5 * sigma**2)
+    assert abs(trace - rhs) <= 5 * stderr
+    assert stderr < 0.1 * rhs
+
+
+# ----------------------------------------------------------------------------------------------
+# traces at perturbed points
 
 
 def test_perturbed_hessian_traces_exponential():
     a = jnp.linspace(-1.0, 1.5, 6)
     theta = jnp.linspace(0.2, -0.2, 6)
     sigma = 0.3
-
-    def loss(w):
-        return jnp.sum(jnp.exp(a * w))
-
-    traces = perturbed_hessian_traces(
-        loss, theta, jax.random.key(0), sigma=sigma, num_perturbations=200, num_probes=2
-    )
-    assert traces.shape == (200,)
+    kwargs = {"perturbation": Perturbation("gaussian", sigma), "num_samples": 100, "num_probes": 2}
+    res = perturbed_hessian_traces(exp_loss, theta, a, jax.random.key(0), **kwargs)
+    assert isinstance(res, PerturbedTraces)
+    assert res.traces.mean.shape == (100,)
+    # diagonal Hessian: every Hutchinson estimate is exact, so its probe error is zero
+    np.testing.assert_array_equal(res.traces.stderr, np.zeros(100))
     exact = float(jnp.sum(a**2 * jnp.exp(a * theta + a**2 * sigma**2 / 2)))  # E tr H(theta+u)
-    se = float(jnp.std(traces, ddof=1)) / np.sqrt(200)
-    assert abs(float(jnp.mean(traces)) - exact) <= 5 * se
-    again = perturbed_hessian_traces(
-        loss,
-        theta,
-        jax.random.key(0),
-        sigma=sigma,
-        num_perturbations=200,
-        num_probes=2,
-        chunk_size=50,
+    assert abs(float(res.average.mean) - exact) <= 5 * float(res.average.stderr)
+    np.testing.assert_allclose(
+        float(res.average.stderr), float(jnp.std(res.traces.mean, ddof=1)) / 10, rtol=1e-12
     )
-    np.testing.assert_allclose(again, traces, rtol=1e-12)
+    assert (res.average.num_samples, res.average.num_evaluations) == (100, 200)
+    again = perturbed_hessian_traces(exp_loss, theta, a, jax.random.key(0), chunk_size=7, **kwargs)
+    np.testing.assert_allclose(again.traces.mean, res.traces.mean, rtol=1e-12)
+
+
+def test_perturbed_hessian_traces_probe_error_dense_quadratic():
+    # constant Hessian A: every perturbation gives an unbiased estimate of tr A with its own
+    # Hutchinson error; the probe stderr matches the closed form sqrt(2 sum_{i!=j} A_ij^2 / m)
+    batch, a, _, theta = quadratic(n=6, seed=2)
+    res = perturbed_hessian_traces(
+        quad_loss,
+        jnp.asarray(theta),
+        batch,
+        jax.random.key(3),
+        perturbation=Perturbation("l2_ball", 0.5),
+        num_samples=200,
+        num_probes=50,
+    )
+    closed = np.sqrt(2 * (np.sum(a**2) - np.sum(np.diag(a) ** 2)) / 50)
+    assert abs(float(jnp.mean(res.traces.stderr)) / closed - 1) < 0.2
+    assert abs(float(res.average.mean) - np.trace(a)) <= 5 * float(res.average.stderr)
 
 
 # ----------------------------------------------------------------------------------------------
 # adaptive invariance
 
 
-def relu_net(params, x):
+def relu_loss(params, batch):
+    x, y = batch
     h = jax.nn.relu(x @ params["w1"] + params["b1"][None, :])
-    return h @ params["w2"] + params["b2"][None, :]
+    return jnp.mean((h @ params["w2"] + params["b2"][None, :] - y) ** 2)
 
 
 def test_adaptive_sharpness_invariant_to_relu_rescaling():
@@ -387,30 +455,27 @@ def test_adaptive_sharpness_invariant_to_relu_rescaling():
         "b2": jnp.array([0.1, -0.2]),
     }
     x = jax.random.normal(k4, (32, 4), jnp.float64)
-    y = jnp.sin(x[:, :2])
+    batch = (x, jnp.sin(x[:, :2]))
     c = 7.0
     scaled = {**params, "w1": c * params["w1"], "b1": c * params["b1"], "w2": params["w2"] / c}
+    np.testing.assert_allclose(relu_loss(scaled, batch), relu_loss(params, batch), rtol=1e-12)
 
-    def loss(p):
-        return jnp.mean((relu_net(p, x) - y) ** 2)
-
-    np.testing.assert_allclose(loss(scaled), loss(params), rtol=1e-12)
-
-    @functools.partial(jax.jit, static_argnums=1)
     def avg(p, adaptive):
         return average_sharpness(
-            loss,
+            relu_loss,
             p,
+            batch,
             jax.random.key(0),
             perturbation=Perturbation("gaussian", 0.1, adaptive=adaptive),
-            num_samples=64,
+            num_samples=32,
         ).mean
 
     @functools.partial(jax.jit, static_argnums=(1, 2))
     def worst(p, adaptive, kind):
         return worst_case_sharpness(
-            loss,
+            relu_loss,
             p,
+            batch,
             jax.random.key(1),
             perturbation=Perturbation(kind, 0.05, adaptive=adaptive),
             num_steps=10,
@@ -433,32 +498,37 @@ def test_adaptive_sharpness_invariant_to_relu_rescaling():
 
 def test_sigma_search_quadratic():
     # the antithetic increase of a quadratic is exactly c * sigma^2 for the shared draws
-    loss, _, _, theta = quadratic()
+    batch, _, _, theta = quadratic()
     search = jax.jit(
         lambda target: sigma_search(
-            loss,
+            quad_loss,
             jnp.asarray(theta),
+            batch,
             jax.random.key(0),
+            perturbation=Perturbation("gaussian", 1.0),
             target_increase=target,
-            num_samples=64,
-            num_iterations=40,
+            num_samples=32,
+            num_steps=40,
         )
     )
     target = 0.05
     res = search(target)
+    assert isinstance(res, SigmaSearch)
     c = float(
         average_sharpness(
-            loss,
+            quad_loss,
             jnp.asarray(theta),
+            batch,
             jax.random.key(0),
             perturbation=Perturbation("gaussian", 1.0),
-            num_samples=64,
+            num_samples=32,
         ).mean
     )
     np.testing.assert_allclose(float(res.sigma), np.sqrt(target / c), rtol=1e-8)
     np.testing.assert_allclose(float(res.increase.mean), target, rtol=1e-7)
     assert bool(res.bracketed)
     assert float(res.increase.mean) <= target
+    assert (res.increase.num_samples, res.increase.num_evaluations) == (32, 64)
     # a target beyond the bracket returns its end, flagged
     far = search(1e6)
     assert float(far.sigma) == 1.0
@@ -466,71 +536,326 @@ def test_sigma_search_quadratic():
 
 
 # ----------------------------------------------------------------------------------------------
-# errors
+# the Perturbation pytree
 
 
-def test_bad_arguments_raise():
-    loss, _, _, theta = quadratic()
-    theta = jnp.asarray(theta)
-    key = jax.random.key(0)
-    with pytest.raises(ValueError, match="sigma"):
-        Perturbation("gaussian", 0.0)
-    with pytest.raises(ValueError, match="radius"):
-        Perturbation("l2_ball", -1.0)
+def test_perturbation_is_a_pytree_with_a_traced_scale():
+    mask = {"w": True}
+    pert = Perturbation("gaussian", 0.1, adaptive=True, mask=mask)
+    leaves, treedef = jax.tree_util.tree_flatten(pert)
+    assert leaves == [0.1]
+    # kind, adaptive and mask are static: equal specs share a tree structure (and a compile)
+    same = Perturbation("gaussian", 0.3, adaptive=True, mask={"w": True})
+    assert jax.tree_util.tree_structure(same) == treedef
+    assert hash(jax.tree_util.tree_structure(same)) == hash(treedef)
+    other = Perturbation("gaussian", 0.3, adaptive=True, mask={"w": False})
+    assert jax.tree_util.tree_structure(other) != treedef
+    fn = lambda path, leaf: True  # noqa: E731
+    assert Perturbation("l2_ball", 1.0, mask=fn).mask is fn
+    doubled = jax.jit(lambda p: dataclasses_replace_scale(p, 2 * p.scale))(pert)
+    assert float(doubled.scale) == pytest.approx(0.2)
+    assert doubled.mask == pert.mask
+
+
+def dataclasses_replace_scale(pert, scale):
+    return Perturbation(pert.kind, scale, pert.adaptive, pert.mask)
+
+
+def test_vmap_over_sigma_equals_loop():
+    batch, _, _, theta = quadratic()
+    sigmas = jnp.array([0.05, 0.1, 0.2])
+
+    def mean(sigma):
+        return average_sharpness(
+            quad_loss,
+            jnp.asarray(theta),
+            batch,
+            jax.random.key(0),
+            perturbation=Perturbation("gaussian", sigma),
+            num_samples=8,
+        ).mean
+
+    batched = jax.vmap(mean)(sigmas)
+    looped = [mean(s) for s in sigmas]
+    np.testing.assert_allclose(batched, looped, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# compile once, trace once
+
+
+def weighted_sq(w, batch):
+    return 0.5 * jnp.sum(batch * w**2) + jnp.sum(jnp.sin(w))
+
+
+KERNELS = ("average", "decomposition", "traces", "worst", "sigma")
+
+
+def call_kernel(name, loss_fn, params, batch, key, scale=0.1, **options):
+    """One call of each public kernel with small sizes (``options`` override them)."""
+    kernel, kind, sizes = {
+        "average": (average_sharpness, "gaussian", {"num_samples": 4}),
+        "decomposition": (sharpness_decomposition, "gaussian", {"num_samples": 4, "num_probes": 2}),
+        "traces": (perturbed_hessian_traces, "gaussian", {"num_samples": 3, "num_probes": 2}),
+        "worst": (worst_case_sharpness, "l2_ball", {"num_steps": 3, "num_restarts": 2}),
+        "sigma": (sigma_search, "gaussian", {"num_samples": 4, "num_steps": 4}),
+    }[name]
+    if name == "sigma":  # the perturbation's scale is the largest sigma searched
+        sizes = {**sizes, "target_increase": 1e-3}
+        scale = 10 * scale
+    pert = Perturbation(kind, scale)
+    return kernel(loss_fn, params, batch, key, perturbation=pert, **(sizes | options))
+
+
+def headline(name, result):
+    """The scalar a user reads first from each kernel's result."""
+    return {
+        "average": lambda r: r.mean,
+        "decomposition": lambda r: r.average.mean,
+        "traces": lambda r: r.average.mean,
+        "worst": lambda r: r.value,
+        "sigma": lambda r: r.increase.mean,
+    }[name](result)
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_second_call_with_new_data_compiles_nothing(name):
+    rng = np.random.default_rng(11)
+    data = [
+        (jnp.asarray(rng.normal(size=4)), jnp.asarray(rng.uniform(1, 2, size=4)), jax.random.key(i))
+        for i in range(2)
+    ]
+    loss_fn = TraceCounter(weighted_sq)
+    first = call_kernel(name, loss_fn, *data[0])
+    jax.block_until_ready(first)
+    assert loss_fn.count == 1  # the algorithm needs one trace; no validation traces
+    with count_compiles() as messages:
+        second = call_kernel(name, loss_fn, *data[1])
+        jax.block_until_ready(second)
+    assert loss_fn.count == 1
+    assert compiles_in(messages) == []
+    assert np.isfinite(float(headline(name, second)))
+    assert float(headline(name, second)) != float(headline(name, first))
+
+
+def test_equal_tree_masks_compile_once():
+    batch, _, _, theta = quadratic()
+    params = {"w": jnp.asarray(theta), "v": jnp.asarray(theta)}
+    loss_fn = TraceCounter(lambda p, b: quad_loss(p["w"], b) + quad_loss(p["v"], b))
+    keys = jax.random.key(0), jax.random.key(1)
+
+    def call(key):
+        pert = Perturbation("gaussian", 0.1, mask={"w": True, "v": False})  # a new dict each time
+        return average_sharpness(loss_fn, params, batch, key, perturbation=pert, num_samples=4)
+
+    jax.block_until_ready(call(keys[0]))
+    with count_compiles() as messages:
+        jax.block_until_ready(call(keys[1]))
+    assert loss_fn.count == 1
+    assert compiles_in(messages) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# runtime checks: eagerly (ValueError) and inside jax.jit (runtime error), and the switch
+
+
+THETA = np.array([0.3, -0.2, 0.5, 0.1])
+WEIGHTS = np.array([1.0, 2.0, 1.5, 0.5])
+
+
+def expect_failure(mode, match):
+    """pytest.raises for an eager ValueError or a runtime error inside jax.jit."""
+    if mode == "eager":
+        return pytest.raises(ValueError, match=match)
+    return pytest.raises(jax.errors.JaxRuntimeError, match="kernels check failed: .*" + match)
+
+
+def run_mode(mode, body, *args):
+    fn = body if mode == "eager" else jax.jit(body)
+    return jax.block_until_ready(fn(*args))
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize("name", KERNELS)
+def test_nan_params_raise(name, mode):
+    params = jnp.asarray(THETA).at[1].set(jnp.nan)
+    with expect_failure(mode, "params: expected finite"):
+        run_mode(mode, lambda p: call_kernel(name, weighted_sq, p, jnp.asarray(WEIGHTS),
+                                             jax.random.key(0)), params)
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_traced_nonpositive_scale_raises(name):
+    body = lambda s: call_kernel(  # noqa: E731
+        name, weighted_sq, jnp.asarray(THETA), jnp.asarray(WEIGHTS), jax.random.key(0), scale=s
+    )
+    with expect_failure("jit", r"perturbation\.scale \((sigma|radius)\): expected a finite"):
+        run_mode("jit", body, -1.0)
+    with expect_failure("jit", r"perturbation\.scale"):
+        run_mode("jit", body, jnp.nan)
+    # a concrete scale is refused when the spec is built
+    with pytest.raises(ValueError, match=r"perturbation\.scale \(sigma\)"):
+        Perturbation("gaussian", jnp.asarray(-1.0))
+    with pytest.raises(ValueError, match=r"perturbation\.scale \(radius\)"):
+        Perturbation("l2_ball", 0.0)
+
+
+def nan_off_theta(w, theta):
+    """Finite (sum w^2) at w = theta only, NaN at every other point."""
+    return jnp.where(jnp.all(w == theta), jnp.sum(w**2), jnp.nan)
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize(
+    ("name", "count"),
+    [
+        ("average", "4 of the 4 antithetic pairs"),
+        ("decomposition", "4 of the 4 antithetic pairs"),
+        ("traces", "3 of the 3 perturbed points"),
+        ("worst", "8 of the 8 ascent points"),
+        ("sigma", "4 of the 4 antithetic pairs at the returned sigma"),
+    ],
+)
+def test_nonfinite_at_perturbed_points_raises_with_count(name, count, mode):
+    theta = jnp.asarray(THETA)
+    with expect_failure(mode, "loss_fn: non-finite at " + count):
+        run_mode(mode, lambda p: call_kernel(name, nan_off_theta, p, p, jax.random.key(0)), theta)
+
+
+def test_nonfinite_count_of_some_pairs():
+    def loss(w, batch):  # NaN where w_0 < -0.5
+        return jnp.sum(w**2) + jnp.sqrt(w[0] + 0.5)
+
+    with pytest.raises(ValueError, match=r"non-finite at (\d+) of the 64 antithetic") as info:
+        average_sharpness(
+            loss, jnp.zeros(3), (), jax.random.key(0),
+            perturbation=Perturbation("gaussian", 0.3), num_samples=64,
+        )
+    bad = int(str(info.value).split("non-finite at ")[1].split()[0])
+    assert 0 < bad < 64
+
+
+@pytest.mark.parametrize("name", ["average", "decomposition", "worst", "sigma"])
+def test_nonfinite_loss_at_params_raises(name):
+    def loss(w, batch):
+        return jnp.log(-jnp.sum(w**2))
+
+    with expect_failure("eager", "loss_fn: expected a finite loss at params"):
+        call_kernel(name, loss, jnp.asarray(THETA), (), jax.random.key(0))
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_runtime_checks_switch_lets_nan_through(name):
+    params = jnp.asarray(THETA).at[1].set(jnp.nan)
+    with runtime_checks(False):
+        out = call_kernel(name, weighted_sq, params, jnp.asarray(WEIGHTS), jax.random.key(0))
+        inside = jax.jit(
+            lambda p: headline(
+                name, call_kernel(name, weighted_sq, p, jnp.asarray(WEIGHTS), jax.random.key(0))
+            )
+        )(params)
+    assert np.isnan(float(headline(name, out)))
+    assert np.isnan(float(inside))
+    with pytest.raises(ValueError, match="params"):  # and back on after the block
+        call_kernel(name, weighted_sq, params, jnp.asarray(WEIGHTS), jax.random.key(0))
+
+
+# ----------------------------------------------------------------------------------------------
+# bad inputs (static checks)
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_bad_inputs_raise_naming_the_argument(name):
+    theta, batch, key = jnp.asarray(THETA), jnp.asarray(WEIGHTS), jax.random.key(0)
+
+    def total(p, b):
+        return sum(jnp.sum(leaf**2) for leaf in jax.tree_util.tree_leaves(p))
+
+    cases = [
+        ("key: expected a PRNG key", weighted_sq, theta, batch, 0),
+        ("key: expected one PRNG key", weighted_sq, theta, batch, jax.random.split(key, 2)),
+        ("params: expected float32 or float64 leaves, got int", total, jnp.arange(4), (), key),
+        ("params: float16 parameters are refused", total, theta.astype(jnp.float16), (), key),
+        ("params: bfloat16 parameters are refused", total, theta.astype(jnp.bfloat16), (), key),
+        ("params: expected at least one parameter array", total, {}, (), key),
+        ("params: expected at least one parameter entry", total, jnp.zeros((0,)), (), key),
+        ("params: expected one float dtype", total, (theta, theta.astype(jnp.float32)), (), key),
+        ("loss_fn: must return a real floating scalar", lambda w, b: w, theta, (), key),
+    ]
+    for match, loss_fn, params, data, k in cases:
+        with pytest.raises(ValueError, match=match):
+            call_kernel(name, loss_fn, params, data, k)
+    if name == "worst":
+        for option in ("num_steps", "num_restarts"):
+            with pytest.raises(ValueError, match=option):
+                call_kernel(name, weighted_sq, theta, batch, key, **{option: 0})
+    else:
+        with pytest.raises(ValueError, match="chunk_size"):
+            call_kernel(name, weighted_sq, theta, batch, key, chunk_size=0)
+
+
+def test_bad_options_raise():
+    theta, batch, key = jnp.asarray(THETA), jnp.asarray(WEIGHTS), jax.random.key(0)
+    gauss, ball = Perturbation("gaussian", 0.1), Perturbation("l2_ball", 0.1)
+    kw = {"loss_fn": weighted_sq, "params": theta, "batch": batch, "key": key}
     with pytest.raises(ValueError, match="kind"):
         Perturbation("uniform", 1.0)
-    with pytest.raises(ValueError, match="sigma"):
-        sharpness_decomposition(loss, theta, key, sigma=-0.1, num_samples=8, num_probes=2)
-    with pytest.raises(ValueError, match="sigma"):
-        perturbed_hessian_traces(loss, theta, key, sigma=0.0, num_perturbations=2, num_probes=2)
-    with pytest.raises(ValueError, match="mask"):
-        average_sharpness(
-            lambda p: loss(p["w"]),
-            {"w": theta},
-            key,
-            perturbation=Perturbation("gaussian", 0.1, mask={"w": False}),
-            num_samples=8,
-        )
-    with pytest.raises(ValueError, match="mask"):
-        worst_case_sharpness(
-            loss,
-            theta,
-            key,
-            num_steps=2,
-            perturbation=Perturbation("l2_ball", 0.1, mask=lambda path, leaf: False),
-        )
-    with pytest.raises(ValueError, match="params"):
-        average_sharpness(
-            loss,
-            theta.at[0].set(jnp.nan),
-            key,
-            perturbation=Perturbation("gaussian", 0.1),
-            num_samples=8,
-        )
-    with pytest.raises(ValueError, match="loss_fn"):
-        average_sharpness(
-            lambda w: jnp.log(-jnp.sum(w**2)),
-            theta,
-            key,
-            perturbation=Perturbation("gaussian", 0.1),
-            num_samples=8,
-        )
+    with pytest.raises(ValueError, match="adaptive"):
+        Perturbation("gaussian", 1.0, adaptive=1)
+    with pytest.raises(ValueError, match="mask: expected bool"):
+        Perturbation("gaussian", 1.0, mask={"w": 1.0})
+    with pytest.raises(ValueError, match="perturbation: expected a Perturbation"):
+        average_sharpness(**kw, perturbation=0.1, num_samples=4)
+    with pytest.raises(ValueError, match=r"perturbation\.scale .*scalar"):
+        average_sharpness(**kw, perturbation=Perturbation("gaussian", "big"), num_samples=4)
     with pytest.raises(ValueError, match="num_samples"):
-        average_sharpness(
-            loss, theta, key, perturbation=Perturbation("gaussian", 0.1), num_samples=7
-        )
-    with pytest.raises(ValueError, match="perturbation"):
-        worst_case_sharpness(
-            loss, theta, key, perturbation=Perturbation("gaussian", 0.1), num_steps=2
-        )
+        average_sharpness(**kw, perturbation=gauss, num_samples=1)
+    for chunk in (0, -1, True, 2.0):
+        with pytest.raises(ValueError, match="chunk_size"):
+            average_sharpness(**kw, perturbation=gauss, num_samples=4, chunk_size=chunk)
+    with pytest.raises(ValueError, match="antithetic"):
+        average_sharpness(**kw, perturbation=gauss, num_samples=4, antithetic=None)
+    with pytest.raises(ValueError, match="perturbation: the Theorem 6/12"):
+        sharpness_decomposition(**kw, perturbation=ball, num_samples=4, num_probes=2)
+    with pytest.raises(ValueError, match="num_probes"):
+        sharpness_decomposition(**kw, perturbation=gauss, num_samples=4, num_probes=1)
+    with pytest.raises(ValueError, match="perturbation: worst-case"):
+        worst_case_sharpness(**kw, perturbation=gauss, num_steps=2)
     with pytest.raises(ValueError, match="step_size"):
-        worst_case_sharpness(
-            loss, theta, key, perturbation=Perturbation("l2_ball", 0.1), num_steps=2, step_size=0.0
-        )
+        worst_case_sharpness(**kw, perturbation=ball, num_steps=2, step_size=0.0)
+    with pytest.raises(ValueError, match="perturbation: sigma_search"):
+        sigma_search(**kw, perturbation=ball, target_increase=0.1)
     with pytest.raises(ValueError, match="target_increase"):
-        sigma_search(loss, theta, key, target_increase=0.0)
-    with pytest.raises(ValueError, match="sigma_upper"):
-        sigma_search(loss, theta, key, target_increase=0.1, sigma_lower=1.0, sigma_upper=0.5)
+        sigma_search(**kw, perturbation=gauss, target_increase=0.0)
+    with pytest.raises(ValueError, match="sigma_lower"):
+        sigma_search(**kw, perturbation=gauss, target_increase=0.1, sigma_lower=0.5)
+
+
+def test_bad_masks_raise():
+    theta, key = jnp.asarray(THETA), jax.random.key(0)
+    params = {"w": theta}
+
+    def loss(p, batch):
+        return jnp.sum(p["w"] ** 2)
+
+    def avg(pert, p=params):
+        return average_sharpness(loss, p, (), key, perturbation=pert, num_samples=4)
+
+    with pytest.raises(ValueError, match="mask: matches no parameter"):
+        avg(Perturbation("gaussian", 0.1, mask={"w": False}))
+    with pytest.raises(ValueError, match="mask: matches no parameter"):
+        worst_case_sharpness(
+            loss, params, (), key, num_steps=2,
+            perturbation=Perturbation("l2_ball", 0.1, mask=lambda path, leaf: "attn" in path),
+        )
+    with pytest.raises(ValueError, match="mask: the callable must decide"):
+        avg(Perturbation("gaussian", 0.1, mask=lambda path, leaf: jnp.all(leaf > 0)))
+    with pytest.raises(ValueError, match="mask: expected None, a callable"):
+        avg(Perturbation("gaussian", 0.1, mask={"v": True}))
+    with pytest.raises(ValueError, match="mask: a mask of shape"):
+        avg(Perturbation("gaussian", 0.1, mask={"w": np.array([True, False])}))
+    with pytest.raises(ValueError, match="adaptive scales"):
+        avg(Perturbation("gaussian", 0.1, adaptive=True), {"w": jnp.zeros(4)})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -543,19 +868,21 @@ _SHARDED = textwrap.dedent(
     from kernels.sharpness import (Perturbation, average_sharpness, perturbed_hessian_traces,
                                    worst_case_sharpness)
 
+    def loss(w, a):
+        return jnp.sum(jnp.exp(a * w)) + jnp.sum(w) ** 2
+
     def compute():
         a = jnp.linspace(-1.0, 1.5, 5)
-        loss = lambda w: jnp.sum(jnp.exp(a * w)) + jnp.sum(w) ** 2
         theta = jnp.linspace(0.2, -0.2, 5)
         key = jax.random.key(3)
-        avg = average_sharpness(loss, theta, key, perturbation=Perturbation("gaussian", 0.1),
-                                num_samples=14)
-        worst = worst_case_sharpness(loss, theta, key, perturbation=Perturbation("l2_ball", 0.1),
+        gauss = Perturbation("gaussian", 0.1)
+        avg = average_sharpness(loss, theta, a, key, perturbation=gauss, num_samples=7)
+        worst = worst_case_sharpness(loss, theta, a, key, perturbation=Perturbation("l2_ball", 0.1),
                                      num_steps=5, num_restarts=3)
-        traces = perturbed_hessian_traces(loss, theta, key, sigma=0.1, num_perturbations=3,
+        traces = perturbed_hessian_traces(loss, theta, a, key, perturbation=gauss, num_samples=3,
                                           num_probes=2)
         return {"devices": len(jax.devices()), "avg": float(avg.mean),
-                "worst": float(worst.value), "traces": [float(t) for t in traces]}
+                "worst": float(worst.value), "traces": traces.traces.mean.tolist()}
     """
 )
 
