@@ -554,26 +554,39 @@ def test_compile_once_finite():
     assert compiles_in(messages) == []
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True, eq=False)
+class Ball:
+    """A projection whose radius is a pytree leaf: a new radius compiles nothing."""
+
+    radius: jax.Array
+
+    def __call__(self, w):
+        return norms.project_lp_ball(w, p=2, radius=self.radius)
+
+
 def test_compile_once_search():
     rng = np.random.default_rng(12)
     x1, x2 = (jnp.asarray(rng.normal(size=(7, 3))) for _ in range(2))
     w1, w2 = (jnp.asarray(rng.normal(size=3)) * 0.1 for _ in range(2))
-    key2, bound2 = jax.random.key(9), jnp.asarray(5.0)
+    key2, bound2, ball2 = jax.random.key(9), jnp.asarray(5.0), Ball(jnp.asarray(0.5))
     apply_fn = TraceCounter(lambda w, xs: jnp.tanh(xs @ w))
     kw = dict(
-        project=l2_ball,
         num_draws=4,
         num_steps=3,
         step_size=jnp.asarray(0.5),
         num_restarts=2,
         chunk_size=2,
     )
-    rad.rademacher_search(apply_fn, w1, x1, KEY, output_bound=jnp.asarray(4.0), **kw)
+    bound1, ball1 = jnp.asarray(4.0), Ball(jnp.asarray(1.0))
+    rad.rademacher_search(apply_fn, w1, x1, KEY, project=ball1, output_bound=bound1, **kw)
     # outputs at project(params) (n, dtype, finite check), one shared trace of the ascent
     assert apply_fn.count <= 2
     first = apply_fn.count
     with count_compiles() as messages:
-        est = rad.rademacher_search(apply_fn, w2, x2, key2, output_bound=bound2, **kw)
+        est = rad.rademacher_search(
+            apply_fn, w2, x2, key2, project=ball2, output_bound=bound2, **kw
+        )
     assert apply_fn.count == first
     assert compiles_in(messages) == []
     assert np.isfinite(float(est.lower))
