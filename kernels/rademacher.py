@@ -626,8 +626,8 @@ def _search_sup(
     step_size: Any,
     num_restarts: Any,
     init_scale: Any,
-) -> tuple[SearchSup, jax.Array]:
-    """The search object and the outputs at ``project(params)`` (they fix n and the dtype)."""
+) -> SearchSup:
+    """The search object; ``apply_fn`` runs once at ``project(params)`` (n, dtype, finite)."""
     steps = check_positive_int(num_steps, "num_steps")
     restarts = check_positive_int(num_restarts, "num_restarts")
     check_key(key)
@@ -645,9 +645,9 @@ def _search_sup(
     if shape[0] == 0:
         raise ValueError("inputs: empty sample (apply_fn returned 0 outputs)")
     dtype = _check_float_dtype(out.dtype, "apply_fn")
+    check_finite(out, "apply_fn: outputs at project(params)")
     step = jnp.asarray(step_size, dtype)
-    sup = SearchSup(starts, inputs, step, apply_fn, project, steps, int(shape[0]), dtype)
-    return sup, out.reshape(-1)
+    return SearchSup(starts, inputs, step, apply_fn, project, steps, int(shape[0]), dtype)
 
 
 def search_sup(
@@ -698,7 +698,7 @@ def search_sup(
     """
     return _search_sup(
         apply_fn, params, inputs, key, project, num_steps, step_size, num_restarts, init_scale
-    )[0]
+    )
 
 
 # --------------------------------------------------------------------------- Monte Carlo driver
@@ -741,9 +741,8 @@ def mcdiarmid_halfwidth(bound: Any, *, num_examples: int, num_draws: int, delta:
 def _draw_statistics(
     per_draw: Callable[[jax.Array], jax.Array],
     key: jax.Array,
+    sup: LinearSup | FiniteSup | SearchSup,
     *,
-    num_examples: int,
-    dtype: Any,
     num_draws: int,
     chunk_size: int | None,
     name: str,
@@ -760,7 +759,7 @@ def _draw_statistics(
     @jax.jit
     def sample(draw_key: jax.Array) -> jax.Array:
         with jax.numpy_rank_promotion(setting):
-            return per_draw(_draw_signs(draw_key, num_examples, dtype))
+            return per_draw(_draw_signs(draw_key, sup.num_examples, sup.dtype))
 
     with jax.numpy_rank_promotion("allow"):
         stats = sample_statistics(sample, key, num_samples=num_draws, chunk_size=chunk_size)
@@ -798,6 +797,22 @@ def _with_interval(
         lower = jnp.where(valid, lower, -jnp.inf)
     upper = jnp.full_like(est.mean, jnp.inf) if one_sided else est.mean + hw
     return dataclasses.replace(est, lower=lower, upper=upper, delta=delta)
+
+
+def _exact_sup_estimate(
+    sup: LinearSup | FiniteSup,
+    key: jax.Array,
+    bound: Callable[[], jax.Array],
+    *,
+    num_draws: int,
+    chunk_size: int | None,
+    delta: float | None,
+    name: str,
+) -> Estimate:
+    """Mean of exact sups over sign vectors, with the McDiarmid interval of b = ``bound()``."""
+    stats = _draw_statistics(sup, key, sup, num_draws=num_draws, chunk_size=chunk_size, name=name)
+    b = None if delta is None else bound()
+    return _with_interval(_estimate(stats), b, num_examples=sup.num_examples, delta=delta)
 
 
 def _check_counts(key: Any, num_draws: Any, chunk_size: Any, delta: Any) -> tuple[Any, ...]:
@@ -857,18 +872,8 @@ def rademacher_linear(
     """
     num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
     sup = linear_sup(inputs, norm=norm, radius=radius, readout=readout)
-    n = sup.num_examples
-    stats = _draw_statistics(
-        sup,
-        key,
-        num_examples=n,
-        dtype=sup.dtype,
-        num_draws=num_draws,
-        chunk_size=chunk_size,
-        name="inputs",
-    )
-    bound = None if delta is None else sup.bound
-    return _with_interval(_estimate(stats), bound, num_examples=n, delta=delta)
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, name="inputs")
+    return _exact_sup_estimate(sup, key, lambda: sup.bound, **kw)
 
 
 @compile_once
@@ -919,40 +924,8 @@ def rademacher_finite(
     """
     num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
     sup, first = _finite_sup(outputs_fn, batch, num_members, member_chunk)
-    n = sup.num_examples
-    stats = _draw_statistics(
-        sup,
-        key,
-        num_examples=n,
-        dtype=sup.dtype,
-        num_draws=num_draws,
-        chunk_size=chunk_size,
-        name="outputs_fn",
-    )
-    bound = None if delta is None else sup.bound_from(first)
-    return _with_interval(_estimate(stats), bound, num_examples=n, delta=delta)
-
-
-def _checked_search(
-    apply_fn: Callable,
-    params: Any,
-    inputs: Any,
-    key: jax.Array,
-    project: Callable,
-    num_steps: Any,
-    step_size: Any,
-    num_restarts: Any,
-    init_scale: Any,
-    output_bound: Any,
-) -> SearchSup:
-    """Validate ``output_bound``, build the search, check the outputs at ``project(params)``."""
-    if output_bound is not None:
-        check_positive(output_bound, "output_bound")
-    restart_key = jax.random.fold_in(check_key(key), _RESTART_SALT)
-    options = (num_steps, step_size, num_restarts, init_scale)
-    sup, out = _search_sup(apply_fn, params, inputs, restart_key, project, *options)
-    check_finite(out, "apply_fn: outputs at project(params)")
-    return sup
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, name="outputs_fn")
+    return _exact_sup_estimate(sup, key, lambda: sup.bound_from(first), **kw)
 
 
 def _search_estimate(
@@ -965,21 +938,16 @@ def _search_estimate(
     delta: float | None,
 ) -> Estimate:
     """Search estimate; with ``output_bound``, its interval if no visited |f(x_i)| exceeds it."""
-    b = None if output_bound is None else jnp.asarray(output_bound, sup.dtype)
+    if output_bound is not None:
+        check_positive(output_bound, "output_bound")
+    b = None if output_bound is None or delta is None else jnp.asarray(output_bound, sup.dtype)
 
     def per_draw(signs: jax.Array) -> jax.Array:
         value, top = sup.search(signs)
         return value[None] if b is None else jnp.stack([value, (top > b).astype(sup.dtype)])
 
-    stats = _draw_statistics(
-        per_draw,
-        key,
-        num_examples=sup.num_examples,
-        dtype=sup.dtype,
-        num_draws=num_draws,
-        chunk_size=chunk_size,
-        name="apply_fn",
-    )
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, name="apply_fn")
+    stats = _draw_statistics(per_draw, key, sup, **kw)
     est = _estimate(stats, 0)
     if b is None:
         return est
@@ -1052,12 +1020,10 @@ def rademacher_search(
     0.5
     """
     num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
-    options = (num_steps, step_size, num_restarts, init_scale, output_bound)
-    sup = _checked_search(apply_fn, params, inputs, key, project, *options)
-    bound = None if delta is None else output_bound
-    return _search_estimate(
-        sup, key, bound, num_draws=num_draws, chunk_size=chunk_size, delta=delta
-    )
+    options = (project, num_steps, step_size, num_restarts, init_scale)
+    sup = _search_sup(apply_fn, params, inputs, jax.random.fold_in(key, _RESTART_SALT), *options)
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta)
+    return _search_estimate(sup, key, output_bound, **kw)
 
 
 def _exact_size(sup: Any, num_examples: Any) -> int:
