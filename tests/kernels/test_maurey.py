@@ -82,6 +82,7 @@ def test_sparsify_matrix_and_dtype_and_errors():
         (np.zeros(3, np.float16), KEY, "v: expected float32"),
         (np.array([np.nan, 0.0]), KEY, "v: expected finite"),
     ],
+    ids=["int_key", "empty", "integer", "float16", "nan"],
 )
 def test_sparsify_bad_inputs_raise(v, key, match):
     with pytest.raises(ValueError, match=match):

@@ -285,6 +285,7 @@ def test_bad_chunk_size_raises_everywhere(chunk_size):
         (np.ones((4, 2), np.int32), KEY, "inputs.*float32"),
         (np.ones((4, 2), np.float16), KEY, "inputs.*float32"),
     ],
+    ids=["int_key", "empty", "integer", "float16"],
 )
 def test_linear_bad_inputs_raise(inputs, key, match):
     with pytest.raises(ValueError, match=match):
