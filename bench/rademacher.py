@@ -117,7 +117,7 @@ def bench_throughput(num_draws, reps, chunk_sizes):
 def child_rss(num_draws):
     """Run once in this (fresh) process and report peak RSS and XLA's temp allocation."""
     x = jax.random.normal(jax.random.key(1), (N, D), jnp.float32)
-    f = linear_fn(num_draws, None)
+    f = linear_fn(num_draws, 256)  # the default chunk (None would run one draw at a time)
     compiled = f.lower(jax.random.key(0), x).compile()
     temp = compiled.memory_analysis().temp_size_in_bytes
     t = time.perf_counter()
@@ -178,9 +178,9 @@ def bench_search(num_signs, reps, n, d, h, chunks):
         )
 
     # the same restarts key rademacher_search derives, so both compute identical values
-    sup = rad.search_sup(apply_fn, params, x, jax.random.fold_in(key, 0x5EA4C4), **kw)
+    sup = rad.search_sup(apply_fn, params, x, jax.random.fold_in(key, rad._RESTART_SALT), **kw)
     single = jax.jit(lambda s: sup(s[None])[0])
-    signs = rad.sign_vectors(key, num_draws=num_signs, num_samples=n)
+    signs = rad.sign_vectors(key, num_draws=num_signs, num_examples=n)
 
     def loop(_):
         return np.mean([float(single(signs[i])) for i in range(num_signs)])

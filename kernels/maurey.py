@@ -16,6 +16,11 @@ Trauger & Tewari 2024). Cover members can be addressed by an integer index (the 
 digits are the atoms), so :func:`kernels.rademacher.rademacher_finite` can evaluate covers of
 millions of members on demand (:func:`wqk_cover_outputs`).
 
+:func:`maurey_sparsify` is compiled once per (shapes, static options) (see
+:mod:`kernels._jit`); bad input (an int key, integer, half-precision, empty or non-finite ``v``,
+a non-positive ``radius``, $\|v\|_1 > B$) raises a ``ValueError`` naming the argument, eagerly
+and (for values) inside ``jax.jit``.
+
 References:
   Pisier 1981, Séminaire d'analyse fonctionnelle, exp. 5; Zhang 2002, JMLR 2:527-550;
   Trauger & Tewari 2024, arXiv:2312.06786 (Lemmas 3.2-3.6, Theorem 4.1).
@@ -23,18 +28,21 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._checks import check_finite, check_positive, check_positive_int
+from kernels._checks import check_key, check_positive, check_positive_int, check_that
+from kernels._jit import compile_once
+from kernels.rademacher import _check_float_array, _check_float_dtype
 
 __all__ = [
+    "WQKCover",
     "maurey_cover",
     "maurey_cover_log_size",
     "maurey_cover_point",
@@ -46,6 +54,17 @@ __all__ = [
 ]
 
 
+def _check_l1_ball(v: Any, radius: Any) -> tuple[jax.Array, jax.Array]:
+    """``v`` flattened and ``radius`` as an array, after checking ``||v||_1 <= radius``."""
+    flat = _check_float_array(v, "v").reshape(-1)
+    check_positive(radius, "radius")
+    r = jnp.asarray(radius, flat.dtype)
+    l1 = jnp.sum(jnp.abs(flat))
+    check_that(l1 <= r * (1 + 1e-6), "v: expected ||v||_1 <= radius, got ||v||_1 = {} > {}", l1, r)
+    return flat, r
+
+
+@compile_once
 def maurey_sparsify(v: jax.Array, key: jax.Array, *, num_atoms: int, radius: Any) -> jax.Array:
     r"""One Maurey sparsification $v_k$ of ``v`` (any shape, entries as one vector).
 
@@ -55,7 +74,7 @@ def maurey_sparsify(v: jax.Array, key: jax.Array, *, num_atoms: int, radius: Any
     over keys for many draws.
 
     Args:
-      v: array with $\|v\|_1 \le$ ``radius`` (entries as one vector).
+      v: float32/float64 array with $\|v\|_1 \le$ ``radius`` (entries as one vector).
       key: PRNG key.
       num_atoms: k. Static.
       radius: B > 0.
@@ -64,7 +83,8 @@ def maurey_sparsify(v: jax.Array, key: jax.Array, *, num_atoms: int, radius: Any
       Array shaped like ``v``: $(B/k) \cdot c$ with $c$ integer, $\|c\|_1 \le k$.
 
     Raises:
-      ValueError: if ``num_atoms`` < 1, ``radius`` <= 0, or (concretely) $\|v\|_1 > B$.
+      ValueError: if ``num_atoms`` < 1, on a bad key, an integer, half-precision, empty or
+        non-finite ``v``, ``radius`` <= 0 or $\|v\|_1 > B$ (the value checks also under ``jit``).
 
     References:
       Pisier 1981; Zhang 2002, Lemma 1.
@@ -75,30 +95,27 @@ def maurey_sparsify(v: jax.Array, key: jax.Array, *, num_atoms: int, radius: Any
     [0.0, 2.0, 0.0]
     """
     k = check_positive_int(num_atoms, "num_atoms")
-    check_positive(radius, "radius")
-    v = jnp.asarray(v)
-    check_finite(v, "v")
-    flat = v.reshape(-1)
-    r = jnp.asarray(radius, flat.dtype)
+    check_key(key)
+    flat, r = _check_l1_ball(v, radius)
     l1 = jnp.sum(jnp.abs(flat))
-    if not isinstance(l1, jax.core.Tracer) and float(l1) > float(r) * (1 + 1e-6):
-        raise ValueError(f"v: expected ||v||_1 <= radius = {float(r)}, got {float(l1)}")
     probs = jnp.concatenate([jnp.abs(flat) / r, jnp.maximum(1 - l1 / r, 0)[None]])
     draws = jax.random.categorical(key, jnp.log(probs), shape=(k,))
     counts = jnp.zeros(flat.shape[0] + 1, flat.dtype).at[draws].add(1)[:-1]
-    return (jnp.sign(flat) * counts * (r / k)).reshape(v.shape)
+    return (jnp.sign(flat) * counts * (r / k)).reshape(jnp.shape(v))
 
 
 def maurey_expected_error(v: jax.Array, *, num_atoms: int, radius: Any) -> jax.Array:
     r"""Exact $\mathbb E\|v - v_k\|_2^2 = (B\|v\|_1 - \|v\|_2^2)/k$ of :func:`maurey_sparsify`.
 
+    Raises:
+      ValueError: on a bad ``num_atoms``, ``v`` or ``radius``, or if $\|v\|_1 > B$.
+
     >>> import jax.numpy as jnp
     >>> float(maurey_expected_error(jnp.array([0.5, 0.5]), num_atoms=2, radius=1.0))
     0.25
     """
-    v = jnp.asarray(v).reshape(-1)
     k = check_positive_int(num_atoms, "num_atoms")
-    r = jnp.asarray(radius, v.dtype)
+    v, r = _check_l1_ball(v, radius)
     return (r * jnp.sum(jnp.abs(v)) - jnp.sum(v * v)) / k
 
 
@@ -107,13 +124,15 @@ def maurey_error_bound(v: jax.Array, *, num_atoms: int, radius: Any) -> jax.Arra
 
     Equal to :func:`maurey_expected_error` when $\|v\|_1 = B$ (tight on the sphere).
 
+    Raises:
+      ValueError: on a bad ``num_atoms``, ``v`` or ``radius``, or if $\|v\|_1 > B$.
+
     >>> import jax.numpy as jnp
     >>> float(maurey_error_bound(jnp.array([0.5, 0.5]), num_atoms=2, radius=1.0))
     0.25
     """
-    v = jnp.asarray(v).reshape(-1)
     k = check_positive_int(num_atoms, "num_atoms")
-    r = jnp.asarray(radius, v.dtype)
+    v, r = _check_l1_ball(v, radius)
     return (r * r - jnp.sum(v * v)) / k
 
 
@@ -204,14 +223,21 @@ def maurey_cover_point(
     Returns:
       ``[*index.shape, D]``.
 
+    Raises:
+      ValueError: on bad sizes, a non-integer ``index``, a dtype other than float32/float64, or
+        ``radius`` <= 0 (also under ``jit``).
+
     >>> maurey_cover_point(7, dim=2, num_atoms=2, radius=1.0).tolist()  # digits (2, 1)
     [0.5, 0.5]
     """
     d = check_positive_int(dim, "dim")
     k = check_positive_int(num_atoms, "num_atoms")
+    check_positive(radius, "radius")
     base = 2 * d + 1
-    dtype = jnp.result_type(float) if dtype is None else dtype
+    dtype = _check_float_dtype(jnp.result_type(float) if dtype is None else dtype, "dtype")
     index = jnp.asarray(index)
+    if not jnp.issubdtype(index.dtype, jnp.integer):
+        raise ValueError(f"index: expected integers, got {index.dtype}")
     powers = jnp.asarray([base**t for t in range(k)], index.dtype)
     digits = (index[..., None] // powers.reshape((1,) * index.ndim + (k,))) % base
     j = jnp.arange(1, d + 1, dtype=index.dtype).reshape((1,) * (index.ndim + 1) + (d,))
@@ -220,15 +246,67 @@ def maurey_cover_point(
     return counts * jnp.asarray(radius, dtype) / k
 
 
-def wqk_cover_outputs(
-    inputs: jax.Array, cls_tokens: jax.Array, *, num_atoms: int, radius: Any
-) -> tuple[Callable[[jax.Array], jax.Array], int]:
-    r"""The finite class of Theorem 4.1's proof over a Maurey cover of the W_QK ball.
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True, eq=False)
+class WQKCover:
+    r"""The finite class of Theorem 4.1's proof over a Maurey cover of the $W_{QK}$ ball.
 
-    The ball is $\{W_{QK} \in \mathbb R^{d\times d} : \|W_{QK}\|_{1,1} \le B\}$.
+    An ``outputs_fn`` for :func:`kernels.rademacher.rademacher_finite`: ``cover(indices, batch)``
+    with ``batch = (inputs [m, T, d], cls_tokens [m, d])`` returns ``[len(indices), m]`` member
+    outputs (see :func:`wqk_cover_outputs`). A registered pytree (``radius`` is a leaf), compared
+    and hashed by identity.
 
-    Members are triples $(\hat W, j, s)$ with $\hat W$ a cover point of the $\|\cdot\|_{1,1}$ ball
-    of $d\times d$ matrices (:func:`maurey_cover_point` with $D = d^2$), $j \in [d]$,
+    Attributes:
+      radius: B, the $\|W_{QK}\|_{1,1}$ radius (leaf).
+      dim: d, the token dimension. Static.
+      num_atoms: k atoms per cover point. Static.
+    """
+
+    radius: Any
+    dim: int = dataclasses.field(metadata={"static": True})
+    num_atoms: int = dataclasses.field(metadata={"static": True})
+
+    @property
+    def num_members(self) -> int:
+        """$M = 2 d (2 d^2 + 1)^k$."""
+        return 2 * self.dim * (2 * self.dim * self.dim + 1) ** self.num_atoms
+
+    def __call__(self, indices: jax.Array, batch: Any) -> jax.Array:
+        """Outputs ``[len(indices), m]`` of the members ``indices`` on ``batch``."""
+        inputs, cls_tokens = _check_wqk_batch(batch, self.dim)
+        d, dtype = self.dim, inputs.dtype
+        idx = jnp.asarray(indices).astype(jnp.int32)
+        sign = jnp.where(idx % 2 == 0, jnp.ones((), dtype), -jnp.ones((), dtype))
+        j = (idx // 2) % d
+        w = maurey_cover_point(
+            idx // (2 * d), dim=d * d, num_atoms=self.num_atoms, radius=self.radius, dtype=dtype
+        ).reshape(-1, d, d)  # [c, d, d]
+        q = jnp.einsum("cab,mb->cma", w, cls_tokens)  # W x_cls per member and sample
+        att = jax.nn.softmax(jnp.einsum("mtd,cmd->cmt", inputs, q), axis=-1)
+        pooled = jnp.einsum("cmt,mtd->cmd", att, inputs)  # X^T softmax(...)
+        picked = jnp.sum(pooled * jax.nn.one_hot(j, d, dtype=dtype)[:, None, :], axis=-1)
+        return sign[:, None] * picked
+
+
+def _check_wqk_batch(batch: Any, dim: int) -> tuple[jax.Array, jax.Array]:
+    if not isinstance(batch, tuple | list) or len(batch) != 2:
+        raise ValueError("batch: expected a pair (inputs [m, T, d], cls_tokens [m, d])")
+    inputs = _check_float_array(batch[0], "inputs", ndim=3)
+    cls_tokens = _check_float_array(batch[1], "cls_tokens", ndim=2)
+    if inputs.shape[2] != dim or cls_tokens.shape != (inputs.shape[0], dim):
+        raise ValueError(
+            f"inputs, cls_tokens: expected [m, T, {dim}] and [m, {dim}], got {inputs.shape}, "
+            f"{cls_tokens.shape}"
+        )
+    return inputs, cls_tokens.astype(inputs.dtype)
+
+
+def wqk_cover_outputs(*, dim: int, num_atoms: int, radius: Any) -> WQKCover:
+    r"""The finite class of Theorem 4.1's proof over a Maurey cover of the $W_{QK}$ ball.
+
+    The ball is $\{W_{QK} \in \mathbb R^{d\times d} : \|W_{QK}\|_{1,1} \le B\}$. Members are
+    triples $(\hat W, j, s)$ with $\hat W$ a cover point of the $\|\cdot\|_{1,1}$ ball of
+    $d\times d$ matrices (:func:`maurey_cover_point` with $D = d^2$), $j \in [d]$,
     $s \in \{\pm1\}$:
 
     $$f_{\hat W, j, s}(X) = s\, e_j^\top X^\top \mathrm{softmax}(X \hat W x_{[CLS]}).$$
@@ -237,49 +315,31 @@ def wqk_cover_outputs(
     $2 B_w B_{W_c} L_\sigma B_{W_v}$ times the Rademacher complexity of this class (for exact
     $W_{QK}$); evaluating it on a cover with :func:`kernels.rademacher.rademacher_finite` puts a
     measured number beside the theoretical bound. Members are generated on demand from their
-    index ``((cover_index * d + j) * 2 + (s < 0))``.
+    index ``((cover_index * d + j) * 2 + (s < 0))``. The data is the ``batch`` argument
+    ``(inputs [m, T, d], cls_tokens [m, d])`` of ``rademacher_finite``, so new sequences of the
+    same shapes reuse the compiled program.
 
     Args:
-      inputs: ``[m, T, d]`` sequences $X_i$.
-      cls_tokens: ``[m, d]`` the query token $x_{[CLS]}$ of each sequence.
+      dim: d, the token dimension. Static.
       num_atoms: k atoms per cover point. Static.
-      radius: B, the $\|W_{QK}\|_{1,1}$ radius.
+      radius: B > 0, the $\|W_{QK}\|_{1,1}$ radius.
 
     Returns:
-      ``(outputs_fn, num_members)`` for :func:`kernels.rademacher.rademacher_finite`;
-      ``num_members = 2 d (2 d^2 + 1)^k``.
+      :class:`WQKCover`, with ``num_members = 2 d (2 d^2 + 1)^k``.
 
     Raises:
-      ValueError: on bad shapes, or if the member count overflows the index dtype.
+      ValueError: on bad sizes or radius, or if the member count overflows int32 indices.
+
+    >>> import jax, jax.numpy as jnp
+    >>> cover = wqk_cover_outputs(dim=2, num_atoms=1, radius=1.0)
+    >>> x = jnp.ones((3, 4, 2))
+    >>> cover.num_members, cover(jnp.arange(2), (x, x[:, 0])).tolist()  # uniform attention
+    (36, [[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
     """
-    inputs = jnp.asarray(inputs)
-    cls_tokens = jnp.asarray(cls_tokens)
-    if inputs.ndim != 3 or cls_tokens.shape != (inputs.shape[0], inputs.shape[2]):
-        raise ValueError(
-            f"inputs, cls_tokens: expected [m, T, d] and [m, d], got {inputs.shape}, "
-            f"{cls_tokens.shape}"
-        )
-    check_finite(inputs, "inputs")
-    check_finite(cls_tokens, "cls_tokens")
-    check_positive(radius, "radius")
+    d = check_positive_int(dim, "dim")
     k = check_positive_int(num_atoms, "num_atoms")
-    d = inputs.shape[2]
-    num_cover = (2 * d * d + 1) ** k
-    num_members = num_cover * d * 2
-    if num_members > np.iinfo(np.int32).max:
-        raise ValueError(f"num_atoms: {num_members} members overflow int32 indices; use fewer")
-    dtype = inputs.dtype
-
-    def outputs_fn(idx: jax.Array) -> jax.Array:
-        idx = idx.astype(jnp.int32)
-        sign = jnp.where(idx % 2 == 0, jnp.ones((), dtype), -jnp.ones((), dtype))
-        j = (idx // 2) % d
-        w = maurey_cover_point(idx // (2 * d), dim=d * d, num_atoms=k, radius=radius, dtype=dtype)
-        w = w.reshape(-1, d, d)  # [c, d, d]
-        q = jnp.einsum("cab,mb->cma", w, cls_tokens)  # W x_cls per member and sample
-        att = jax.nn.softmax(jnp.einsum("mtd,cmd->cmt", inputs, q), axis=-1)
-        pooled = jnp.einsum("cmt,mtd->cmd", att, inputs)  # X^T softmax(...)
-        picked = jnp.sum(pooled * jax.nn.one_hot(j, d, dtype=dtype)[:, None, :], axis=-1)
-        return sign[:, None] * picked
-
-    return outputs_fn, num_members
+    check_positive(radius, "radius")
+    cover = WQKCover(radius=radius, dim=d, num_atoms=k)
+    if cover.num_members > np.iinfo(np.int32).max:
+        raise ValueError(f"num_atoms: {cover.num_members} members overflow int32 indices")
+    return cover

@@ -1,51 +1,73 @@
 r"""Empirical Rademacher complexity by Monte Carlo over sign vectors.
 
 $$\mathrm{Rad}_S(\mathcal F) = \mathbb E_\sigma \sup_{f\in\mathcal F}
-\frac1n\sum_{i=1}^n \sigma_i f(x_i), \qquad \sigma \sim \mathrm{Unif}\{\pm1\}^n.$$
+\frac1n\sum_{i=1}^n \sigma_i f(x_i), \qquad \sigma \sim \mathrm{Unif}\{\pm1\}^n,$$
 
-Every kernel here is built from a *sup function* ``signs[c, n] -> values[c]`` (one value
-$\sup_f \frac1n\langle\sigma, f(S)\rangle$ per sign vector) and one Monte Carlo driver:
+with $n$ = ``num_examples``, the size of the sample $S$. Every estimator here averages a *sup
+object* ``sup(signs[..., n]) -> values[...]`` (one value
+$\sup_f \frac1n\langle\sigma, f(S)\rangle$ per sign vector), a registered frozen dataclass whose
+arrays are pytree leaves and whose configuration (callables, sizes) is static:
 
-- :func:`linear_sup`: exact sup for norm-ball linear classes (dual norm);
-- :func:`finite_sup`: exact sup for a finite class whose outputs are produced on demand;
-- :func:`search_sup`: a *lower bound* of the sup over a constrained parameter set (projected
-  gradient ascent).
+- :class:`LinearSup` (:func:`linear_sup`): exact sup of a norm-ball linear class (dual norm);
+- :class:`FiniteSup` (:func:`finite_sup`): exact sup of a finite class whose outputs
+  ``outputs_fn(indices, batch)`` are produced on demand;
+- :class:`SearchSup` (:func:`search_sup`): a *lower bound* of the sup over a constrained
+  parameter set (projected gradient ascent).
 
-:func:`rademacher_linear`, :func:`rademacher_finite` and :func:`rademacher_search` average
-them over ``num_draws`` random sign vectors; :func:`rademacher_exact` enumerates all $2^n$.
+:func:`rademacher_linear`, :func:`rademacher_finite` and :func:`rademacher_search` average them
+over ``num_draws`` random sign vectors; :func:`rademacher_exact` enumerates all $2^n$.
 
 Sign vectors and determinism
 ----------------------------
-Draw $k$ uses its own key ``fold_in(key, k)`` and is unpacked from
-$\lceil n/32\rceil$ raw 32-bit words (``jax.random.bits``): sample $i$ gets bit $i \bmod 32$ of
-word $\lfloor i/32\rfloor$, bit 1 meaning $-1$. Unpacking costs a shift, a mask and a bitcast
-per sign, several times cheaper than ``jax.random.rademacher``. Because every draw has its own
-key, any chunk of draws can be regenerated alone from the key and its indices
-(:func:`sign_chunk`), and neither ``chunk_size`` nor the device count changes which sign vector
-draw $k$ is (results differ only by floating-point reassociation of the final sums).
+Draw $k$ uses its own key ``fold_in(key, k)`` and is unpacked from $\lceil n/32\rceil$ raw 32-bit
+words (``jax.random.bits``): example $i$ gets bit $i \bmod 32$ of word $\lfloor i/32\rfloor$,
+bit 1 meaning $-1$ (a shift, a mask and a bitcast per sign, several times cheaper than
+``jax.random.rademacher``). The key of a draw is derived from its index inside the program
+(:func:`kernels.parallel.sample_statistics`), so neither ``chunk_size`` nor the device count
+changes which sign vector draw $k$ is (results differ only by floating-point reassociation), and
+any chunk can be regenerated alone (:func:`sign_chunk`).
 
-Memory and devices
-------------------
-Draws are processed ``chunk_size`` at a time in one fused pass: generate the chunk's signs, apply
-the sup function (for linear classes one GEMM ``signs @ inputs`` and a row-wise dual norm),
-reduce the chunk to (count, mean, M2) (Chan et al.'s pairwise update). Peak memory is bounded by
-the chunk, never by ``num_draws``: a million draws hold one chunk of signs at a time. The chunks
-are spread over ``jax.devices()`` with :func:`kernels.parallel.map_samples` (``shard_map`` over
-a one-axis mesh); chunk $c$ computes the same numbers on any device, so the sharded result equals
-the single-device result for the same key.
+Chunks and memory
+-----------------
+Draws are processed ``chunk_size`` at a time (vectorised), each chunk reduced at once to a running
+(count, mean, M2), so memory is that of one chunk whatever ``num_draws`` is; ``chunk_size=None``
+runs one draw at a time (least memory). Chunks are spread over ``jax.devices()``. Defaults and
+the memory of one chunk ($c$ = ``chunk_size``, $n$ examples, $d$ features, $s$ = itemsize):
 
-Many hosts: call ``jax.distributed.initialize()`` on every process, then call the kernel *inside*
-``jax.jit`` with the same arguments (same key, same replicated inputs) on every process.
-``jax.devices()`` then lists the devices of all hosts, the chunk indices are created inside the
-jitted program and sharded over the global mesh, and the final (count, mean, M2) reduction is a
-cross-device collective, so every process receives the same replicated Estimate.
+===================== ======= ==================================================================
+kernel                default memory of one chunk
+===================== ======= ==================================================================
+rademacher_linear     256     $c\,n\,s$ signs + $c\,d\,s$ products (1 MiB at n = 1024, float32)
+rademacher_finite     256     $c\,n\,s$ signs + $c\,m\,s$ scores + $m\,n\,s$ outputs
+                              ($m$ = ``member_chunk``)
+rademacher_search     8       $c\,R$ copies of the parameters and of one forward/backward pass of
+                              ``apply_fn`` on all $n$ examples ($R$ = ``num_restarts``)
+rademacher_exact      4096    $c\,n\,s$ signs + what the sup object needs for $c$ sign vectors
+===================== ======= ==================================================================
+
+Compile once
+------------
+The entry points are compiled once per (callables, static options, shapes and dtypes)
+(:func:`kernels._jit.compile_once`): data (``inputs``, ``batch``, ``params``), keys and array-valued
+radii are dynamic arguments, so a second call with new data of the same shapes compiles nothing.
+Callables (``apply_fn``, ``project``, ``outputs_fn``) are keyed by identity: create them once
+and pass data through ``inputs`` / ``batch``. A Python float option (``radius``, ``step_size``,
+``output_bound``) is static; pass ``jnp.asarray(value)`` to vary it without recompiling.
+
+Checks
+------
+Non-finite data or parameters, a non-positive ``radius`` / ``step_size`` / ``output_bound`` and
+a sup that is non-finite on some sign vector raise an error naming the argument, eagerly
+(``ValueError``) and inside ``jax.jit`` (``JaxRuntimeError``); see :mod:`kernels._checks` for the
+switch that turns these runtime checks off. Integer or half-precision data, an int ``key`` and
+empty samples raise ``ValueError`` at once.
 
 Confidence intervals
 --------------------
 Flipping one sign changes $\sup_f \frac1n\langle\sigma, f\rangle$ by at most $2b/n$ when
 $|f(x_i)| \le b$; McDiarmid's inequality over the $nK$ independent signs of $K$ draws gives the
 $(1-\delta)$ interval $\bar Y \pm 2b\sqrt{\ln(2/\delta)/(2nK)}$ for $\mathrm{Rad}_S$ around the
-$K$-draw average $\bar Y$ of exact sups (SPEC.md section 1).
+$K$-draw average $\bar Y$ of exact sups (:func:`mcdiarmid_halfwidth`).
 
 References:
   Bartlett & Mendelson 2002, JMLR 3:463-482 (Rademacher complexity);
@@ -55,6 +77,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -63,12 +86,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._checks import check_finite, check_positive, check_positive_int
+from kernels._checks import check_finite, check_key, check_positive, check_positive_int, check_that
+from kernels._jit import compile_once
 from kernels.estimate import Estimate
-from kernels.norms import dual_exponent, vector_norm
-from kernels.parallel import map_samples
+from kernels.norms import dual_exponent, tree_norm, vector_norm
+from kernels.parallel import SampleStats, sample_statistics
 
 __all__ = [
+    "FiniteSup",
+    "LinearSup",
+    "SearchSup",
     "finite_sup",
     "linear_sup",
     "mcdiarmid_halfwidth",
@@ -81,20 +108,68 @@ __all__ = [
     "sign_vectors",
 ]
 
-SupFn = Callable[[jax.Array], jax.Array]
-
 _WORD_BITS = 32
-# Default sign entries (draws x samples) per chunk: 2**20 float32 = 4 MiB, cache-sized.
-_CHUNK_ENTRIES = 2**20
-# Default sign vectors per vmapped chunk in rademacher_search (CPU cache friendly).
-_SEARCH_CHUNK = 8
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# salt of the key of the random restarts of rademacher_search (the signs use the key itself)
+_RESTART_SALT = 0x5EA4C4
+_MAX_EXACT_EXAMPLES = 20
+
+
+# --------------------------------------------------------------------------- argument checks
+
+
+def _check_float_dtype(dtype: Any, name: str) -> np.dtype:
+    """Return ``dtype`` if it is float32 or float64; else raise naming ``name``."""
+    dt = np.dtype(dtype)
+    if dt not in _FLOAT_DTYPES:
+        raise ValueError(
+            f"{name}: expected float32 or float64 values, got {dt} (integer and half-precision "
+            "values are not supported)"
+        )
+    return dt
+
+
+def _check_float_array(x: Any, name: str, *, ndim: int | None = None) -> jax.Array:
+    """``x`` as a finite, non-empty float32/float64 array of ``ndim`` dimensions."""
+    x = jnp.asarray(x)
+    if ndim is not None and x.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-d array, got shape {x.shape}")
+    _check_float_dtype(x.dtype, name)
+    if x.size == 0:
+        raise ValueError(f"{name}: expected a non-empty array, got shape {x.shape}")
+    check_finite(x, name)
+    return x
+
+
+def _check_float_tree(tree: Any, name: str, *, allow_int: bool = False) -> None:
+    """Floating leaves of ``tree`` are float32/float64 and finite; integer ones only if allowed."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    if not any(np.size(leaf) for leaf in leaves):
+        raise ValueError(f"{name}: expected at least one non-empty array leaf")
+    for leaf in leaves:
+        dtype = jnp.result_type(leaf)
+        if not (allow_int and jnp.issubdtype(dtype, jnp.integer)):
+            _check_float_dtype(dtype, name)
+    check_finite(tree, name)
+
+
+def _check_chunk(chunk_size: Any) -> int | None:
+    return None if chunk_size is None else check_positive_int(chunk_size, "chunk_size")
+
+
+def _check_delta(delta: Any) -> float | None:
+    if delta is None:
+        return None
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 < delta < 1:
+        raise ValueError(f"delta: expected a Python float in (0, 1) or None, got {delta!r}")
+    return float(delta)
 
 
 # --------------------------------------------------------------------------- sign vectors
 
 
-def _unpack_signs(words: jax.Array, num_samples: int, dtype: Any) -> jax.Array:
-    """Words ``[..., W]`` (uint32) -> signs ``[..., num_samples]``: bit i%32 of word i//32."""
+def _unpack_signs(words: jax.Array, num_examples: int, dtype: Any) -> jax.Array:
+    """Words ``[..., W]`` (uint32) -> signs ``[..., num_examples]``: bit i%32 of word i//32."""
     dtype = jnp.dtype(dtype)
     lead = words.shape[:-1]
     shifts = jnp.arange(_WORD_BITS, dtype=jnp.uint32).reshape((1,) * words.ndim + (_WORD_BITS,))
@@ -106,21 +181,40 @@ def _unpack_signs(words: jax.Array, num_samples: int, dtype: Any) -> jax.Array:
         bit = (words[..., None] >> shifts) & jnp.uint32(1)
         one = jnp.ones((), dtype)
         out = jnp.where(bit == jnp.uint32(1), -one, one)
-    return out.reshape(*lead, -1)[..., :num_samples]
+    return out.reshape(*lead, -1)[..., :num_examples]
 
 
-def _signs_at(key: jax.Array, indices: jax.Array, num_samples: int, dtype: Any) -> jax.Array:
-    """Sign vectors of the draws ``indices`` (any shape) -> ``[*indices.shape, num_samples]``."""
-    num_words = -(-num_samples // _WORD_BITS)
-    flat = indices.reshape(-1)
-    words = jax.vmap(
-        lambda i: jax.random.bits(jax.random.fold_in(key, i), (num_words,), jnp.uint32)
-    )(flat)
-    return _unpack_signs(words, num_samples, dtype).reshape(*indices.shape, num_samples)
+def _draw_signs(draw_key: jax.Array, num_examples: int, dtype: Any) -> jax.Array:
+    """The sign vector ``[num_examples]`` of one draw from its key ``fold_in(key, k)``."""
+    num_words = -(-num_examples // _WORD_BITS)
+    words = jax.random.bits(draw_key, (num_words,), jnp.uint32)
+    return _unpack_signs(words, num_examples, dtype)
+
+
+def _signs_at(key: jax.Array, indices: jax.Array, num_examples: int, dtype: Any) -> jax.Array:
+    """Sign vectors of the draws ``indices`` (uint32 vector) -> ``[len(indices), n]``."""
+    return jax.vmap(lambda i: _draw_signs(jax.random.fold_in(key, i), num_examples, dtype))(indices)
+
+
+@compile_once
+def _sign_rows(
+    key: jax.Array, start: jax.Array, *, num_rows: int, num_examples: int, dtype: Any
+) -> jax.Array:
+    check_key(key)
+    check_positive_int(num_rows, "num_rows")
+    check_positive_int(num_examples, "num_examples")
+    dtype = _check_float_dtype(dtype, "dtype")
+    idx = start.astype(jnp.uint32) + jnp.arange(num_rows, dtype=jnp.uint32)
+    return _signs_at(key, idx, num_examples, dtype)
 
 
 def sign_chunk(
-    key: jax.Array, chunk_index: Any, *, chunk_size: int, num_samples: int, dtype: Any = jnp.float32
+    key: jax.Array,
+    chunk_index: Any,
+    *,
+    chunk_size: int,
+    num_examples: int,
+    dtype: Any = jnp.float32,
 ) -> jax.Array:
     r"""Rows ``chunk_index * chunk_size ... + chunk_size - 1`` of :func:`sign_vectors`, alone.
 
@@ -129,56 +223,58 @@ def sign_chunk(
 
     Args:
       key: PRNG key.
-      chunk_index: which chunk (int or int array scalar).
-      chunk_size: draws per chunk. Static.
-      num_samples: n, the length of each sign vector. Static.
-      dtype: floating dtype of the signs.
+      chunk_index: which chunk (int >= 0 or int array scalar).
+      chunk_size: draws per chunk (int >= 1). Static.
+      num_examples: n, the length of each sign vector. Static.
+      dtype: float32 or float64, the dtype of the signs.
 
     Returns:
-      ``[chunk_size, num_samples]`` array of +-1.
+      ``[chunk_size, num_examples]`` array of +-1.
+
+    Raises:
+      ValueError: on a bad key, size, chunk index or dtype.
 
     >>> import jax, jax.numpy as jnp
     >>> key = jax.random.key(0)
-    >>> full = sign_vectors(key, num_draws=6, num_samples=5)
-    >>> bool(jnp.all(sign_chunk(key, 1, chunk_size=3, num_samples=5) == full[3:]))
+    >>> full = sign_vectors(key, num_draws=6, num_examples=5)
+    >>> bool(jnp.all(sign_chunk(key, 1, chunk_size=3, num_examples=5) == full[3:]))
     True
     """
-    check_positive_int(chunk_size, "chunk_size")
-    check_positive_int(num_samples, "num_samples")
-    start = jnp.asarray(chunk_index, jnp.uint32) * jnp.uint32(chunk_size)
-    idx = start + jnp.arange(chunk_size, dtype=jnp.uint32)
-    return _signs_at(key, idx, num_samples, dtype)
+    size = check_positive_int(chunk_size, "chunk_size")
+    if isinstance(chunk_index, int | np.integer):
+        chunk_index = check_positive_int(chunk_index, "chunk_index", minimum=0)
+    start = jnp.asarray(chunk_index, jnp.uint32) * jnp.uint32(size)
+    return _sign_rows(key, start, num_rows=size, num_examples=num_examples, dtype=dtype)
 
 
 def sign_vectors(
-    key: jax.Array, *, num_draws: int, num_samples: int, dtype: Any = jnp.float32
+    key: jax.Array, *, num_draws: int, num_examples: int, dtype: Any = jnp.float32
 ) -> jax.Array:
     r"""``num_draws`` i.i.d. uniform sign vectors in $\{\pm1\}^n$, as a ``[num_draws, n]`` array.
 
     Row $k$ depends only on ``(key, k)``, so any chunk of rows can be regenerated alone with
-    :func:`sign_chunk`. The kernels never call this for all draws at once; it is for tests and
-    small problems.
+    :func:`sign_chunk`. The kernels never materialise all draws; this is for tests and small
+    problems (memory ``num_draws * num_examples * itemsize``).
 
     Args:
       key: PRNG key.
       num_draws: number of sign vectors. Static.
-      num_samples: n. Static.
-      dtype: floating dtype of the signs.
+      num_examples: n. Static.
+      dtype: float32 or float64, the dtype of the signs.
 
     Raises:
-      ValueError: if a size is not a positive int.
+      ValueError: on a bad key, size or dtype.
 
     >>> import jax
-    >>> s = sign_vectors(jax.random.key(1), num_draws=2, num_samples=3)
+    >>> s = sign_vectors(jax.random.key(1), num_draws=2, num_examples=3)
     >>> s.shape, s.dtype, bool(((s == 1) | (s == -1)).all())
     ((2, 3), dtype('float32'), True)
     """
-    check_positive_int(num_draws, "num_draws")
-    check_positive_int(num_samples, "num_samples")
-    return _signs_at(key, jnp.arange(num_draws, dtype=jnp.uint32), num_samples, dtype)
+    num = check_positive_int(num_draws, "num_draws")
+    return _sign_rows(key, np.uint32(0), num_rows=num, num_examples=num_examples, dtype=dtype)
 
 
-# --------------------------------------------------------------------------- sup functions
+# --------------------------------------------------------------------------- linear classes
 
 
 def _parse_norm(norm: Any, readout: Any) -> tuple[float, float | None]:
@@ -198,10 +294,50 @@ def _parse_norm(norm: Any, readout: Any) -> tuple[float, float | None]:
     return float(norm), None
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class LinearSup:
+    r"""Exact sup of a norm-ball linear class (see :func:`linear_sup`), ``signs[..., n] -> [...]``.
+
+    $\sup = s\,\|\sum_i \sigma_i x_i\|_{p^*}$ with $s = B\|u\|_{q^*}/n$ ($B/n$ for the vector
+    class).
+
+    Attributes:
+      inputs: ``[n, d]`` sample (leaf).
+      scale: $s$ (leaf).
+      dual: $p^*$, the exponent of the dual norm. Static.
+    """
+
+    inputs: jax.Array
+    scale: jax.Array
+    dual: float = dataclasses.field(metadata={"static": True})
+
+    @property
+    def num_examples(self) -> int:
+        """n, the sample size."""
+        return self.inputs.shape[0]
+
+    @property
+    def dtype(self) -> Any:
+        """The compute dtype (that of ``inputs``)."""
+        return self.inputs.dtype
+
+    @property
+    def bound(self) -> jax.Array:
+        r"""$b = \sup_{f, i} |f(x_i)| = B \|u\|_{q^*} \max_i \|x_i\|_{p^*}$ (for McDiarmid)."""
+        norms = vector_norm(self.inputs, self.dual, axis=1)
+        return jnp.max(norms) * self.scale * self.num_examples
+
+    def __call__(self, signs: jax.Array) -> jax.Array:
+        """Sups for sign vectors ``[..., n]``."""
+        v = jnp.dot(signs.astype(self.dtype), self.inputs, preferred_element_type=self.dtype)
+        return self.scale * vector_norm(v, self.dual, axis=-1)
+
+
 def linear_sup(
     inputs: jax.Array, *, norm: Any, radius: Any, readout: jax.Array | None = None
-) -> SupFn:
-    r"""Exact sup function of a norm-ball linear class, ``signs[c, n] -> values[c]``.
+) -> LinearSup:
+    r"""Exact sup object of a norm-ball linear class, ``signs[..., n] -> values[...]``.
 
     Vector class $\{x \mapsto \langle w, x\rangle : \|w\|_p \le B\}$ (``norm=p``):
     $\sup = \frac{B}{n}\|\sum_i \sigma_i x_i\|_{p^*}$ (Hölder, attained).
@@ -212,314 +348,486 @@ def linear_sup(
     $\|\cdot\|_{q,p}$ is $\|\cdot\|_{q^*,p^*}$, so $\sup = \frac{B}{n}\|u\|_{q^*}\|v\|_{p^*}$.
 
     Args:
-      inputs: ``[n, d]`` sample.
+      inputs: ``[n, d]`` float32/float64 sample.
       norm: p in [1, inf] for the vector class, or a pair (q, p) for the matrix class.
-      radius: B > 0.
+      radius: B > 0 (float or array scalar).
       readout: ``[k]`` vector u, required for (and only for) the matrix class.
 
     Returns:
-      A function of ``signs[c, n]`` returning ``[c]`` sups; its ``.bound`` attribute is
-      $b = \sup_{f, i} |f(x_i)| = B \|u\|_{q^*} \max_i \|x_i\|_{p^*}$ (for McDiarmid).
+      :class:`LinearSup`; its ``bound`` is $b = B\|u\|_{q^*}\max_i\|x_i\|_{p^*}$.
 
     Raises:
-      ValueError: on bad shapes, exponents, non-positive radius or non-finite inputs.
+      ValueError: on bad shapes, dtypes or exponents, empty or non-finite inputs, a non-positive
+        radius (also under ``jit``).
+
+    >>> import jax.numpy as jnp
+    >>> sup = linear_sup(jnp.eye(2), norm=2, radius=1.0)
+    >>> float(sup(jnp.array([1.0, -1.0]))), float(sup.bound)  # sqrt(2) / 2, B max ||x_i||
+    (0.7071067811865476, 1.0)
     """
-    inputs = jnp.asarray(inputs)
-    if inputs.ndim != 2 or not jnp.issubdtype(inputs.dtype, jnp.floating):
-        raise ValueError(f"inputs: expected a float [n, d] array, got {inputs.dtype}{inputs.shape}")
-    check_finite(inputs, "inputs")
+    inputs = _check_float_array(inputs, "inputs", ndim=2)
     check_positive(radius, "radius")
     p, q = _parse_norm(norm, readout)
-    p_dual = dual_exponent(p)
-    scale = jnp.asarray(radius, inputs.dtype) / jnp.asarray(inputs.shape[0], inputs.dtype)
+    scale = jnp.asarray(radius, inputs.dtype) / inputs.shape[0]
     if q is not None:
-        readout = jnp.asarray(readout)
-        if readout.ndim != 1:
-            raise ValueError(f"readout: expected a vector [k], got shape {readout.shape}")
-        check_finite(readout, "readout")
-        scale = scale * vector_norm(readout.astype(inputs.dtype), dual_exponent(q))
-
-    def sup(signs: jax.Array) -> jax.Array:
-        v = jnp.dot(signs, inputs, preferred_element_type=inputs.dtype)
-        return scale * vector_norm(v, p_dual, axis=-1)
-
-    sup.bound = jnp.max(vector_norm(inputs, p_dual, axis=1)) * scale * inputs.shape[0]
-    sup.num_samples = inputs.shape[0]
-    sup.dtype = inputs.dtype
-    return sup
+        u = _check_float_array(readout, "readout", ndim=1).astype(inputs.dtype)
+        scale = scale * vector_norm(u, dual_exponent(q))
+    return LinearSup(inputs=inputs, scale=scale, dual=dual_exponent(p))
 
 
-def _check_outputs_fn(outputs_fn: Callable, num_members: int, member_chunk: int) -> Any:
-    idx = jax.ShapeDtypeStruct((member_chunk,), jnp.int32)
-    try:
-        out = jax.eval_shape(outputs_fn, idx)
-    except Exception as err:  # re-raised naming the argument
+# --------------------------------------------------------------------------- finite classes
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class FiniteSup:
+    r"""Exact sup of a finite class (see :func:`finite_sup`), ``signs[..., n] -> values[...]``.
+
+    $\sup = \max_{j < M}\frac1n\langle\sigma, V_j\rangle$, members visited ``member_chunk`` at a
+    time in a ``lax.fori_loop``.
+
+    Attributes:
+      batch: the data ``outputs_fn`` reads (leaves).
+      outputs_fn: ``(indices[member_chunk], batch) -> [member_chunk, n]`` outputs. Static (keyed
+        by identity).
+      num_members: M. Static.
+      member_chunk: members per block. Static.
+      num_examples: n. Static.
+      dtype: dtype of the outputs. Static.
+    """
+
+    batch: Any
+    outputs_fn: Callable[[jax.Array, Any], jax.Array] = dataclasses.field(metadata={"static": True})
+    num_members: int = dataclasses.field(metadata={"static": True})
+    member_chunk: int = dataclasses.field(metadata={"static": True})
+    num_examples: int = dataclasses.field(metadata={"static": True})
+    dtype: Any = dataclasses.field(metadata={"static": True})
+
+    @property
+    def num_blocks(self) -> int:
+        """Number of member blocks."""
+        return -(-self.num_members // self.member_chunk)
+
+    def block(self, b: Any) -> tuple[jax.Array, jax.Array]:
+        """Outputs ``[member_chunk, n]`` of block ``b`` and which rows are real members.
+
+        Indices past ``M - 1`` (last block) are clamped to ``M - 1`` and marked invalid.
+        """
+        idx = b * self.member_chunk + jnp.arange(self.member_chunk, dtype=jnp.int32)
+        vals = self.outputs_fn(jnp.minimum(idx, self.num_members - 1), self.batch)
+        return vals, idx < self.num_members
+
+    def __call__(self, signs: jax.Array) -> jax.Array:
+        """Sups for sign vectors ``[..., n]``."""
+        signs = signs.astype(self.dtype)
+
+        def body(b: Any, best: jax.Array) -> jax.Array:
+            vals, valid = self.block(b)
+            scores = jnp.dot(signs, vals.T, preferred_element_type=self.dtype)
+            valid = valid.reshape((1,) * (scores.ndim - 1) + valid.shape)
+            return jnp.maximum(best, jnp.max(jnp.where(valid, scores, -jnp.inf), axis=-1))
+
+        init = jnp.full(signs.shape[:-1], -jnp.inf, self.dtype)
+        best = jax.lax.fori_loop(0, self.num_blocks, body, init)
+        return best / self.num_examples
+
+    def bound_from(self, first: jax.Array) -> jax.Array:
+        r"""$b = \max_{j,i}|V_{ji}|$, given the outputs ``first`` of block 0 (one more pass)."""
+
+        def body(b: Any, acc: jax.Array) -> jax.Array:
+            vals, valid = self.block(b)
+            return jnp.maximum(acc, jnp.max(jnp.where(valid[:, None], jnp.abs(vals), 0)))
+
+        return jax.lax.fori_loop(1, self.num_blocks, body, jnp.max(jnp.abs(first)))
+
+    @property
+    def bound(self) -> jax.Array:
+        r"""$b = \max_{j,i} |V_{ji}|$ (one pass over the members, for McDiarmid)."""
+        return self.bound_from(self.block(0)[0])
+
+
+def _finite_sup(
+    outputs_fn: Callable[[jax.Array, Any], jax.Array],
+    batch: Any,
+    num_members: Any,
+    member_chunk: Any,
+) -> tuple[FiniteSup, jax.Array]:
+    """The sup object and the outputs of block 0 (computed once; they fix n and the dtype)."""
+    if num_members is None:
+        num_members = getattr(outputs_fn, "num_members", None)
+        if num_members is None:
+            raise ValueError("num_members: required unless outputs_fn has a num_members attribute")
+    m = check_positive_int(num_members, "num_members")
+    mc = min(m, 1024) if member_chunk is None else member_chunk
+    mc = min(check_positive_int(mc, "member_chunk"), m)
+    if jax.tree_util.tree_leaves(batch):
+        _check_float_tree(batch, "batch", allow_int=True)
+    first = outputs_fn(jnp.arange(mc, dtype=jnp.int32), batch)
+    shape = getattr(first, "shape", None)
+    if shape is None or len(shape) != 2 or shape[0] != mc or shape[1] == 0:
         raise ValueError(
-            f"outputs_fn: could not be evaluated on {member_chunk} indices: {err}"
-        ) from err
-    if len(out.shape) != 2 or out.shape[0] != member_chunk:
-        raise ValueError(
-            f"outputs_fn: indices[{member_chunk}] must give outputs [{member_chunk}, n], "
-            f"got shape {out.shape}"
+            f"outputs_fn: indices[{mc}] must give outputs [{mc}, n] with n >= 1, got shape {shape}"
         )
-    if not jnp.issubdtype(out.dtype, jnp.floating):
-        raise ValueError(f"outputs_fn: must return floating outputs, got {out.dtype}")
-    return out
+    dtype = _check_float_dtype(first.dtype, "outputs_fn")
+    sup = FiniteSup(
+        batch=batch,
+        outputs_fn=outputs_fn,
+        num_members=m,
+        member_chunk=mc,
+        num_examples=int(shape[1]),
+        dtype=dtype,
+    )
+    return sup, first
 
 
 def finite_sup(
-    outputs_fn: Callable[[jax.Array], jax.Array],
-    num_members: int,
+    outputs_fn: Callable[[jax.Array, Any], jax.Array],
+    batch: Any,
     *,
+    num_members: int | None = None,
     member_chunk: int | None = None,
-) -> SupFn:
-    r"""Exact sup function of a finite class, ``signs[c, n] -> values[c]``.
+) -> FiniteSup:
+    r"""Exact sup object of a finite class, ``signs[..., n] -> values[...]``.
 
-    $\sup = \max_{j < M} \frac1n \langle \sigma, V_j\rangle$ where ``outputs_fn(indices)``
-    returns the member outputs $V_j = (f_j(x_1), \dots, f_j(x_n))$ for an int32 index vector
-    of length ``member_chunk``. Members are visited ``member_chunk`` at a time (a
-    ``lax.fori_loop``), so memory holds ``c x member_chunk`` scores and ``member_chunk x n``
-    outputs, never the whole output matrix. The last chunk's indices past ``M - 1`` are clamped
-    to ``M - 1`` before the call and masked after.
+    $\sup = \max_{j < M} \frac1n \langle \sigma, V_j\rangle$ where ``outputs_fn(indices, batch)``
+    returns the member outputs $V_j = (f_j(x_1), \dots, f_j(x_n))$ for an int32 index vector of
+    length ``member_chunk``. Members are visited ``member_chunk`` at a time, so memory holds
+    ``c x member_chunk`` scores and ``member_chunk x n`` outputs, never the whole output matrix.
+    This evaluates ``outputs_fn`` once on the first block to learn n and the dtype.
 
     Args:
-      outputs_fn: int32 ``[member_chunk]`` indices -> ``[member_chunk, n]`` outputs; traceable.
-      num_members: M. Static.
+      outputs_fn: ``(int32 indices[member_chunk], batch) -> [member_chunk, n]`` float32/float64
+        outputs; traceable. Keyed by identity when compiled: pass data through ``batch``.
+      batch: the data ``outputs_fn`` reads (any pytree, ``None`` for none).
+      num_members: M (default ``outputs_fn.num_members``). Static.
       member_chunk: members per block (default min(M, 1024)). Static.
 
     Returns:
-      The sup function; its ``.bound`` attribute is a function computing
-      $b = \max_{j,i} |V_{ji}|$ (one extra pass over the members).
+      :class:`FiniteSup`; its ``bound`` is $b = \max_{j,i}|V_{ji}|$ (one more pass).
 
     Raises:
-      ValueError: on bad counts or if ``outputs_fn`` does not return ``[member_chunk, n]``.
+      ValueError: on bad counts, non-finite or half-precision data, or if ``outputs_fn`` does
+        not return ``[member_chunk, n]`` float outputs.
+
+    >>> import jax.numpy as jnp
+    >>> sup = finite_sup(lambda i, v: v[i], jnp.array([[1.0, 0.0], [0.0, 1.0]]), num_members=2)
+    >>> float(sup(jnp.array([1.0, -1.0]))), float(sup.bound)
+    (0.5, 1.0)
     """
-    num_members = check_positive_int(num_members, "num_members")
-    mc = min(num_members, 1024) if member_chunk is None else member_chunk
-    mc = min(check_positive_int(mc, "member_chunk"), num_members)
-    out = _check_outputs_fn(outputs_fn, num_members, mc)
-    num_samples, dtype = out.shape[1], out.dtype
-    num_blocks = -(-num_members // mc)
-
-    def block(b: Any) -> tuple[jax.Array, jax.Array]:
-        idx = b * mc + jnp.arange(mc, dtype=jnp.int32)
-        valid = idx < num_members
-        return outputs_fn(jnp.minimum(idx, num_members - 1)), valid
-
-    def sup(signs: jax.Array) -> jax.Array:
-        def body(b: Any, best: jax.Array) -> jax.Array:
-            vals, valid = block(b)
-            scores = jnp.dot(signs, vals.T, preferred_element_type=dtype)
-            scores = jnp.where(valid[None, :], scores, -jnp.inf)
-            return jnp.maximum(best, jnp.max(scores, axis=1))
-
-        init = jnp.full(signs.shape[:1], -jnp.inf, dtype)
-        best = jax.lax.fori_loop(0, num_blocks, body, init)
-        return best / jnp.asarray(num_samples, dtype)
-
-    def bound() -> jax.Array:
-        def body(b: Any, acc: jax.Array) -> jax.Array:
-            vals, valid = block(b)
-            return jnp.maximum(acc, jnp.max(jnp.where(valid[:, None], jnp.abs(vals), 0)))
-
-        return jax.lax.fori_loop(0, num_blocks, body, jnp.zeros((), dtype))
-
-    sup.bound = bound
-    sup.num_samples = num_samples
-    sup.dtype = dtype
-    return sup
+    return _finite_sup(outputs_fn, batch, num_members, member_chunk)[0]
 
 
-def _tree_global_norm(tree: Any) -> jax.Array:
-    return jnp.sqrt(sum(jnp.sum(leaf * leaf) for leaf in jax.tree_util.tree_leaves(tree)))
+# --------------------------------------------------------------------------- search
 
 
-def search_sup(
-    apply_fn: Callable[[Any, jax.Array], jax.Array],
-    params: Any,
-    inputs: Any,
-    key: jax.Array,
-    *,
-    project: Callable[[Any], Any],
-    num_steps: int,
-    step_size: float,
-    num_restarts: int = 1,
-    init_scale: float = 1.0,
-) -> SupFn:
-    r"""Lower-bound sup function of a constrained parametric class, ``signs[c, n] -> values[c]``.
+def _ascent_decay(num_steps: int) -> np.ndarray:
+    """Step factors 0.01 ** (t / (T - 1)) for t < T, then 0 (the extra step evaluates the end)."""
+    return np.append(0.01 ** (np.arange(num_steps) / max(num_steps - 1, 1)), 0.0)
 
-    For each sign vector, projected gradient ascent on
-    $g_\sigma(\theta) = \frac1n\sum_i \sigma_i f_\theta(x_i)$ over $\Theta$ = the range of
-    ``project``: $\theta_{t+1} = P(\theta_t + \eta_t\, \nabla g_\sigma(\theta_t) /
-    \|\nabla g_\sigma(\theta_t)\|_2)$ (normalised steps, so ``step_size`` is in parameter units;
-    $\eta_t$ decays geometrically from ``step_size`` to ``step_size / 100``),
-    started from ``project(params)`` and from ``num_restarts - 1`` random points
-    ``project(params + init_scale * z)``, z Gaussian with each leaf's RMS scale (shared by all
-    sign vectors, drawn from ``key``). The value is the best $g_\sigma$ seen over all iterates and
-    restarts. Every iterate is feasible, so each value is a **lower bound** of
-    $\sup_{\theta\in\Theta} g_\sigma(\theta)$. Sign vectors and restarts are vmapped: one
-    batched program, not a loop.
 
-    Args:
-      apply_fn: ``(params, inputs) -> outputs`` of shape ``[n]`` or ``[n, 1]``.
-      params: parameter pytree (a point of the class; the first start).
-      inputs: the sample (any pytree ``apply_fn`` accepts).
-      key: PRNG key for the random restarts.
-      project: Euclidean projection onto the constraint set (params -> params).
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SearchSup:
+    r"""Lower-bound sup of a constrained parametric class (see :func:`search_sup`).
+
+    Attributes:
+      starts: the ascent's starting points, each leaf stacked ``[num_restarts, ...]`` (leaves).
+      inputs: the sample ``apply_fn`` reads (leaves).
+      step_size: $\eta_0$ (leaf).
+      apply_fn: ``(params, inputs) -> [n]`` or ``[n, 1]`` outputs. Static.
+      project: Euclidean projection onto the constraint set. Static.
       num_steps: ascent steps per start. Static.
-      step_size: first step length eta_0 > 0, in parameter (global l2) units; about the
-        diameter of the constraint set is a good choice.
-      num_restarts: starts per sign vector (>= 1). Static.
-      init_scale: scale of the random restarts relative to each leaf's RMS.
-
-    Returns:
-      The sup function (lower bound).
-
-    Raises:
-      ValueError: on bad counts / step size or if ``apply_fn`` does not give ``[n]`` outputs.
+      num_examples: n. Static.
+      dtype: dtype of the outputs. Static.
     """
-    check_positive_int(num_steps, "num_steps")
-    check_positive_int(num_restarts, "num_restarts")
-    check_positive(step_size, "step_size")
-    try:
-        out = jax.eval_shape(apply_fn, params, inputs)
-    except Exception as err:  # re-raised naming the argument
-        raise ValueError(f"apply_fn: could not be evaluated at params, inputs: {err}") from err
-    if len(out.shape) not in (1, 2) or (len(out.shape) == 2 and out.shape[1] != 1):
-        raise ValueError(f"apply_fn: must return outputs [n] or [n, 1], got shape {out.shape}")
-    num_samples, dtype = out.shape[0], out.dtype
 
+    starts: Any
+    inputs: Any
+    step_size: jax.Array
+    apply_fn: Callable[[Any, Any], jax.Array] = dataclasses.field(metadata={"static": True})
+    project: Callable[[Any], Any] = dataclasses.field(metadata={"static": True})
+    num_steps: int = dataclasses.field(metadata={"static": True})
+    num_examples: int = dataclasses.field(metadata={"static": True})
+    dtype: Any = dataclasses.field(metadata={"static": True})
+
+    def _ascend(self, signs: jax.Array, theta0: Any) -> tuple[jax.Array, jax.Array]:
+        """Best objective and largest |f(x_i)| over the iterates from ``theta0``."""
+        n = self.num_examples
+
+        def objective(theta: Any) -> tuple[jax.Array, jax.Array]:
+            f = self.apply_fn(theta, self.inputs).reshape(n).astype(self.dtype)
+            return jnp.dot(signs, f) / n, jnp.max(jnp.abs(f))
+
+        def step(carry: Any, eta: jax.Array) -> Any:
+            theta, best, top = carry
+            (val, f_max), grad = jax.value_and_grad(objective, has_aux=True)(theta)
+            gnorm = tree_norm(grad)
+            gnorm = jnp.maximum(gnorm, jnp.finfo(gnorm.dtype).tiny)
+            scale = eta.astype(gnorm.dtype) / gnorm
+            theta = self.project(
+                jax.tree_util.tree_map(lambda t, d: t + scale.astype(t.dtype) * d, theta, grad)
+            )
+            return (theta, jnp.maximum(best, val), jnp.maximum(top, f_max)), None
+
+        etas = self.step_size.astype(self.dtype) * jnp.asarray(
+            _ascent_decay(self.num_steps), self.dtype
+        )
+        init = (theta0, jnp.full((), -jnp.inf, self.dtype), jnp.zeros((), self.dtype))
+        # one extra scan step evaluates the last iterate (its update is discarded): the
+        # compiled program holds one copy of the model's forward and backward pass, not two
+        (_, best, top), _ = jax.lax.scan(step, init, etas)
+        return best, top
+
+    def search(self, signs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        r"""Values ``[...]`` for sign vectors ``[..., n]`` and the largest $|f_\theta(x_i)|$ seen.
+
+        The second output is $\max |f_\theta(x_i)|$ over every parameter the search visited for
+        that sign vector (all iterates of all restarts): what an ``output_bound`` must cover.
+        """
+        lead = signs.shape[:-1]
+        flat = signs.astype(self.dtype).reshape(-1, self.num_examples)
+        per_start = jax.vmap(jax.vmap(self._ascend, in_axes=(None, 0)), in_axes=(0, None))
+        best, top = per_start(flat, self.starts)
+        return jnp.max(best, axis=1).reshape(lead), jnp.max(top, axis=1).reshape(lead)
+
+    def __call__(self, signs: jax.Array) -> jax.Array:
+        """Search values (lower bounds of the sups) for sign vectors ``[..., n]``."""
+        return self.search(signs)[0]
+
+
+def _random_starts(
+    params: Any, key: jax.Array, project: Callable, num_restarts: int, init_scale: Any
+) -> Any:
+    """``project(params)`` and ``num_restarts - 1`` projected Gaussian restarts, stacked."""
     leaves, treedef = jax.tree_util.tree_flatten(params)
     keys = jax.random.split(key, len(leaves))
 
-    def random_start(r: Any) -> Any:
+    def random_start(r: int) -> Any:
         new = []
         for leaf, k in zip(leaves, keys, strict=True):
             leaf = jnp.asarray(leaf)
-            rms = jnp.sqrt(jnp.mean(leaf * leaf))
+            rms = jnp.sqrt(jnp.mean(leaf * leaf)) if leaf.size else jnp.ones((), leaf.dtype)
             rms = jnp.where(rms > 0, rms, jnp.ones_like(rms))
             z = jax.random.normal(jax.random.fold_in(k, r), leaf.shape, leaf.dtype)
             new.append(leaf + jnp.asarray(init_scale, leaf.dtype) * rms * z)
         return project(jax.tree_util.tree_unflatten(treedef, new))
 
     starts = [project(params)] + [random_start(r) for r in range(1, num_restarts)]
-    starts = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *starts)
-    # geometric decay eta_t = step_size * 0.01 ** (t / (T - 1)): big first steps reach the
-    # boundary / the best vertex, small last steps settle.
-    decay = 0.01 ** (np.arange(num_steps) / max(num_steps - 1, 1))
-    etas = jnp.asarray(np.append(step_size * decay, 0.0), dtype)
-    tiny = jnp.asarray(jnp.finfo(dtype).tiny, dtype)
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *starts)
 
-    def ascend(signs: jax.Array, theta0: Any) -> jax.Array:
-        def g(theta: Any) -> jax.Array:
-            f = apply_fn(theta, inputs).reshape(num_samples).astype(dtype)
-            return jnp.dot(signs, f) / jnp.asarray(num_samples, dtype)
 
-        def step(carry: Any, eta: jax.Array) -> Any:
-            theta, best = carry
-            val, grad = jax.value_and_grad(g)(theta)
-            gnorm = jnp.maximum(_tree_global_norm(grad), tiny)
-            theta = project(
-                jax.tree_util.tree_map(
-                    lambda t, d: t + (eta / gnorm).astype(t.dtype) * d, theta, grad
-                )
-            )
-            return (theta, jnp.maximum(best, val)), None
+def _search_sup(
+    apply_fn: Callable,
+    params: Any,
+    inputs: Any,
+    key: jax.Array,
+    project: Callable,
+    num_steps: Any,
+    step_size: Any,
+    num_restarts: Any,
+    init_scale: Any,
+) -> SearchSup:
+    """The search object; ``apply_fn`` runs once at ``project(params)`` (n, dtype, finite)."""
+    steps = check_positive_int(num_steps, "num_steps")
+    restarts = check_positive_int(num_restarts, "num_restarts")
+    check_key(key)
+    check_positive(step_size, "step_size")
+    check_positive(init_scale, "init_scale")
+    _check_float_tree(params, "params")
+    if jax.tree_util.tree_leaves(inputs):
+        _check_float_tree(inputs, "inputs", allow_int=True)
+    starts = _random_starts(params, key, project, restarts, init_scale)
+    first = jax.tree_util.tree_map(lambda leaf: leaf[0], starts)
+    out = apply_fn(first, inputs)
+    shape = getattr(out, "shape", None)
+    if shape is None or len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
+        raise ValueError(f"apply_fn: must return outputs [n] or [n, 1], got shape {shape}")
+    if shape[0] == 0:
+        raise ValueError("inputs: empty sample (apply_fn returned 0 outputs)")
+    dtype = _check_float_dtype(out.dtype, "apply_fn")
+    check_finite(out, "apply_fn: outputs at project(params)")
+    step = jnp.asarray(step_size, dtype)
+    return SearchSup(starts, inputs, step, apply_fn, project, steps, int(shape[0]), dtype)
 
-        init = (theta0, jnp.full((), -jnp.inf, dtype))
-        # one extra scan step evaluates the last iterate (its update is discarded): the
-        # compiled program holds one copy of the model's forward and backward pass, not two
-        (_, best), _ = jax.lax.scan(step, init, etas)
-        return best
 
-    def sup(signs: jax.Array) -> jax.Array:
-        per_start = jax.vmap(jax.vmap(ascend, in_axes=(None, 0)), in_axes=(0, None))
-        return jnp.max(per_start(signs.astype(dtype), starts), axis=1)
+def search_sup(
+    apply_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    inputs: Any,
+    key: jax.Array,
+    *,
+    project: Callable[[Any], Any],
+    num_steps: int,
+    step_size: Any,
+    num_restarts: int = 1,
+    init_scale: Any = 1.0,
+) -> SearchSup:
+    r"""Lower-bound sup object of a constrained parametric class, ``signs[..., n] -> [...]``.
 
-    sup.num_samples = num_samples
-    sup.dtype = dtype
-    return sup
+    For each sign vector, projected gradient ascent on
+    $g_\sigma(\theta) = \frac1n\sum_i \sigma_i f_\theta(x_i)$ over $\Theta$ = the range of
+    ``project``: $\theta_{t+1} = P(\theta_t + \eta_t\, \nabla g_\sigma(\theta_t) /
+    \|\nabla g_\sigma(\theta_t)\|_2)$ (normalised steps, so ``step_size`` is in parameter units;
+    $\eta_t$ decays geometrically from ``step_size`` to ``step_size / 100``), started from
+    ``project(params)`` and from ``num_restarts - 1`` random points
+    ``project(params + init_scale * z)``, z Gaussian with each leaf's RMS scale (shared by all
+    sign vectors, drawn from ``key``). The value is the best $g_\sigma$ over all iterates and
+    restarts. Every iterate is feasible, so each value is a **lower bound** of
+    $\sup_{\theta\in\Theta} g_\sigma(\theta)$. Sign vectors and restarts are vmapped. This
+    evaluates ``apply_fn`` once at ``project(params)`` to learn n and the dtype.
+
+    Args:
+      apply_fn: ``(params, inputs) -> outputs`` of shape ``[n]`` or ``[n, 1]`` (float32/64).
+      params: float32/float64 parameter pytree (a point of the class; the first start).
+      inputs: the sample (any pytree ``apply_fn`` accepts; integer leaves such as token ids are
+        allowed).
+      key: PRNG key for the random restarts.
+      project: Euclidean projection onto the constraint set (params -> params).
+      num_steps: ascent steps per start. Static.
+      step_size: first step length eta_0 > 0 (global l2 units), about the set's diameter.
+      num_restarts: starts per sign vector (>= 1). Static.
+      init_scale: scale > 0 of the random restarts relative to each leaf's RMS.
+
+    Returns:
+      :class:`SearchSup` (lower bound); ``.search(signs)`` also returns the largest
+      $|f_\theta(x_i)|$ the search saw.
+
+    Raises:
+      ValueError: on bad counts, key, dtypes, non-finite data or parameters, a non-positive step
+        size, or if ``apply_fn`` does not give ``[n]`` outputs.
+    """
+    return _search_sup(
+        apply_fn, params, inputs, key, project, num_steps, step_size, num_restarts, init_scale
+    )
 
 
 # --------------------------------------------------------------------------- Monte Carlo driver
 
 
-def mcdiarmid_halfwidth(bound: Any, *, num_samples: int, num_draws: int, delta: float) -> Any:
+def _halfwidth_factor(num_examples: Any, num_draws: Any, delta: Any) -> float:
+    n = check_positive_int(num_examples, "num_examples")
+    k = check_positive_int(num_draws, "num_draws")
+    delta = _check_delta(delta)
+    if delta is None:
+        raise ValueError("delta: expected a Python float in (0, 1), got None")
+    return 2 * math.sqrt(math.log(2 / delta) / (2 * n * k))
+
+
+def mcdiarmid_halfwidth(bound: Any, *, num_examples: int, num_draws: int, delta: float) -> Any:
     r"""Half-width $2b\sqrt{\ln(2/\delta)/(2nK)}$ of the McDiarmid interval for $\mathrm{Rad}_S$.
 
     Valid around the average of $K$ exact sups over i.i.d. sign vectors when $|f(x_i)| \le b$.
 
-    >>> round(float(mcdiarmid_halfwidth(1.0, num_samples=50, num_draws=2, delta=0.05)), 6)
+    Args:
+      bound: b >= 0 (float or array).
+      num_examples: n. Static.
+      num_draws: K. Static.
+      delta: the interval has confidence $1 - \delta$, $\delta \in (0, 1)$.
+
+    Raises:
+      ValueError: on bad counts, delta, or a negative / non-finite bound (also under ``jit``).
+
+    >>> round(float(mcdiarmid_halfwidth(1.0, num_examples=50, num_draws=2, delta=0.05)), 6)
     0.27162
     """
-    if not 0 < delta < 1:
-        raise ValueError(f"delta: expected 0 < delta < 1, got {delta!r}")
-    return 2 * bound * math.sqrt(math.log(2 / delta) / (2 * num_samples * num_draws))
+    factor = _halfwidth_factor(num_examples, num_draws, delta)
+    check_that(
+        jnp.logical_and(jnp.isfinite(bound), jnp.asarray(bound) >= 0),
+        "bound: expected a finite value >= 0",
+    )
+    return bound * factor
 
 
-def _combine(counts: jax.Array, means: jax.Array, m2s: jax.Array) -> tuple[Any, Any, Any]:
-    """Chan et al.: merge per-chunk (count, mean, M2) into totals."""
-    total = jnp.sum(counts)
-    mean = jnp.sum(counts * means) / total
-    m2 = jnp.sum(m2s) + jnp.sum(counts * (means - mean) ** 2)
-    return total, mean, m2
-
-
-def _default_chunk(num_draws: int, num_samples: int) -> int:
-    return max(1, min(num_draws, _CHUNK_ENTRIES // max(num_samples, 1)))
-
-
-def _monte_carlo(
-    sup: SupFn,
+def _draw_statistics(
+    per_draw: Callable[[jax.Array], jax.Array],
     key: jax.Array,
+    sup: LinearSup | FiniteSup | SearchSup,
     *,
-    num_samples: int,
-    dtype: Any,
     num_draws: int,
     chunk_size: int | None,
-) -> tuple[jax.Array, jax.Array]:
-    """Mean and stderr of ``sup`` over ``num_draws`` sign vectors, one fused pass per chunk."""
-    check_positive_int(num_draws, "num_draws", minimum=2)
-    chunk = _default_chunk(num_draws, num_samples) if chunk_size is None else chunk_size
-    chunk = min(check_positive_int(chunk, "chunk_size"), num_draws)
-    num_chunks = -(-num_draws // chunk)
+    name: str,
+) -> SampleStats:
+    """Streaming statistics of ``per_draw(signs of draw k)`` over k < num_draws, checked finite.
 
-    def one_chunk(c: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        idx = c.astype(jnp.uint32) * jnp.uint32(chunk) + jnp.arange(chunk, dtype=jnp.uint32)
-        vals = sup(_signs_at(key, idx, num_samples, dtype))
-        valid = idx < jnp.uint32(num_draws)
-        cnt = jnp.sum(valid).astype(dtype)
-        mean = jnp.sum(jnp.where(valid, vals, 0)) / cnt
-        m2 = jnp.sum(jnp.where(valid, (vals - mean) ** 2, 0))
-        return cnt, mean, m2
+    ``per_draw`` is wrapped in ``jax.jit`` so the two traces :func:`sample_statistics` makes
+    (output shape, loop body) share one trace of the user's callable. The statistics run under
+    ``jax_numpy_rank_promotion="allow"`` because their summary broadcasts ``(chunk, m) - (m,)``
+    for vector samples; ``per_draw`` itself runs under the caller's setting.
+    """
+    setting = jax.numpy_rank_promotion.value
 
-    counts, means, m2s = map_samples(
-        one_chunk, jnp.arange(num_chunks, dtype=jnp.int32), chunk_size=1
+    @jax.jit
+    def sample(draw_key: jax.Array) -> jax.Array:
+        with jax.numpy_rank_promotion(setting):
+            return per_draw(_draw_signs(draw_key, sup.num_examples, sup.dtype))
+
+    with jax.numpy_rank_promotion("allow"):
+        stats = sample_statistics(sample, key, num_samples=num_draws, chunk_size=chunk_size)
+    check_that(
+        stats.num_nonfinite == 0,
+        f"{name}: non-finite value at {{}} of the {num_draws} sign vectors",
+        stats.num_nonfinite,
     )
-    total, mean, m2 = _combine(counts, means, m2s)
-    stderr = jnp.sqrt(m2 / (total - 1) / total)
-    return mean, stderr
+    return stats
+
+
+def _estimate(stats: SampleStats, index: int | None = None) -> Estimate:
+    est = stats.estimate()
+    if index is None:
+        return est
+    return Estimate(mean=est.mean[index], stderr=est.stderr[index], num_samples=est.num_samples)
 
 
 def _with_interval(
-    mean: Any,
-    stderr: Any,
+    est: Estimate,
     bound: Any,
     *,
-    num_samples: int,
-    num_draws: int,
+    num_examples: int,
     delta: float | None,
     one_sided: bool = False,
+    valid: Any = None,
 ) -> Estimate:
+    """Attach the McDiarmid interval; where ``valid`` is false the lower end is -inf."""
     if delta is None or bound is None:
-        return Estimate(mean=mean, stderr=stderr, num_samples=num_draws)
-    hw = mcdiarmid_halfwidth(bound, num_samples=num_samples, num_draws=num_draws, delta=delta)
-    upper = jnp.full_like(mean, jnp.inf) if one_sided else mean + hw
-    return Estimate(
-        mean=mean, stderr=stderr, num_samples=num_draws, lower=mean - hw, upper=upper, delta=delta
+        return est
+    factor = _halfwidth_factor(num_examples, est.num_samples, delta)
+    hw = jnp.asarray(bound, est.mean.dtype) * factor
+    lower = est.mean - hw
+    if valid is not None:
+        lower = jnp.where(valid, lower, -jnp.inf)
+    upper = jnp.full_like(est.mean, jnp.inf) if one_sided else est.mean + hw
+    return dataclasses.replace(est, lower=lower, upper=upper, delta=delta)
+
+
+def _exact_sup_estimate(
+    sup: LinearSup | FiniteSup,
+    key: jax.Array,
+    bound: Callable[[], jax.Array],
+    *,
+    num_draws: int,
+    chunk_size: int | None,
+    delta: float | None,
+    name: str,
+) -> Estimate:
+    """Mean of exact sups over sign vectors, with the McDiarmid interval of b = ``bound()``."""
+    stats = _draw_statistics(sup, key, sup, num_draws=num_draws, chunk_size=chunk_size, name=name)
+    b = None if delta is None else bound()
+    return _with_interval(_estimate(stats), b, num_examples=sup.num_examples, delta=delta)
+
+
+def _check_counts(key: Any, num_draws: Any, chunk_size: Any, delta: Any) -> tuple[Any, ...]:
+    check_key(key)
+    return (
+        check_positive_int(num_draws, "num_draws", minimum=2),
+        _check_chunk(chunk_size),
+        _check_delta(delta),
     )
 
 
+# --------------------------------------------------------------------------- public estimators
+
+
+@compile_once
 def rademacher_linear(
     inputs: jax.Array,
     key: jax.Array,
@@ -527,25 +835,25 @@ def rademacher_linear(
     norm: Any,
     radius: Any,
     num_draws: int,
-    chunk_size: int | None = None,
+    chunk_size: int | None = 256,
     readout: jax.Array | None = None,
     delta: float | None = 0.05,
 ) -> Estimate:
     r"""Monte Carlo empirical Rademacher complexity of a norm-ball linear class (exact sups).
 
     $$\widehat{\mathrm{Rad}} = \frac1K\sum_{k=1}^K \frac{B}{n}\Big\|\sum_i\sigma^{(k)}_i x_i
-    \Big\|_{p^*}$$ (times $\|u\|_{q^*}$ for the matrix class, see :func:`linear_sup`): an
-    unbiased estimate of $\mathrm{Rad}_S$. Chunks of ``chunk_size`` draws are generated from raw
-    random bits, multiplied by ``inputs`` (one GEMM) and reduced in one pass, sharded over
-    ``jax.devices()``; memory is bounded by the chunk, not by ``num_draws``.
+    \Big\|_{p^*}$$ (times $\|u\|_{q^*}$ for the matrix class, see :func:`linear_sup`): unbiased
+    for $\mathrm{Rad}_S$. Each chunk of draws is generated from raw random bits, multiplied by
+    ``inputs`` (one GEMM) and reduced in one pass, sharded over ``jax.devices()``.
 
     Args:
-      inputs: ``[n, d]`` sample (its dtype is the compute dtype).
+      inputs: ``[n, d]`` float32/float64 sample (its dtype is the compute dtype).
       key: PRNG key.
       norm: p in [1, inf] (vector class) or a pair (q, p) (matrix class, needs ``readout``).
-      radius: B > 0.
+      radius: B > 0 (float, or array scalar to vary it without recompiling).
       num_draws: K >= 2 sign vectors. Static.
-      chunk_size: draws per fused chunk (default: about 2**20 / n); does not change the draws.
+      chunk_size: draws per vectorised chunk (memory ``chunk_size * (n + d) * itemsize``); None
+        for one at a time. Does not change the draws.
       readout: u for the matrix class.
       delta: confidence of the McDiarmid interval (None for no interval).
 
@@ -553,7 +861,8 @@ def rademacher_linear(
       Estimate(mean, stderr, K, lower, upper, delta) with the McDiarmid $(1-\delta)$ interval.
 
     Raises:
-      ValueError: on bad shapes, exponents, sizes, or non-finite inputs.
+      ValueError: on bad shapes, dtypes, exponents, sizes, key, empty or non-finite inputs, a
+        non-positive radius (eagerly; ``JaxRuntimeError`` naming it inside ``jit``).
 
     >>> import jax, jax.numpy as jnp
     >>> x = jnp.eye(4)  # ||sum_i s_i e_i||_2 = 2 for every sign vector: Rad = B * 2 / 4
@@ -561,64 +870,104 @@ def rademacher_linear(
     >>> float(est.mean), float(est.stderr)
     (0.5, 0.0)
     """
+    num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
     sup = linear_sup(inputs, norm=norm, radius=radius, readout=readout)
-    n = inputs.shape[0]
-    mean, stderr = _monte_carlo(
-        sup, key, num_samples=n, dtype=inputs.dtype, num_draws=num_draws, chunk_size=chunk_size
-    )
-    return _with_interval(mean, stderr, sup.bound, num_samples=n, num_draws=num_draws, delta=delta)
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, name="inputs")
+    return _exact_sup_estimate(sup, key, lambda: sup.bound, **kw)
 
 
+@compile_once
 def rademacher_finite(
-    outputs_fn: Callable[[jax.Array], jax.Array],
-    num_members: int,
+    outputs_fn: Callable[[jax.Array, Any], jax.Array],
+    batch: Any,
     key: jax.Array,
     *,
     num_draws: int,
+    num_members: int | None = None,
     member_chunk: int | None = None,
-    draw_chunk: int | None = None,
+    chunk_size: int | None = 256,
     delta: float | None = 0.05,
 ) -> Estimate:
     r"""Monte Carlo empirical Rademacher complexity of a finite class given by its outputs.
 
     $$\widehat{\mathrm{Rad}} = \frac1K\sum_k \max_{j<M}\frac1n\langle\sigma^{(k)}, V_j\rangle,$$
-    unbiased for $\mathrm{Rad}_S$, with $V_j$ = ``outputs_fn(indices)[row]`` produced on demand
-    ``member_chunk`` members at a time, so a class of $10^6$ members never needs its output
-    matrix in memory (see :func:`finite_sup`). Draws go ``draw_chunk`` at a time, sharded over
-    devices.
+    unbiased for $\mathrm{Rad}_S$, with $V_j$ = ``outputs_fn(indices, batch)[row]`` produced on
+    demand ``member_chunk`` members at a time, so a class of $10^6$ members never needs its output
+    matrix in memory (see :func:`finite_sup`). ``outputs_fn`` is traced three times on a first
+    call (the first block, the bound pass, the sup pass) plus once by the Monte Carlo driver.
 
     Args:
-      outputs_fn: int32 ``[member_chunk]`` indices -> ``[member_chunk, n]`` member outputs.
-      num_members: M. Static.
+      outputs_fn: ``(int32 indices[member_chunk], batch) -> [member_chunk, n]`` member outputs
+        (a plain function, keyed by identity, or a registered pytree callable such as
+        :func:`kernels.maurey.wqk_cover_outputs`, whose arrays are dynamic).
+      batch: the data ``outputs_fn`` reads (any pytree, ``None`` for none).
       key: PRNG key.
       num_draws: K >= 2. Static.
-      member_chunk: members per block (default min(M, 1024)).
-      draw_chunk: sign vectors per chunk (default about 2**20 / n); does not change the draws.
+      num_members: M (default ``outputs_fn.num_members``). Static.
+      member_chunk: members per block (default min(M, 1024)). Static.
+      chunk_size: sign vectors per chunk (memory ``chunk_size * (n + member_chunk) * itemsize``
+        plus ``member_chunk * n`` outputs); None for one at a time. Does not change the draws.
       delta: confidence of the McDiarmid interval (b = max |V|), None for none.
 
     Returns:
       Estimate with the McDiarmid $(1-\delta)$ interval.
 
     Raises:
-      ValueError: on bad sizes or outputs.
+      ValueError: on bad sizes, key, data or outputs, or non-finite outputs (also under ``jit``).
 
     >>> import jax, jax.numpy as jnp
     >>> V = jnp.array([[1.0, 1.0], [-1.0, -1.0], [1.0, -1.0], [-1.0, 1.0]])  # all of {+-1}^2
-    >>> est = rademacher_finite(lambda i: V[i], 4, jax.random.key(0), num_draws=4)
+    >>> est = rademacher_finite(lambda i, v: v[i], V, jax.random.key(0), num_draws=4,
+    ...     num_members=4)
     >>> float(est.mean)  # max_j <s, V_j> / 2 = 1 for every s
     1.0
     """
-    sup = finite_sup(outputs_fn, num_members, member_chunk=member_chunk)
-    n = sup.num_samples
-    mean, stderr = _monte_carlo(
-        sup, key, num_samples=n, dtype=sup.dtype, num_draws=num_draws, chunk_size=draw_chunk
+    num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
+    sup, first = _finite_sup(outputs_fn, batch, num_members, member_chunk)
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, name="outputs_fn")
+    return _exact_sup_estimate(sup, key, lambda: sup.bound_from(first), **kw)
+
+
+def _search_estimate(
+    sup: SearchSup,
+    key: jax.Array,
+    output_bound: Any,
+    *,
+    num_draws: int,
+    chunk_size: int | None,
+    delta: float | None,
+) -> Estimate:
+    """Search estimate; with ``output_bound``, its interval if no visited |f(x_i)| exceeds it."""
+    if output_bound is not None:
+        check_positive(output_bound, "output_bound")
+    b = None if output_bound is None or delta is None else jnp.asarray(output_bound, sup.dtype)
+
+    def per_draw(signs: jax.Array) -> jax.Array:
+        value, top = sup.search(signs)
+        return value[None] if b is None else jnp.stack([value, (top > b).astype(sup.dtype)])
+
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, name="apply_fn")
+    stats = _draw_statistics(per_draw, key, sup, **kw)
+    est = _estimate(stats, 0)
+    if b is None:
+        return est
+    exceeded = jnp.round(stats.mean[1] * num_draws).astype(jnp.int32)
+    check_that(
+        exceeded == 0,
+        "output_bound: {} is exceeded by |f(x_i)| at parameters the search visited, for {} of "
+        f"the {num_draws} sign vectors; it must bound every output of the class",
+        b,
+        exceeded,
     )
-    bound = sup.bound() if delta is not None else None
-    return _with_interval(mean, stderr, bound, num_samples=n, num_draws=num_draws, delta=delta)
+    valid = jnp.logical_and(exceeded == 0, jnp.logical_and(jnp.isfinite(b), b > 0))
+    return _with_interval(
+        est, b, num_examples=sup.num_examples, delta=delta, one_sided=True, valid=valid
+    )
 
 
+@compile_once
 def rademacher_search(
-    apply_fn: Callable[[Any, jax.Array], jax.Array],
+    apply_fn: Callable[[Any, Any], jax.Array],
     params: Any,
     inputs: Any,
     key: jax.Array,
@@ -626,132 +975,124 @@ def rademacher_search(
     project: Callable[[Any], Any],
     num_draws: int,
     num_steps: int,
-    step_size: float,
+    step_size: Any,
     num_restarts: int = 1,
-    chunk_size: int | None = None,
-    init_scale: float = 1.0,
+    chunk_size: int | None = 8,
+    init_scale: Any = 1.0,
     output_bound: Any = None,
     delta: float | None = 0.05,
 ) -> Estimate:
     r"""A Monte Carlo **lower bound** on the Rademacher complexity of a constrained network class.
 
-    $$\widehat{\mathrm{Rad}}_{\mathrm{search}} = \frac1K\sum_k \max_{t,r}\,
-    \frac1n\sum_i\sigma^{(k)}_i f_{\theta^{(k)}_{t,r}}(x_i) \;\le\;
-    \frac1K\sum_k\sup_{\theta\in\Theta}\frac1n\sum_i\sigma^{(k)}_i f_\theta(x_i),$$
-    where $\theta^{(k)}_{t,r}$ are the (feasible) iterates of projected gradient ascent from
-    restart $r$ (see :func:`search_sup`). Its expectation is therefore **at most**
-    $\mathrm{Rad}_S(\{f_\theta : \theta\in\Theta\})$; the stderr is over sign vectors only. All
-    ``chunk_size`` sign vectors of a chunk ascend at once, vmapped (one program for all
-    ``num_draws``; chunks run in a ``lax.map`` and shard over devices).
-
-    With ``output_bound`` $b \ge \sup_{\theta\in\Theta,i}|f_\theta(x_i)|$ the Estimate carries a
-    one-sided $(1-\delta)$ McDiarmid lower confidence bound ``lower`` for $\mathrm{Rad}_S$
-    (``upper`` is $+\infty$): the search average is below the exact-sup average, which is within
-    the McDiarmid half-width of $\mathrm{Rad}_S$.
+    Averages over K sign vectors the best $\frac1n\sum_i\sigma_i f_\theta(x_i)$ over the feasible
+    iterates of projected gradient ascent (:func:`search_sup`): **at most** $\mathrm{Rad}_S$ in
+    expectation; stderr over sign vectors. ``lower`` (given ``output_bound`` $b \ge |f_\theta(x_i)|$
+    on $\Theta$): one-sided $(1-\delta)$ McDiarmid bound, ``upper`` $= \infty$; a visited
+    $|f_\theta(x_i)| > b$ raises (also in ``jit``); runtime checks off: ``lower = -inf``.
 
     Args:
-      apply_fn: ``(params, inputs) -> [n]`` (or ``[n, 1]``) outputs.
-      params: parameters; the first start and the structure of the class.
-      inputs: the sample.
+      apply_fn: ``(params, inputs) -> [n]`` (or ``[n, 1]``) outputs; keyed by identity.
+      params: float32/float64 parameters; the first start and the structure of the class.
+      inputs: the sample (any pytree; integer leaves allowed).
       key: PRNG key (sign vectors and random restarts).
-      project: Euclidean projection onto the constraint set.
+      project: Euclidean projection onto the constraint set; keyed by identity.
       num_draws: K >= 2 sign vectors. Static.
       num_steps: ascent steps. Static.
-      step_size: first normalised step length eta_0 > 0 (parameter units), decaying
-        geometrically to eta_0 / 100 over the steps; about the constraint set's diameter.
+      step_size: first normalised step length eta_0 > 0, decaying to eta_0 / 100.
       num_restarts: starts per sign vector. Static.
-      chunk_size: sign vectors vmapped at once (default min(num_draws, 8)). On CPU small
-        chunks are fastest (each sign vector's activations stay in cache: bench/rademacher.py
-        measured chunks of 8 faster than all 1,024 at once); on accelerators use hundreds.
-      init_scale: relative scale of random restarts.
-      output_bound: b for the McDiarmid lower confidence bound (optional).
-      delta: its confidence.
+      chunk_size: sign vectors vmapped at once (memory: ``chunk_size * num_restarts`` parameter
+        copies and forward/backward passes on all n examples); None: one at a time.
+      init_scale: relative scale > 0 of random restarts.
+      output_bound: b > 0 for the McDiarmid lower confidence bound (optional).
+      delta: its confidence (None for no interval).
 
     Returns:
-      Estimate of the lower bound.
+      Estimate (``lower`` with ``output_bound`` and ``delta``).
 
     Raises:
-      ValueError: on bad sizes or outputs.
+      ValueError: bad sizes, key, dtypes, outputs; non-finite data; step_size/output_bound <= 0.
 
-    >>> import jax, jax.numpy as jnp
-    >>> from kernels.norms import project_lp_ball
-    >>> x = jnp.eye(4)
-    >>> est = rademacher_search(lambda w, x: x @ w, jnp.zeros(4), x, jax.random.key(0),
-    ...     project=lambda w: project_lp_ball(w, p=2, radius=1.0), num_draws=4, num_steps=5,
+    >>> import jax, jax.numpy as jnp, kernels.norms as kn
+    >>> est = rademacher_search(lambda w, x: x @ w, jnp.zeros(4), jnp.eye(4), jax.random.key(0),
+    ...     project=lambda w: kn.project_lp_ball(w, p=2, radius=1.0), num_draws=4, num_steps=5,
     ...     step_size=2.0)
     >>> round(float(est.mean), 6)  # the exact sup is ||s||_2 / 4 = 0.5 for every s
     0.5
     """
-    sup = search_sup(
-        apply_fn,
-        params,
-        inputs,
-        jax.random.fold_in(key, 0x5EA4C4),
-        project=project,
-        num_steps=num_steps,
-        step_size=step_size,
-        num_restarts=num_restarts,
-        init_scale=init_scale,
-    )
-    n = sup.num_samples
-    chunk = min(num_draws, _SEARCH_CHUNK) if chunk_size is None else chunk_size
-    mean, stderr = _monte_carlo(
-        sup, key, num_samples=n, dtype=sup.dtype, num_draws=num_draws, chunk_size=chunk
-    )
-    return _with_interval(
-        mean, stderr, output_bound, num_samples=n, num_draws=num_draws, delta=delta, one_sided=True
-    )
+    num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
+    options = (project, num_steps, step_size, num_restarts, init_scale)
+    sup = _search_sup(apply_fn, params, inputs, jax.random.fold_in(key, _RESTART_SALT), *options)
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta)
+    return _search_estimate(sup, key, output_bound, **kw)
 
 
+def _exact_size(sup: Any, num_examples: Any) -> int:
+    known = getattr(sup, "num_examples", None)
+    if num_examples is None:
+        if known is None:
+            raise ValueError("num_examples: required when sup has no num_examples attribute")
+        num_examples = known
+    n = check_positive_int(num_examples, "num_examples")
+    if known is not None and known != n:
+        raise ValueError(f"num_examples: sup has {known} examples, got num_examples={n}")
+    if n > _MAX_EXACT_EXAMPLES:
+        raise ValueError(f"num_examples: enumeration needs n <= {_MAX_EXACT_EXAMPLES}, got {n}")
+    return n
+
+
+@compile_once
 def rademacher_exact(
-    sup: SupFn, num_samples: int, *, chunk_size: int | None = None, dtype: Any = None
+    sup: Callable[[jax.Array], jax.Array],
+    *,
+    num_examples: int | None = None,
+    chunk_size: int | None = 4096,
+    dtype: Any = None,
 ) -> Estimate:
     r"""Exact empirical Rademacher average by enumerating all $2^n$ sign vectors ($n \le 20$).
 
-    $$\mathrm{Rad}_S = 2^{-n}\sum_{\sigma\in\{\pm1\}^n} \mathrm{sup}(\sigma)$$ for any sup
-    function of this module (:func:`linear_sup`, :func:`finite_sup`; with :func:`search_sup` it
-    is the exact average of the search lower bound). Sign vector $t$ has $\sigma_i = -1$ iff bit
-    $i$ of $t$ is set. The reference the Monte Carlo tests use.
+    $$\mathrm{Rad}_S = 2^{-n}\sum_{\sigma\in\{\pm1\}^n} \mathrm{sup}(\sigma)$$ for any sup object
+    of this module (:class:`LinearSup`, :class:`FiniteSup`; with :class:`SearchSup` it is the
+    exact average of the search lower bound) or a function ``signs[c, n] -> values[c]``. Sign
+    vector $t$ has $\sigma_i = -1$ iff bit $i$ of $t$ is set. The reference of the tests.
 
     Args:
-      sup: ``signs[c, n] -> values[c]``.
-      num_samples: n <= 20. Static.
-      chunk_size: sign vectors per batch (default min(2^n, 4096)).
-      dtype: dtype of the signs (default: ``sup.dtype`` if set, else the default float dtype).
+      sup: a sup object or function of ``signs[c, n]``.
+      num_examples: n <= 20 (default ``sup.num_examples``). Static.
+      chunk_size: sign vectors per batch (memory ``chunk_size * n * itemsize`` signs plus the
+        sup's own); None for one at a time.
+      dtype: float32/float64 dtype of the signs (default ``sup.dtype``, else the default float).
 
     Returns:
       Estimate(mean, stderr=0, num_samples=2^n).
 
     Raises:
-      ValueError: if n > 20 or not positive.
+      ValueError: if n > 20 or not positive, on a bad chunk size or dtype, or if the sup is
+        non-finite at some sign vector (also under ``jit``).
 
     >>> import jax.numpy as jnp
-    >>> est = rademacher_exact(linear_sup(jnp.eye(3), norm=1, radius=1.0), 3)
+    >>> est = rademacher_exact(linear_sup(jnp.eye(3), norm=1, radius=1.0))
     >>> float(est.mean)  # ||s||_inf / 3
     0.3333333333333333
     """
-    n = check_positive_int(num_samples, "num_samples")
-    if n > 20:
-        raise ValueError(f"num_samples: enumeration needs n <= 20, got {n}")
-    if dtype is None:
-        dtype = getattr(sup, "dtype", None)
-        dtype = jnp.result_type(float) if dtype is None else dtype
+    n = _exact_size(sup, num_examples)
+    dtype = getattr(sup, "dtype", None) if dtype is None else dtype
+    dtype = _check_float_dtype(jnp.result_type(float) if dtype is None else dtype, "dtype")
     total = 2**n
-    chunk = (
-        min(total, 4096)
-        if chunk_size is None
-        else min(check_positive_int(chunk_size, "chunk_size"), total)
-    )
-    num_chunks = -(-total // chunk)
+    chunk = min(1 if chunk_size is None else _check_chunk(chunk_size), total)
     bits = jnp.arange(n, dtype=jnp.uint32)
     one = jnp.ones((), dtype)
 
-    def one_chunk(c: jax.Array) -> jax.Array:
+    def one_chunk(c: jax.Array) -> tuple[jax.Array, jax.Array]:
         t = c.astype(jnp.uint32) * jnp.uint32(chunk) + jnp.arange(chunk, dtype=jnp.uint32)
         signs = jnp.where(((t[:, None] >> bits[None, :]) & jnp.uint32(1)) == 1, -one, one)
-        vals = sup(signs)
-        return jnp.sum(jnp.where(t < jnp.uint32(total), vals, 0))
+        vals = jnp.asarray(sup(signs)).astype(dtype)
+        real = t < jnp.uint32(total)
+        bad = jnp.sum(jnp.logical_and(real, ~jnp.isfinite(vals)))
+        return jnp.sum(jnp.where(real, vals, 0)), bad
 
-    sums = jax.lax.map(one_chunk, jnp.arange(num_chunks, dtype=jnp.int32))
+    sums, bad = jax.lax.map(one_chunk, jnp.arange(-(-total // chunk), dtype=jnp.int32))
+    check_that(
+        jnp.sum(bad) == 0, f"sup: non-finite at {{}} of the {total} sign vectors", jnp.sum(bad)
+    )
     mean = jnp.sum(sums) / jnp.asarray(total, dtype)
     return Estimate(mean=mean, stderr=jnp.zeros_like(mean), num_samples=total)

@@ -7,11 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels import maurey
+from kernels import _checks, maurey
 from kernels import rademacher as rad
+from tests.helpers import compiles_in, count_compiles
 
-KEY = jax.random.key(3)
-RNG = np.random.default_rng(11)
+KEY = jax.random.key(3)  # a fixed key (not a generator): no state shared between tests
 
 
 def sparsify_many(v, k, radius, num):
@@ -23,12 +23,13 @@ def sparsify_many(v, k, radius, num):
 
 @pytest.mark.parametrize("spread", [False, True])
 def test_error_bound_holds_on_average(spread):
+    rng = np.random.default_rng(11)
     d, k, radius, num = 30, 7, 2.0, 4000
     if spread:  # on the sphere ||v||_1 = B and spread out: the bound is attained
-        v = RNG.uniform(0.5, 1.0, size=d) * RNG.choice([-1, 1], size=d)
+        v = rng.uniform(0.5, 1.0, size=d) * rng.choice([-1, 1], size=d)
         v *= radius / np.abs(v).sum()
     else:
-        v = RNG.normal(size=d)
+        v = rng.normal(size=d)
         v *= 0.6 * radius / np.abs(v).sum()
     vj = jnp.asarray(v)
     draws = sparsify_many(vj, k, radius, num)
@@ -56,20 +57,72 @@ def test_error_bound_holds_on_average(spread):
 
 
 def test_sparsify_matrix_and_dtype_and_errors():
-    w = jnp.asarray(RNG.normal(size=(3, 4)), jnp.float32)
+    w = jnp.asarray(np.random.default_rng(12).normal(size=(3, 4)), jnp.float32)
     w = w / jnp.sum(jnp.abs(w))
     out = maurey.maurey_sparsify(w, KEY, num_atoms=5, radius=1.0)
     assert out.shape == (3, 4)
     assert out.dtype == jnp.float32
-    with pytest.raises(ValueError, match="v:"):
+    with pytest.raises(ValueError, match="v: expected"):
         maurey.maurey_sparsify(jnp.ones(3), KEY, num_atoms=2, radius=1.0)
     with pytest.raises(ValueError, match="num_atoms"):
         maurey.maurey_sparsify(jnp.zeros(3), KEY, num_atoms=0, radius=1.0)
     with pytest.raises(ValueError, match="radius"):
         maurey.maurey_sparsify(jnp.zeros(3), KEY, num_atoms=1, radius=-1.0)
-    # jit with traced v works (the l1 check is skipped under tracing)
+    # the same draw inside jit (traced v)
     jitted = jax.jit(lambda v: maurey.maurey_sparsify(v, KEY, num_atoms=5, radius=1.0))(w)
     np.testing.assert_array_equal(jitted, out)
+
+
+@pytest.mark.parametrize(
+    ("v", "key", "match"),
+    [
+        (np.zeros(3), 0, "key"),
+        (np.zeros((0, 3)), KEY, "v"),
+        (np.zeros(3, np.int32), KEY, "v: expected float32"),
+        (np.zeros(3, np.float16), KEY, "v: expected float32"),
+        (np.array([np.nan, 0.0]), KEY, "v: expected finite"),
+    ],
+    ids=["int_key", "empty", "integer", "float16", "nan"],
+)
+def test_sparsify_bad_inputs_raise(v, key, match):
+    with pytest.raises(ValueError, match=match):
+        maurey.maurey_sparsify(jnp.asarray(v), key, num_atoms=2, radius=1.0)
+
+
+def jitted_sparsify():
+    return jax.jit(lambda v, r: maurey.maurey_sparsify(v, KEY, num_atoms=3, radius=r))
+
+
+def test_sparsify_checks_under_jit_and_switch():
+    sparsify = jitted_sparsify()
+    with pytest.raises(jax.errors.JaxRuntimeError, match="v: expected finite"):
+        jax.block_until_ready(sparsify(jnp.array([jnp.nan, 0.0]), 1.0))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="radius"):
+        jax.block_until_ready(sparsify(jnp.array([0.1, 0.0]), -1.0))
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"v: expected \|\|v\|\|_1 <= radius"):
+        jax.block_until_ready(sparsify(jnp.array([0.8, 0.8]), 1.0))
+    with _checks.runtime_checks(False):  # programs traced from now on have no checks
+        out = jitted_sparsify()(jnp.array([jnp.nan, 0.0]), 1.0)
+        assert np.isnan(np.asarray(out)).any()  # NaN flows through
+
+
+def test_sparsify_compiles_once():
+    rng = np.random.default_rng(13)
+    v1, v2 = (jnp.asarray(rng.uniform(size=6) / 6) for _ in range(2))
+    key2, radius2 = jax.random.key(8), jnp.asarray(2.0)
+    maurey.maurey_sparsify(v1, KEY, num_atoms=4, radius=jnp.asarray(1.0))
+    with count_compiles() as messages:
+        maurey.maurey_sparsify(v2, key2, num_atoms=4, radius=radius2)
+    assert compiles_in(messages) == []
+
+
+def test_expected_error_and_bound_check_the_ball():
+    with pytest.raises(ValueError, match="v: expected"):
+        maurey.maurey_expected_error(jnp.ones(3), num_atoms=2, radius=1.0)
+    with pytest.raises(ValueError, match="radius"):
+        maurey.maurey_error_bound(jnp.zeros(3), num_atoms=2, radius=0.0)
+    with pytest.raises(ValueError, match="v: expected float32"):
+        maurey.maurey_error_bound(jnp.zeros(3, jnp.int32), num_atoms=2, radius=1.0)
 
 
 @pytest.mark.parametrize(("d", "k"), [(1, 3), (2, 2), (3, 2), (4, 3)])
@@ -87,9 +140,10 @@ def test_cover_enumeration(d, k):
     pts = np.asarray(maurey.maurey_cover_point(idx, dim=d, num_atoms=k, radius=radius))
     assert {tuple(np.round(p, 12)) for p in pts} == {tuple(np.round(p, 12)) for p in cover}
     # covering: every v in the l1 ball has a point within (B^2 - ||v||^2)/k
+    rng = np.random.default_rng(14)
     for _ in range(50):
-        v = RNG.normal(size=d)
-        v *= radius * RNG.uniform() ** (1 / d) / np.abs(v).sum()
+        v = rng.normal(size=d)
+        v *= radius * rng.uniform() ** (1 / d) / np.abs(v).sum()
         dist2 = np.min(np.sum((cover - v) ** 2, axis=1))
         assert dist2 <= (radius**2 - v @ v) / k + 1e-12
 
@@ -103,9 +157,10 @@ def test_lemma_3_2_basis_cover_covers_l1_inputs():
     # Trauger & Tewari Lemma 3.2 / 3.3: W in R^{k x d} with ||W||_{1,inf} <= B_w; a cover built on
     # the scaled basis {B_x e_j} (each column sparsified) covers every input with ||x||_1 <= B_x
     # at the same resolution.
+    rng = np.random.default_rng(15)
     k_out, d, b_w, b_x, atoms = 5, 6, 1.3, 2.0, 4
-    w = RNG.normal(size=(k_out, d))
-    w *= b_w / np.abs(w).sum(axis=0, keepdims=True) * RNG.uniform(0.3, 1.0, size=(1, d))
+    w = rng.normal(size=(k_out, d))
+    w *= b_w / np.abs(w).sum(axis=0, keepdims=True) * rng.uniform(0.3, 1.0, size=(1, d))
     keys = jax.random.split(KEY, d)
     w_hat = np.stack(
         [
@@ -118,8 +173,8 @@ def test_lemma_3_2_basis_cover_covers_l1_inputs():
     )
     eps_basis = max(np.linalg.norm((w - w_hat) @ (b_x * np.eye(d)[j])) for j in range(d))
     assert eps_basis > 0
-    xs = RNG.normal(size=(5000, d)) * RNG.uniform(size=(5000, 1)) ** 3
-    xs *= b_x / np.abs(xs).sum(axis=1, keepdims=True) * RNG.uniform(size=(5000, 1))
+    xs = rng.normal(size=(5000, d)) * rng.uniform(size=(5000, 1)) ** 3
+    xs *= b_x / np.abs(xs).sum(axis=1, keepdims=True) * rng.uniform(size=(5000, 1))
     xs = np.concatenate([xs, b_x * np.eye(d), -b_x * np.eye(d)])
     errs = np.linalg.norm(xs @ (w - w_hat).T, axis=1)
     assert np.all(errs <= eps_basis * (1 + 1e-12))
@@ -135,13 +190,15 @@ def np_wqk_member(x, cls, w, j, s):
 
 
 def test_wqk_cover_outputs_and_rademacher():
+    rng = np.random.default_rng(16)
     m, t, d, k, radius = 6, 3, 2, 1, 1.5
-    x = RNG.normal(size=(m, t, d))
+    x = rng.normal(size=(m, t, d))
     cls = x[:, 0, :]
-    fn, num = maurey.wqk_cover_outputs(jnp.asarray(x), jnp.asarray(cls), num_atoms=k, radius=radius)
+    batch = (jnp.asarray(x), jnp.asarray(cls))
+    cover = maurey.wqk_cover_outputs(dim=d, num_atoms=k, radius=radius)
+    num = cover.num_members
     assert num == 2 * d * (2 * d * d + 1) ** k
-    idx = jnp.arange(num)
-    out = np.asarray(fn(idx))
+    out = np.asarray(cover(jnp.arange(num), batch))
     assert out.shape == (num, m)
     for member in (0, 1, 5, 17, num - 1):
         cover_idx, j, s = member // (2 * d), (member // 2) % d, 1 - 2 * (member % 2)
@@ -150,10 +207,10 @@ def test_wqk_cover_outputs_and_rademacher():
         ).reshape(d, d)
         want = [np_wqk_member(x[i], cls[i], w, j, s) for i in range(m)]
         np.testing.assert_allclose(out[member], want, rtol=1e-12)
-    exact = rad.rademacher_exact(rad.finite_sup(fn, num, member_chunk=7), m)
+    exact = rad.rademacher_exact(rad.finite_sup(cover, batch, member_chunk=7))
     signs = np.array([[1 - 2 * ((tt >> i) & 1) for i in range(m)] for tt in range(2**m)])
     np.testing.assert_allclose(exact.mean, np.mean(np.max(signs @ out.T, axis=1)) / m, rtol=1e-12)
-    est = rad.rademacher_finite(fn, num, KEY, num_draws=600, member_chunk=16)
+    est = rad.rademacher_finite(cover, batch, KEY, num_draws=600, member_chunk=16)
     assert abs(float(est.mean) - float(exact.mean)) <= 5 * float(est.stderr)
     # |f| <= max ||x_t||_inf, the McDiarmid b
     np.testing.assert_allclose(
@@ -163,8 +220,31 @@ def test_wqk_cover_outputs_and_rademacher():
     )
 
 
-def test_wqk_cover_bad_shapes():
+def test_wqk_cover_compiles_once_for_new_data_and_radius():
+    rng = np.random.default_rng(17)
+    batches = [
+        (jnp.asarray(x), jnp.asarray(x[:, 0])) for x in (rng.normal(size=(4, 3, 2)) for _ in "ab")
+    ]
+    covers = [
+        maurey.wqk_cover_outputs(dim=2, num_atoms=1, radius=jnp.asarray(r)) for r in (1.0, 2.0)
+    ]
+    kw = dict(num_draws=4, member_chunk=9, chunk_size=2)
+    rad.rademacher_finite(covers[0], batches[0], KEY, **kw)
+    with count_compiles() as messages:
+        est = rad.rademacher_finite(covers[1], batches[1], KEY, **kw)
+    assert compiles_in(messages) == []
+    assert np.isfinite(float(est.mean))
+
+
+def test_wqk_cover_bad_arguments():
+    cover = maurey.wqk_cover_outputs(dim=4, num_atoms=1, radius=1.0)
     with pytest.raises(ValueError, match="cls_tokens"):
-        maurey.wqk_cover_outputs(jnp.ones((2, 3, 4)), jnp.ones((2, 3)), num_atoms=1, radius=1.0)
+        cover(jnp.arange(3), (jnp.ones((2, 3, 4)), jnp.ones((2, 3))))
+    with pytest.raises(ValueError, match="inputs"):
+        cover(jnp.arange(3), (jnp.ones((2, 3, 4), jnp.int32), jnp.ones((2, 4))))
+    with pytest.raises(ValueError, match="batch"):
+        cover(jnp.arange(3), jnp.ones((2, 3, 4)))
     with pytest.raises(ValueError, match="num_atoms"):
-        maurey.wqk_cover_outputs(jnp.ones((2, 3, 8)), jnp.ones((2, 8)), num_atoms=6, radius=1.0)
+        maurey.wqk_cover_outputs(dim=8, num_atoms=6, radius=1.0)
+    with pytest.raises(ValueError, match="radius"):
+        maurey.wqk_cover_outputs(dim=2, num_atoms=1, radius=0.0)

@@ -1,5 +1,6 @@
 """Tests of kernels.rademacher against enumeration of all sign vectors and closed forms."""
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -9,11 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels import norms
+from kernels import _checks, norms
 from kernels import rademacher as rad
+from tests.helpers import TraceCounter, compiles_in, count_compiles
 
 INF = math.inf
-KEY = jax.random.key(42)
+KEY = jax.random.key(42)  # a fixed key (not a generator): no state shared between tests
 
 
 def all_signs(n):
@@ -24,13 +26,25 @@ def np_dual(v, p):
     return np.linalg.norm(v, ord=norms.dual_exponent(p), axis=-1)
 
 
+def l2_ball(w):
+    return norms.project_lp_ball(w, p=2, radius=1.0)
+
+
+def linear_fn(w, xs):
+    return xs @ w
+
+
+def take_rows(idx, v):
+    return v[idx]
+
+
 # ----------------------------------------------------------------------------- sign vectors
 
 
 def test_sign_layout_matches_raw_bits():
-    # draw k, sample i = bit i % 32 of word i // 32 of bits(fold_in(key, k)); bit 1 -> -1
+    # draw k, example i = bit i % 32 of word i // 32 of bits(fold_in(key, k)); bit 1 -> -1
     n = 70
-    signs = np.asarray(rad.sign_vectors(KEY, num_draws=3, num_samples=n))
+    signs = np.asarray(rad.sign_vectors(KEY, num_draws=3, num_examples=n))
     for k in range(3):
         words = np.asarray(jax.random.bits(jax.random.fold_in(KEY, k), (3,), jnp.uint32))
         bits = np.array([(int(words[i // 32]) >> (i % 32)) & 1 for i in range(n)])
@@ -38,26 +52,38 @@ def test_sign_layout_matches_raw_bits():
 
 
 def test_sign_chunks_regenerate_alone_and_dtypes_agree():
-    full = rad.sign_vectors(KEY, num_draws=12, num_samples=37, dtype=jnp.float64)
+    full = rad.sign_vectors(KEY, num_draws=12, num_examples=37, dtype=jnp.float64)
     assert full.dtype == jnp.float64
-    f32 = rad.sign_vectors(KEY, num_draws=12, num_samples=37)
+    f32 = rad.sign_vectors(KEY, num_draws=12, num_examples=37)
     assert f32.dtype == jnp.float32
     np.testing.assert_array_equal(full, f32.astype(jnp.float64))
     for c in range(3):
-        chunk = rad.sign_chunk(KEY, c, chunk_size=4, num_samples=37, dtype=jnp.float64)
+        chunk = rad.sign_chunk(KEY, c, chunk_size=4, num_examples=37, dtype=jnp.float64)
         np.testing.assert_array_equal(chunk, full[4 * c : 4 * c + 4])
-    traced = jax.jit(lambda c: rad.sign_chunk(KEY, c, chunk_size=4, num_samples=37))(2)
+    traced = jax.jit(lambda c: rad.sign_chunk(KEY, c, chunk_size=4, num_examples=37))(2)
     np.testing.assert_array_equal(traced, f32[8:])
 
 
 def test_signs_are_balanced_and_uncorrelated():
-    s = np.asarray(rad.sign_vectors(KEY, num_draws=512, num_samples=128, dtype=jnp.float64))
+    s = np.asarray(rad.sign_vectors(KEY, num_draws=512, num_examples=128, dtype=jnp.float64))
     assert set(np.unique(s)) == {-1.0, 1.0}
-    total = s.size
-    assert abs(s.sum()) <= 5 * math.sqrt(total)
-    # neighbouring samples and neighbouring draws are uncorrelated
+    assert abs(s.sum()) <= 5 * math.sqrt(s.size)
+    # neighbouring examples and neighbouring draws are uncorrelated
     assert abs(np.sum(s[:, 1:] * s[:, :-1])) <= 5 * math.sqrt(s[:, 1:].size)
     assert abs(np.sum(s[1:] * s[:-1])) <= 5 * math.sqrt(s[1:].size)
+
+
+def test_sign_bad_arguments_raise():
+    with pytest.raises(ValueError, match="key"):
+        rad.sign_vectors(0, num_draws=2, num_examples=3)
+    with pytest.raises(ValueError, match="num_examples"):
+        rad.sign_vectors(KEY, num_draws=2, num_examples=0)
+    with pytest.raises(ValueError, match="dtype"):
+        rad.sign_vectors(KEY, num_draws=2, num_examples=3, dtype=jnp.float16)
+    with pytest.raises(ValueError, match="chunk_index"):
+        rad.sign_chunk(KEY, -1, chunk_size=2, num_examples=3)
+    with pytest.raises(ValueError, match="chunk_size"):
+        rad.sign_chunk(KEY, 0, chunk_size=True, num_examples=3)
 
 
 # ----------------------------------------------------------------------------- exact reference
@@ -67,17 +93,30 @@ def test_signs_are_balanced_and_uncorrelated():
 def test_exact_matches_numpy_enumeration(p):
     x = np.random.default_rng(0).normal(size=(9, 4))
     want = np.mean(np_dual(all_signs(9) @ x, p)) * 1.5 / 9
-    got = rad.rademacher_exact(
-        rad.linear_sup(jnp.asarray(x), norm=p, radius=1.5), 9, chunk_size=100
-    )
+    sup = rad.linear_sup(jnp.asarray(x), norm=p, radius=1.5)
+    got = rad.rademacher_exact(sup, chunk_size=100)
     np.testing.assert_allclose(got.mean, want, rtol=1e-12)
     assert got.num_samples == 512
     assert float(got.stderr) == 0.0
+    # one sign vector at a time, and a plain function with an explicit size, agree
+    one = rad.rademacher_exact(sup, chunk_size=None)
+    np.testing.assert_allclose(one.mean, want, rtol=1e-12)
+    plain = rad.rademacher_exact(lambda s: sup(s), num_examples=9)
+    np.testing.assert_allclose(plain.mean, want, rtol=1e-12)
 
 
-def test_exact_rejects_large_n():
-    with pytest.raises(ValueError, match="num_samples"):
-        rad.rademacher_exact(rad.linear_sup(jnp.ones((21, 2)), norm=2, radius=1.0), 21)
+def test_exact_bad_arguments_raise():
+    with pytest.raises(ValueError, match="num_examples"):
+        rad.rademacher_exact(rad.linear_sup(jnp.ones((21, 2)), norm=2, radius=1.0))
+    sup = rad.linear_sup(jnp.ones((3, 2)), norm=2, radius=1.0)
+    with pytest.raises(ValueError, match="num_examples"):
+        rad.rademacher_exact(sup, num_examples=4)
+    with pytest.raises(ValueError, match="num_examples"):
+        rad.rademacher_exact(lambda s: s[:, 0])
+    with pytest.raises(ValueError, match="chunk_size"):
+        rad.rademacher_exact(sup, chunk_size=0)
+    with pytest.raises(ValueError, match="sup: non-finite"):
+        rad.rademacher_exact(lambda s: jnp.log(s[:, 0]), num_examples=3)
 
 
 # ----------------------------------------------------------------------------- linear classes
@@ -104,6 +143,7 @@ def test_linear_within_stderr_of_exact(p, run):
     np.testing.assert_allclose(est.upper, est.mean + hw, rtol=1e-12)
     assert float(est.lower) <= exact <= float(est.upper)
     assert est.delta == 0.05
+    assert est.num_samples == num
 
 
 @pytest.mark.parametrize(("q", "p"), [(1, INF), (2, 1), (1, 1), (2, 2)])
@@ -113,7 +153,7 @@ def test_matrix_class_dual_group_norm(q, p):
     x, u = rng.normal(size=(10, 4)), rng.normal(size=(3,))
     exact, _ = linear_reference(x, p, 1.0, scale=np.linalg.norm(u, norms.dual_exponent(q)))
     sup = rad.linear_sup(jnp.asarray(x), norm=(q, p), radius=1.0, readout=jnp.asarray(u))
-    np.testing.assert_allclose(rad.rademacher_exact(sup, 10).mean, exact, rtol=1e-12)
+    np.testing.assert_allclose(rad.rademacher_exact(sup).mean, exact, rtol=1e-12)
     est = rad.rademacher_linear(
         jnp.asarray(x), KEY, norm=(q, p), radius=1.0, readout=jnp.asarray(u), num_draws=1000
     )
@@ -130,19 +170,36 @@ def test_matrix_class_sup_is_attained():
     w = np.outer(u, v) / (np.linalg.norm(u) * np.linalg.norm(v))
     sup = rad.linear_sup(jnp.asarray(x), norm=(2, 2), radius=1.0, readout=jnp.asarray(u))
     np.testing.assert_allclose(sup(jnp.asarray(s[None]))[0], (u @ w @ x.T @ s) / 6, rtol=1e-12)
+    np.testing.assert_allclose(sup(jnp.asarray(s)), (u @ w @ x.T @ s) / 6, rtol=1e-12)
+
+
+def test_sup_objects_are_pytrees():
+    x = jnp.asarray(np.random.default_rng(4).normal(size=(5, 3)))
+    s = rad.sign_vectors(KEY, num_draws=4, num_examples=5, dtype=jnp.float64)
+    sup = rad.linear_sup(x, norm=1, radius=2.0)
+    leaves = jax.tree_util.tree_leaves(sup)
+    assert len(leaves) == 2
+    np.testing.assert_allclose(jax.jit(lambda t: t(s))(sup), sup(s), rtol=1e-12)
+    np.testing.assert_allclose(sup.bound, 2.0 * np.max(np.abs(np.asarray(x))), rtol=1e-12)
+    fin = rad.finite_sup(take_rows, x.T, num_members=3)
+    assert fin.num_examples == 5
+    np.testing.assert_allclose(jax.jit(lambda t: t(s))(fin), fin(s), rtol=1e-12)
+    np.testing.assert_allclose(fin.bound, np.max(np.abs(np.asarray(x))), rtol=1e-12)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sup.dual = 1.0  # type: ignore[misc]
 
 
 def test_chunking_does_not_change_result():
     x = jnp.asarray(np.random.default_rng(4).normal(size=(40, 3)))
     ests = [
         rad.rademacher_linear(x, KEY, norm=2, radius=1.0, num_draws=300, chunk_size=c)
-        for c in (None, 1, 7, 64, 300)
+        for c in (None, 1, 7, 256, 300)
     ]
     for e in ests[1:]:
         np.testing.assert_allclose(e.mean, ests[0].mean, rtol=1e-12)
         np.testing.assert_allclose(e.stderr, ests[0].stderr, rtol=1e-10)
     # and equals the plain average over the materialised sign vectors
-    s = np.asarray(rad.sign_vectors(KEY, num_draws=300, num_samples=40, dtype=jnp.float64))
+    s = np.asarray(rad.sign_vectors(KEY, num_draws=300, num_examples=40, dtype=jnp.float64))
     vals = np.linalg.norm(s @ np.asarray(x), axis=1) / 40
     np.testing.assert_allclose(ests[0].mean, vals.mean(), rtol=1e-12)
     np.testing.assert_allclose(ests[0].stderr, vals.std(ddof=1) / math.sqrt(300), rtol=1e-10)
@@ -180,22 +237,59 @@ def test_traced_once_for_new_keys():
 
 def test_linear_bad_arguments_raise():
     x = jnp.ones((4, 2))
+    kw = dict(norm=2, radius=1.0, num_draws=4)
     with pytest.raises(ValueError, match="radius"):
-        rad.rademacher_linear(x, KEY, norm=2, radius=0.0, num_draws=4)
+        rad.rademacher_linear(x, KEY, **{**kw, "radius": 0.0})
     with pytest.raises(ValueError, match="num_draws"):
-        rad.rademacher_linear(x, KEY, norm=2, radius=1.0, num_draws=1)
-    with pytest.raises(ValueError, match="chunk_size"):
-        rad.rademacher_linear(x, KEY, norm=2, radius=1.0, num_draws=4, chunk_size=0)
+        rad.rademacher_linear(x, KEY, **{**kw, "num_draws": 1})
     with pytest.raises(ValueError, match="inputs"):
-        rad.rademacher_linear(jnp.ones(4), KEY, norm=2, radius=1.0, num_draws=4)
+        rad.rademacher_linear(jnp.ones(4), KEY, **kw)
     with pytest.raises(ValueError, match="inputs"):
-        rad.rademacher_linear(x.at[0, 0].set(jnp.nan), KEY, norm=2, radius=1.0, num_draws=4)
+        rad.rademacher_linear(x.at[0, 0].set(jnp.nan), KEY, **kw)
     with pytest.raises(ValueError, match="p"):
-        rad.rademacher_linear(x, KEY, norm=0.5, radius=1.0, num_draws=4)
+        rad.rademacher_linear(x, KEY, **{**kw, "norm": 0.5})
     with pytest.raises(ValueError, match="readout"):
-        rad.rademacher_linear(x, KEY, norm=(1, 2), radius=1.0, num_draws=4)
+        rad.rademacher_linear(x, KEY, **{**kw, "norm": (1, 2)})
     with pytest.raises(ValueError, match="delta"):
-        rad.rademacher_linear(x, KEY, norm=2, radius=1.0, num_draws=4, delta=2.0)
+        rad.rademacher_linear(x, KEY, **kw, delta=2.0)
+
+
+@pytest.mark.parametrize("chunk_size", [0, -3, True, 2.0])
+def test_bad_chunk_size_raises_everywhere(chunk_size):
+    x = jnp.ones((4, 2))
+    with pytest.raises(ValueError, match="chunk_size"):
+        rad.rademacher_linear(x, KEY, norm=2, radius=1.0, num_draws=4, chunk_size=chunk_size)
+    with pytest.raises(ValueError, match="chunk_size"):
+        rad.rademacher_finite(take_rows, x, KEY, num_draws=4, num_members=4, chunk_size=chunk_size)
+    with pytest.raises(ValueError, match="chunk_size"):
+        rad.rademacher_search(
+            linear_fn,
+            jnp.ones(2),
+            x,
+            KEY,
+            project=l2_ball,
+            num_draws=4,
+            num_steps=2,
+            step_size=0.1,
+            chunk_size=chunk_size,
+        )
+    with pytest.raises(ValueError, match="chunk_size"):
+        rad.rademacher_exact(rad.linear_sup(x, norm=2, radius=1.0), chunk_size=chunk_size)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "key", "match"),
+    [
+        (np.ones((4, 2)), 0, "key"),
+        (np.ones((0, 2)), KEY, "inputs"),
+        (np.ones((4, 2), np.int32), KEY, "inputs.*float32"),
+        (np.ones((4, 2), np.float16), KEY, "inputs.*float32"),
+    ],
+    ids=["int_key", "empty", "integer", "float16"],
+)
+def test_linear_bad_inputs_raise(inputs, key, match):
+    with pytest.raises(ValueError, match=match):
+        rad.rademacher_linear(jnp.asarray(inputs), key, norm=2, radius=1.0, num_draws=4)
 
 
 # ----------------------------------------------------------------------------- finite classes
@@ -203,17 +297,20 @@ def test_linear_bad_arguments_raise():
 
 def test_finite_matches_enumeration_and_chunks():
     rng = np.random.default_rng(5)
-    v = rng.normal(size=(53, 10))
-    exact = np.mean(np.max(all_signs(10) @ v.T, axis=1)) / 10
-    fn = lambda idx: jnp.asarray(v)[idx]  # noqa: E731
-    got = rad.rademacher_exact(rad.finite_sup(fn, 53, member_chunk=8), 10)
+    v = jnp.asarray(rng.normal(size=(53, 10)))
+    exact = np.mean(np.max(all_signs(10) @ np.asarray(v).T, axis=1)) / 10
+    got = rad.rademacher_exact(rad.finite_sup(take_rows, v, num_members=53, member_chunk=8))
     np.testing.assert_allclose(got.mean, exact, rtol=1e-12)
-    a = rad.rademacher_finite(fn, 53, KEY, num_draws=1500, member_chunk=8, draw_chunk=100)
-    b = rad.rademacher_finite(fn, 53, KEY, num_draws=1500)
+    kw = dict(num_draws=1500, num_members=53)
+    a = rad.rademacher_finite(take_rows, v, KEY, member_chunk=8, chunk_size=100, **kw)
+    b = rad.rademacher_finite(take_rows, v, KEY, **kw)
+    c = rad.rademacher_finite(take_rows, v, KEY, member_chunk=53, chunk_size=None, **kw)
     np.testing.assert_allclose(a.mean, b.mean, rtol=1e-12)
+    np.testing.assert_allclose(c.mean, b.mean, rtol=1e-12)
     assert abs(float(a.mean) - exact) <= 5 * float(a.stderr)
-    hw = 2 * np.abs(v).max() * math.sqrt(math.log(40) / (2 * 10 * 1500))
+    hw = 2 * np.abs(np.asarray(v)).max() * math.sqrt(math.log(40) / (2 * 10 * 1500))
     np.testing.assert_allclose(a.upper - a.mean, hw, rtol=1e-10)
+    np.testing.assert_allclose(b.upper - b.mean, hw, rtol=1e-10)
     assert float(a.lower) <= exact <= float(a.upper)
 
 
@@ -222,9 +319,14 @@ def test_finite_large_class_on_demand():
     # equals a numpy reference on the same sign vectors, computed in blocks.
     n, m = 16, 200_003
     x = jnp.linspace(0.1, 1.0, n)
-    fn = lambda idx: jnp.cos((idx[:, None] + 1).astype(x.dtype) * x[None, :])  # noqa: E731
-    est = rad.rademacher_finite(fn, m, KEY, num_draws=8, member_chunk=4096)
-    s = np.asarray(rad.sign_vectors(KEY, num_draws=8, num_samples=n, dtype=jnp.float64))
+
+    def cosines(idx, xs):
+        return jnp.cos((idx[:, None] + 1).astype(xs.dtype) * xs[None, :])
+
+    est = rad.rademacher_finite(
+        cosines, x, KEY, num_draws=8, num_members=m, member_chunk=4096, delta=None
+    )
+    s = np.asarray(rad.sign_vectors(KEY, num_draws=8, num_examples=n, dtype=jnp.float64))
     best = np.full(8, -np.inf)
     for start in range(0, m, 50_000):
         j = np.arange(start, min(m, start + 50_000))
@@ -232,20 +334,44 @@ def test_finite_large_class_on_demand():
     np.testing.assert_allclose(est.mean, best.mean() / n, rtol=1e-12)
 
 
-def test_finite_bad_outputs_raise():
+def test_finite_bad_arguments_raise():
+    v = jnp.ones((5, 3))
+    kw = dict(num_draws=4, num_members=5)
     with pytest.raises(ValueError, match="outputs_fn"):
-        rad.rademacher_finite(lambda idx: jnp.ones(3), 5, KEY, num_draws=4)
+        rad.rademacher_finite(lambda idx, b: jnp.ones(3), v, KEY, **kw)
+    with pytest.raises(ValueError, match=r"outputs_fn.*float32"):
+        rad.rademacher_finite(lambda idx, b: b[idx].astype(jnp.float16), v, KEY, **kw)
+    with pytest.raises(ValueError, match="outputs_fn"):
+        rad.rademacher_finite(lambda idx, b: b[idx][:, :0], v, KEY, **kw)
+    with pytest.raises(ValueError, match="batch"):
+        rad.rademacher_finite(take_rows, jnp.ones((5, 0)), KEY, **kw)
     with pytest.raises(ValueError, match="num_members"):
-        rad.rademacher_finite(lambda idx: jnp.ones((1, 3)), 0, KEY, num_draws=4)
+        rad.rademacher_finite(take_rows, v, KEY, num_draws=4, num_members=0)
+    with pytest.raises(ValueError, match="num_members"):
+        rad.rademacher_finite(take_rows, v, KEY, num_draws=4)
+    with pytest.raises(ValueError, match="key"):
+        rad.rademacher_finite(take_rows, v, 0, **kw)
+    with pytest.raises(ValueError, match="batch"):
+        rad.rademacher_finite(take_rows, v.at[1, 1].set(jnp.inf), KEY, **kw)
+    with pytest.raises(ValueError, match=r"batch.*float32"):
+        rad.rademacher_finite(take_rows, v.astype(jnp.float16), KEY, **kw)
+
+
+def test_finite_non_finite_outputs_are_counted():
+    # finite data, but the outputs of member 2 are NaN: every sign vector sees it
+    v = jnp.asarray(np.random.default_rng(6).normal(size=(4, 6)))
+
+    def outputs(idx, b):
+        return jnp.where((idx == 2)[:, None], jnp.nan, b[idx])
+
+    with pytest.raises(ValueError, match="outputs_fn: non-finite value at 5 of the 5"):
+        rad.rademacher_finite(outputs, v, KEY, num_draws=5, num_members=4)
 
 
 # ----------------------------------------------------------------------------- search
 
 
-@pytest.mark.parametrize(
-    ("p", "steps"),
-    [(2, 30), (1, 60), (INF, 30)],
-)
+@pytest.mark.parametrize(("p", "steps"), [(2, 30), (1, 60), (INF, 30)])
 def test_search_reaches_linear_sup_within_one_percent(p, steps):
     rng = np.random.default_rng(6)
     n, d = 64, 8
@@ -254,7 +380,7 @@ def test_search_reaches_linear_sup_within_one_percent(p, steps):
     radius = 1.5
     exact = rad.rademacher_linear(x, KEY, norm=p, radius=radius, num_draws=64, delta=None)
     est = rad.rademacher_search(
-        lambda w, xs: xs @ w,
+        linear_fn,
         w0,
         x,
         KEY,
@@ -271,67 +397,251 @@ def test_search_reaches_linear_sup_within_one_percent(p, steps):
     assert float(est.mean) >= 0.99 * float(exact.mean)
 
 
+def tanh_net(p, xs):
+    return jnp.tanh(xs @ p["w"]) @ p["v"]
+
+
+def unit_balls(p):
+    return {k: norms.project_lp_ball(v, p=2, radius=1.0) for k, v in p.items()}
+
+
 def test_search_is_lower_bound_per_sign_vector_on_a_network():
     # tanh network with a frobenius-ball constraint; every search value is attained by a
     # feasible parameter, so it is <= the sup; check against a dense random-feasible sweep that
-    # the search is at least as good, and that its values are achieved (feasibility).
+    # the search is at least as good, and that no value exceeds the trivial bound.
     rng = np.random.default_rng(7)
     n, d, h = 10, 3, 4
     x = jnp.asarray(rng.normal(size=(n, d)))
     params = {"w": jnp.asarray(rng.normal(size=(d, h))) * 0.3, "v": jnp.asarray(rng.normal(size=h))}
-
-    def apply_fn(p, xs):
-        return jnp.tanh(xs @ p["w"]) @ p["v"]
-
-    def project(p):
-        return {
-            "w": norms.project_lp_ball(p["w"], p=2, radius=1.0),
-            "v": norms.project_lp_ball(p["v"], p=2, radius=1.0),
-        }
-
     sup = rad.search_sup(
-        apply_fn, params, x, KEY, project=project, num_steps=40, step_size=0.3, num_restarts=3
+        tanh_net, params, x, KEY, project=unit_balls, num_steps=40, step_size=0.3, num_restarts=3
     )
-    s = rad.sign_vectors(KEY, num_draws=4, num_samples=n, dtype=jnp.float64)
-    vals = np.asarray(sup(s))
-    # random feasible points never beat the search by much (it is a good lower bound), and no
-    # value exceeds the trivial upper bound sup |f| <= ||v||_1 <= sqrt(h) on the unit balls.
-    sweep = jax.vmap(project)(
+    assert sup.num_examples == n
+    s = rad.sign_vectors(KEY, num_draws=4, num_examples=n, dtype=jnp.float64)
+    vals, top = (np.asarray(a) for a in sup.search(s))
+    np.testing.assert_array_equal(vals, np.asarray(sup(s)))
+    sweep = jax.vmap(unit_balls)(
         {
             "w": jnp.asarray(rng.normal(size=(2000, d, h))),
             "v": jnp.asarray(rng.normal(size=(2000, h))),
         }
     )
-    outs = jax.vmap(apply_fn, in_axes=(0, None))(sweep, x)  # [2000, n]
+    outs = jax.vmap(tanh_net, in_axes=(0, None))(sweep, x)  # [2000, n]
     best_random = np.max(np.asarray(s) @ np.asarray(outs).T, axis=1) / n
     assert np.all(vals >= best_random - 1e-9)
+    # |f| <= ||v||_1 <= sqrt(h) on the unit balls, for the values and the outputs seen
     assert np.all(vals <= math.sqrt(h) + 1e-12)
+    assert np.all(top <= math.sqrt(h) + 1e-12)
+    assert np.all(top >= np.abs(vals))  # |<s, f>| / n <= max |f|
+
+
+def test_search_chunking_does_not_change_result():
+    rng = np.random.default_rng(8)
+    x = jnp.asarray(rng.normal(size=(7, 3)))
+    kw = dict(project=l2_ball, num_draws=6, num_steps=6, step_size=1.0, num_restarts=2)
+    ests = [
+        rad.rademacher_search(linear_fn, jnp.ones(3), x, KEY, chunk_size=c, **kw)
+        for c in (None, 4, 6)
+    ]
+    for e in ests[1:]:
+        np.testing.assert_allclose(e.mean, ests[0].mean, rtol=1e-10)
+        np.testing.assert_allclose(e.stderr, ests[0].stderr, rtol=1e-8)
+
+
+def search_kw(**over):
+    kw = dict(project=l2_ball, num_draws=4, num_steps=10, step_size=0.5)
+    kw.update(over)
+    return kw
 
 
 def test_search_interval_is_one_sided():
     x = jnp.eye(4)
-    est = rad.rademacher_search(
-        lambda w, xs: xs @ w,
-        jnp.full(4, 0.1),
-        x,
-        KEY,
-        project=lambda w: norms.project_lp_ball(w, p=2, radius=1.0),
-        num_draws=4,
-        num_steps=10,
-        step_size=0.5,
-        output_bound=1.0,
-    )
+    est = rad.rademacher_search(linear_fn, jnp.full(4, 0.1), x, KEY, **search_kw(output_bound=1.0))
     hw = 2 * math.sqrt(math.log(40) / (2 * 4 * 4))
     np.testing.assert_allclose(est.lower, est.mean - hw, rtol=1e-12)
     assert float(est.upper) == INF
+    # without delta there is no interval (and output_bound is not needed)
+    est = rad.rademacher_search(linear_fn, jnp.full(4, 0.1), x, KEY, **search_kw(delta=None))
+    assert est.lower is None
+
+
+def test_search_output_bound_is_checked():
+    # outputs on the unit ball reach max_i ||x_i||_2 > 2: a bound of 0.01 is false
+    x = jnp.asarray(np.random.default_rng(9).normal(size=(12, 5)))
+    reach = float(np.max(np.linalg.norm(np.asarray(x), axis=1)))
+    assert reach > 1.0
+    w0 = jnp.zeros(5)
+    with pytest.raises(ValueError, match=r"output_bound: expected a finite value > 0"):
+        rad.rademacher_search(linear_fn, w0, x, KEY, **search_kw(output_bound=-1.0))
+    with pytest.raises(ValueError, match=r"output_bound: 0.01 is exceeded"):
+        rad.rademacher_search(linear_fn, w0, x, KEY, **search_kw(output_bound=0.01))
+    jitted = jax.jit(
+        lambda b: rad.rademacher_search(linear_fn, w0, x, KEY, **search_kw(output_bound=b)).lower
+    )
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"output_bound: 0.01 is exceeded"):
+        jax.block_until_ready(jitted(jnp.asarray(0.01)))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="output_bound: expected a finite"):
+        jax.block_until_ready(jitted(jnp.asarray(-1.0)))
+    # with runtime checks off: never an invalid interval, the lower end is -inf
+    with _checks.runtime_checks(False):
+        for b in (0.01, -1.0):  # arrays: checked at run time, so the switch applies
+            bound = jnp.asarray(b)
+            est = rad.rademacher_search(linear_fn, w0, x, KEY, **search_kw(output_bound=bound))
+            assert float(est.lower) == -INF
+            assert float(est.upper) == INF
+            assert np.isfinite(float(est.mean))
+    # a true bound (sup over the unit ball of |<w, x_i>| is max_i ||x_i||) gives the interval
+    est = rad.rademacher_search(linear_fn, w0, x, KEY, **search_kw(output_bound=reach * 1.001))
+    hw = 2 * reach * 1.001 * math.sqrt(math.log(40) / (2 * 12 * 4))
+    np.testing.assert_allclose(est.lower, est.mean - hw, rtol=1e-12)
 
 
 def test_search_bad_arguments_raise():
     x = jnp.eye(3)
-    kw = dict(project=lambda w: w, num_draws=4, num_steps=2, step_size=0.1)
+    kw = search_kw(num_steps=2, step_size=0.1)
+    w = jnp.ones(3)
     with pytest.raises(ValueError, match="apply_fn"):
-        rad.rademacher_search(lambda w, xs: xs, jnp.ones(3), x, KEY, **kw)
+        rad.rademacher_search(lambda w, xs: xs, w, x, KEY, **kw)
     with pytest.raises(ValueError, match="step_size"):
-        rad.rademacher_search(lambda w, xs: xs @ w, jnp.ones(3), x, KEY, **{**kw, "step_size": 0})
+        rad.rademacher_search(linear_fn, w, x, KEY, **{**kw, "step_size": 0})
     with pytest.raises(ValueError, match="num_steps"):
-        rad.rademacher_search(lambda w, xs: xs @ w, jnp.ones(3), x, KEY, **{**kw, "num_steps": 0})
+        rad.rademacher_search(linear_fn, w, x, KEY, **{**kw, "num_steps": 0})
+    with pytest.raises(ValueError, match="key"):
+        rad.rademacher_search(linear_fn, w, x, 0, **kw)
+    with pytest.raises(ValueError, match=r"params.*float32"):
+        rad.rademacher_search(linear_fn, jnp.ones(3, jnp.int32), x, KEY, **kw)
+    with pytest.raises(ValueError, match=r"params.*float32"):
+        rad.rademacher_search(linear_fn, w.astype(jnp.float16), x, KEY, **kw)
+    with pytest.raises(ValueError, match="params"):
+        rad.rademacher_search(linear_fn, w.at[0].set(jnp.nan), x, KEY, **kw)
+    with pytest.raises(ValueError, match="inputs"):
+        rad.rademacher_search(linear_fn, w, jnp.ones((0, 3)), KEY, **kw)
+    with pytest.raises(ValueError, match="inputs"):
+        rad.rademacher_search(linear_fn, w, x.astype(jnp.float16), KEY, **kw)
+    with pytest.raises(ValueError, match="apply_fn: outputs at project"):
+        rad.rademacher_search(lambda w, xs: jnp.log(xs @ w - 2), w, x, KEY, **kw)
+
+
+# ----------------------------------------------------------------------------- compile once
+
+
+def test_compile_once_linear_and_exact():
+    rng = np.random.default_rng(10)
+    x1, x2 = (jnp.asarray(rng.normal(size=(9, 3))) for _ in range(2))
+    key2, radius2 = jax.random.key(7), jnp.asarray(2.0)
+    kw = dict(norm=2, num_draws=10, chunk_size=4)
+    rad.rademacher_linear(x1, KEY, radius=jnp.asarray(1.0), **kw)
+    sup1, sup2 = (rad.linear_sup(x, norm=1, radius=1.0) for x in (x1, x2))
+    rad.rademacher_exact(sup1)
+    with count_compiles() as messages:
+        rad.rademacher_linear(x2, key2, radius=radius2, **kw)
+        rad.rademacher_exact(sup2)
+    assert compiles_in(messages) == []
+
+
+def test_compile_once_finite():
+    rng = np.random.default_rng(11)
+    v1, v2 = (jnp.asarray(rng.normal(size=(20, 6))) for _ in range(2))
+    fn = TraceCounter(take_rows)
+    kw = dict(num_draws=6, num_members=20, member_chunk=8, chunk_size=4)
+    rad.rademacher_finite(fn, v1, KEY, **kw)
+    # outputs of the first block (n, dtype), the bound pass, one shared trace of the sup pass
+    assert fn.count <= 3
+    first = fn.count
+    key2 = jax.random.key(3)
+    with count_compiles() as messages:
+        rad.rademacher_finite(fn, v2, key2, **kw)
+    assert fn.count == first
+    assert compiles_in(messages) == []
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True, eq=False)
+class Ball:
+    """A projection whose radius is a pytree leaf: a new radius compiles nothing."""
+
+    radius: jax.Array
+
+    def __call__(self, w):
+        return norms.project_lp_ball(w, p=2, radius=self.radius)
+
+
+def test_compile_once_search():
+    rng = np.random.default_rng(12)
+    x1, x2 = (jnp.asarray(rng.normal(size=(7, 3))) for _ in range(2))
+    w1, w2 = (jnp.asarray(rng.normal(size=3)) * 0.1 for _ in range(2))
+    key2, bound2, ball2 = jax.random.key(9), jnp.asarray(5.0), Ball(jnp.asarray(0.5))
+    apply_fn = TraceCounter(lambda w, xs: jnp.tanh(xs @ w))
+    kw = dict(
+        num_draws=4,
+        num_steps=3,
+        step_size=jnp.asarray(0.5),
+        num_restarts=2,
+        chunk_size=2,
+    )
+    bound1, ball1 = jnp.asarray(4.0), Ball(jnp.asarray(1.0))
+    rad.rademacher_search(apply_fn, w1, x1, KEY, project=ball1, output_bound=bound1, **kw)
+    # outputs at project(params) (n, dtype, finite check), one shared trace of the ascent
+    assert apply_fn.count <= 2
+    first = apply_fn.count
+    with count_compiles() as messages:
+        est = rad.rademacher_search(
+            apply_fn, w2, x2, key2, project=ball2, output_bound=bound2, **kw
+        )
+    assert apply_fn.count == first
+    assert compiles_in(messages) == []
+    assert np.isfinite(float(est.lower))
+
+
+# ----------------------------------------------------------------------------- runtime checks
+
+
+def jitted_kernels(x):
+    """Fresh user-jitted calls (the switch applies to programs traced after it is set)."""
+    linear = jax.jit(lambda x, r: rad.rademacher_linear(x, KEY, norm=2, radius=r, num_draws=4).mean)
+    search = jax.jit(
+        lambda w: rad.rademacher_search(linear_fn, w, x, KEY, **search_kw(num_steps=2)).mean
+    )
+    finite = jax.jit(
+        lambda v: rad.rademacher_finite(take_rows, v, KEY, num_draws=4, num_members=6).mean
+    )
+    return linear, search, finite
+
+
+def test_runtime_checks_under_jit_and_switch():
+    x = jnp.asarray(np.random.default_rng(13).normal(size=(6, 2)))
+    bad, bad_w = x.at[0, 0].set(jnp.nan), jnp.array([jnp.nan, 0.0])
+    linear, search, finite = jitted_kernels(x)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="inputs: expected finite"):
+        jax.block_until_ready(linear(bad, 1.0))
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"radius: expected a finite value > 0"):
+        jax.block_until_ready(linear(x, -1.0))
+    with pytest.raises(ValueError, match="radius"):
+        rad.rademacher_linear(x, KEY, norm=2, radius=jnp.asarray(-1.0), num_draws=4)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="params: expected finite"):
+        jax.block_until_ready(search(bad_w))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="batch: expected finite"):
+        jax.block_until_ready(finite(bad))
+    with _checks.runtime_checks(False):
+        linear, search, finite = jitted_kernels(x)
+        assert np.isnan(float(linear(bad, 1.0)))
+        assert np.isnan(float(search(bad_w)))
+        assert np.isnan(float(finite(bad)))
+        # eager calls compile a program without checks too
+        est = rad.rademacher_linear(bad, KEY, norm=2, radius=1.0, num_draws=4)
+        assert np.isnan(float(est.mean))
+
+
+def test_mcdiarmid_halfwidth_checks():
+    np.testing.assert_allclose(
+        mcd := rad.mcdiarmid_halfwidth(2.0, num_examples=8, num_draws=3, delta=0.1),
+        4 * math.sqrt(math.log(20) / 48),
+        rtol=1e-12,
+    )
+    assert mcd > 0
+    with pytest.raises(ValueError, match="delta"):
+        rad.mcdiarmid_halfwidth(1.0, num_examples=8, num_draws=3, delta=1.0)
+    with pytest.raises(ValueError, match="bound"):
+        rad.mcdiarmid_halfwidth(-1.0, num_examples=8, num_draws=3, delta=0.1)
+    with pytest.raises(ValueError, match="num_examples"):
+        rad.mcdiarmid_halfwidth(1.0, num_examples=0, num_draws=3, delta=0.1)
