@@ -42,13 +42,21 @@ SCRIPT = textwrap.dedent(
                                                 num_draws=40, chunk_size=4))(key)
     out["linear_f32_jit"] = [float(e.mean), float(e.stderr)]
     v = jnp.asarray(rng.normal(size=(23, 50)))
-    e = rad.rademacher_finite(lambda i: v[i], 23, key, num_draws=21, member_chunk=5, draw_chunk=4)
+    e = rad.rademacher_finite(lambda i, b: b[i], v, key, num_draws=21, num_members=23,
+                              member_chunk=5, chunk_size=4)
     out["finite"] = [float(e.mean), float(e.stderr), float(e.upper)]
     e = rad.rademacher_search(lambda w, xs: jnp.tanh(xs @ w), jnp.full(6, 0.1), x, key,
                               project=lambda w: norms.project_lp_ball(w, p=2, radius=1.0),
                               num_draws=12, num_steps=5, step_size=1.0, num_restarts=2,
                               chunk_size=3)
     out["search"] = [float(e.mean), float(e.stderr)]
+    from kernels import sharpness
+    w = jnp.asarray(rng.normal(size=(6,)))
+    quad = lambda p, b: 0.5 * jnp.sum(b * p**2) + jnp.sum(jnp.sin(p))
+    e = sharpness.average_sharpness(quad, w, jnp.arange(1.0, 7.0), key,
+                                    perturbation=sharpness.Perturbation("gaussian", 0.1),
+                                    num_samples=13, chunk_size=2)
+    out["average_sharpness"] = [float(e.mean), float(e.stderr)]
     keys = jax.random.split(key, 9)
     out["map_samples"] = np.asarray(
         map_samples(lambda k: jax.random.normal(k), keys, chunk_size=2)).tolist()
@@ -96,6 +104,7 @@ def test_device_counts(results):
         "linear_f32_jit",
         "finite",
         "search",
+        "average_sharpness",
         "map_samples",
     ],
 )
