@@ -3,10 +3,10 @@
 Measures in one run, interleaving the variants and reporting medians:
 
 - the gradient (JAX jitted, PyTorch backward), the baseline every ratio is relative to;
-- Hutchinson per probe: ``hutchinson_trace(hvp(loss, params, batch), ...)`` jitted (target <= 2.0 x one
-  JAX gradient), PyHessian's double-backprop loop (``hessian(...).trace``, one graph with
-  ``create_graph`` then one backward per probe; target: ours >= 1.3 x faster per probe) and
-  matfree's Monte Carlo estimator on the same HVP (target: ours no slower);
+- Hutchinson per probe: ``hutchinson_trace(hvp(loss, params, batch), ...)`` jitted (target
+  <= 2.0 x one JAX gradient), PyHessian's double-backprop loop (``hessian(...).trace``, one
+  graph with ``create_graph`` then one backward per probe; target: ours >= 1.3 x faster per
+  probe) and matfree's Monte Carlo estimator on the same HVP (target: ours no slower);
 - the JAX and PyTorch HVPs on the same vector (agreement to float32 precision, against a
   PyTorch float64 reference);
 - peak resident memory of the jitted Hutchinson program with many vs 16 probes, each in a fresh
