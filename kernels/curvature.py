@@ -482,8 +482,9 @@ def hutchpp_memory_bytes(num_matvecs: int, size: int, dtype: Any) -> int:
     r"""Memory of the Hutch++ sketch: $3\,s\,n\,b$ bytes with $s = \min(\lfloor m/3\rfloor, n)$.
 
     The sketch holds $s$ images $A s_j$ of the parameter size $n$ ($b$ bytes per element), the
-    QR factorisation's working copy and the basis $Q$: three $s \times n$ arrays. This comes on
-    top of what one product needs (which Hutchinson needs too).
+    QR factorisation's working copy and the basis $Q$: at most three $s \times n$ arrays (XLA
+    on CPU reuses one of them: its compiled program measures about $2\,s\,n\,b$). This comes on
+    top of what ``chunk_size`` products need, which Hutchinson needs too.
 
     Args:
       num_matvecs: the budget m of :func:`hutchpp_trace`.
@@ -651,15 +652,24 @@ def hessian_trace(
     op = hvp(loss_fn, params, batch)
     if method == "hutchinson":
         return _hutchinson(op, params, key, num_matvecs, chunk_size, "rademacher")
-    flat = ravel_pytree(params)[0]
-    need = hutchpp_memory_bytes(num_matvecs, flat.size, flat.dtype)
-    if max_memory_bytes is not None and need > max_memory_bytes:
+    _check_sketch_memory(params, num_matvecs, max_memory_bytes)
+    return _hutchpp(op, params, key, num_matvecs, chunk_size)
+
+
+def _check_sketch_memory(params: Any, num_matvecs: int, max_memory_bytes: int | None) -> None:
+    """Refuse a Hutch++ sketch larger than ``max_memory_bytes`` (static)."""
+    if max_memory_bytes is None:
+        return
+    leaves = jax.tree_util.tree_leaves(params)
+    size = sum(int(np.prod(jnp.shape(leaf))) for leaf in leaves)
+    itemsize = max(np.dtype(jnp.result_type(leaf)).itemsize for leaf in leaves)
+    need = hutchpp_memory_bytes(num_matvecs, size, f"float{8 * itemsize}")
+    if need > max_memory_bytes:
         raise ValueError(
-            f"max_memory_bytes: Hutch++ with num_matvecs={num_matvecs} on {flat.size} parameters "
+            f"max_memory_bytes: Hutch++ with num_matvecs={num_matvecs} on {size} parameters "
             f"needs a sketch of {need} bytes (3 s n b), more than max_memory_bytes="
             f"{max_memory_bytes}: lower num_matvecs or use method='hutchinson'"
         )
-    return _hutchpp(op, params, key, num_matvecs, chunk_size)
 
 
 # --------------------------------------------------------------------------- Lanczos
