@@ -3,10 +3,10 @@
 Measures in one run, interleaving the variants and reporting medians:
 
 - the gradient (JAX jitted, PyTorch backward), the baseline every ratio is relative to;
-- Hutchinson per probe: ``hutchinson_trace(hvp(loss, params), ...)`` jitted (target <= 2.0 x one
-  JAX gradient), PyHessian's double-backprop loop (``hessian(...).trace``, one graph with
-  ``create_graph`` then one backward per probe; target: ours >= 1.3 x faster per probe) and
-  matfree's Monte Carlo estimator on the same HVP (target: ours no slower);
+- Hutchinson per probe: ``hutchinson_trace(hvp(loss, params, batch), ...)`` jitted (target
+  <= 2.0 x one JAX gradient), PyHessian's double-backprop loop (``hessian(...).trace``, one
+  graph with ``create_graph`` then one backward per probe; target: ours >= 1.3 x faster per
+  probe) and matfree's Monte Carlo estimator on the same HVP (target: ours no slower);
 - the JAX and PyTorch HVPs on the same vector (agreement to float32 precision, against a
   PyTorch float64 reference);
 - peak resident memory of the jitted Hutchinson program with many vs 16 probes, each in a fresh
@@ -69,15 +69,21 @@ def jax_grad(params, inputs, targets):
     return jax.grad(ref.jax_loss)(params, inputs, targets)
 
 
+def batch_loss(params, batch):
+    """The reference loss as ``loss_fn(params, batch)`` (one function object for every call)."""
+    inputs, targets = batch
+    return ref.jax_loss(params, inputs, targets)
+
+
 @partial(jax.jit, static_argnames=("num_probes", "chunk_size"))
 def ours_trace(params, inputs, targets, key, *, num_probes, chunk_size=None):
-    matvec = hvp(lambda p: ref.jax_loss(p, inputs, targets), params)
+    matvec = hvp(batch_loss, params, (inputs, targets))
     return hutchinson_trace(matvec, params, key, num_probes=num_probes, chunk_size=chunk_size)
 
 
 @jax.jit
 def jax_hvp(params, inputs, targets, v):
-    return hvp(lambda p: ref.jax_loss(p, inputs, targets), params)(v)
+    return hvp(batch_loss, params, (inputs, targets))(v)
 
 
 def matfree_trace_fn(num_probes):
@@ -89,8 +95,9 @@ def matfree_trace_fn(num_probes):
     def run(params, inputs, targets, key):
         sampler = stochtrace.sampler_signs(params, num=num_probes)
         estimate = stochtrace.estimator_monte_carlo(integrand, sampler)
-        matvec = hvp(lambda p: ref.jax_loss(p, inputs, targets), params)
-        return estimate(lambda v: matvec(v), key)
+        # linearised once, as our kernels do with the operator (op(v) would linearise per probe)
+        product, _ = hvp(batch_loss, params, (inputs, targets)).linearize()
+        return estimate(product, key)
 
     return run
 

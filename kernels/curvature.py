@@ -1,36 +1,64 @@
 r"""Curvature of a loss: Hessian-vector products, trace estimators, Lanczos, spectral density.
 
-All kernels act on a linear operator given as a function ``matvec: v -> A v`` on pytrees shaped
-like a template ``like`` (or on vectors of shape ``(n,)`` when ``like`` is an int ``n``). For a
-loss, :func:`hvp` builds that operator from ``loss_fn(params)`` by forward-over-reverse
-differentiation, linearised once so every probe reuses the same forward pass.
+**Operators.** Every kernel acts on a symmetric linear operator ``matvec: v -> A v`` on pytrees
+shaped like a template ``like`` (or on vectors of shape ``(n,)`` when ``like`` is an int ``n``).
+:func:`hvp` and :func:`dataset_hvp` build the Hessian of ``loss_fn(params, batch)`` as a
+registered pytree operator (a frozen dataclass: ``loss_fn`` is static, ``params`` and the data
+are leaves), so a kernel called again with new parameters or a new batch of the same shapes
+compiles nothing. A kernel that receives such an operator linearises it once per program
+(:meth:`HessianOperator.linearize`): the gradient's forward and backward pass at ``params`` run
+once and every probe only runs the tangent program. A plain callable (``lambda v: d * v``) works
+too; it is part of the compilation key by identity, so keep the same object across calls.
 
-A dataset too large for one batch: write ``loss_fn(params, batch)``, stack equal-size batches
-along a leading axis and use :func:`dataset_hvp`; its operator is the Hessian of the mean loss,
-accumulated batch by batch with ``lax.scan`` (memory of one batch, no per-example Hessians):
+A dataset too large for one batch: stack equal-size batches along a leading axis and use
+:func:`dataset_hvp`; its operator is the Hessian of the mean loss, accumulated batch by batch
+with ``lax.scan`` (memory of one batch, no per-example Hessians):
 
-    matvec = dataset_hvp(loss_fn, params, batches)
-    estimate = hutchinson_trace(matvec, params, key, num_probes=64)
+    op = dataset_hvp(loss_fn, params, batches)
+    estimate = hutchinson_trace(op, params, key, num_probes=64)
+
+**Compile once.** The program-running kernels are wrapped by :func:`kernels._jit.compile_once`:
+array leaves of the arguments are traced, everything else (callables, counts, strings) is static.
+Inside a user's ``jax.jit`` / ``vmap`` they are inlined.
+
+**Checks.** Static checks (counts, ``chunk_size``, ``key``, dtypes, sizes) raise ``ValueError``
+naming the argument. Runtime checks hold eagerly (``ValueError``) and inside ``jax.jit``
+(``JaxRuntimeError`` containing ``"kernels check failed: ..."``): non-finite ``params``, a
+non-finite loss at ``params`` (:func:`hvp`), and non-finite products at the probes (with their
+count). ``kernels._checks.runtime_checks(False)`` turns the runtime checks off.
+
+**Randomness and memory.** Probe ``i`` uses the key ``jax.random.fold_in(key, i)``, derived inside
+the program (:func:`kernels.parallel.sample_statistics`), so memory is that of ``chunk_size``
+probes whatever their number, and results depend on neither ``chunk_size`` nor the device count.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from kernels._checks import check_finite, check_positive_int, check_scalar_fn, is_concrete
-from kernels.estimate import Estimate, estimate_from_samples
-from kernels.parallel import map_samples
+from kernels._checks import check_finite, check_key, check_positive, check_positive_int, check_that
+from kernels._jit import compile_once
+from kernels.estimate import Estimate
+from kernels.parallel import map_samples, num_leading, sample_statistics
 
 __all__ = [
+    "DatasetHessianOperator",
     "Estimate",
+    "HessianOperator",
+    "QuadratureNodes",
+    "SpectralDensity",
+    "Tridiagonal",
     "dataset_hvp",
     "hessian_trace",
     "hutchinson_trace",
+    "hutchpp_memory_bytes",
     "hutchpp_trace",
     "hvp",
     "lanczos",
@@ -40,77 +68,203 @@ __all__ = [
 ]
 
 Matvec = Callable[[Any], Any]
+_SUPPORTED = ("float32", "float64")
 
 
-def _template(like: Any) -> Any:
-    """Turn ``like`` (pytree or int n) into a pytree template."""
-    if isinstance(like, int) and not isinstance(like, bool):
-        check_positive_int(like, "like")
-        return jnp.zeros((like,), dtype=jnp.result_type(float))
-    leaves = jax.tree_util.tree_leaves(like)
+# --------------------------------------------------------------------------- input checks
+
+
+def _check_floating(tree: Any, name: str) -> None:
+    """Static: ``tree`` has array leaves, all float32/float64, and at least one element."""
+    leaves = jax.tree_util.tree_leaves(tree)
     if not leaves:
-        raise ValueError("like: expected an int n or a pytree with at least one array leaf")
+        raise ValueError(f"{name}: expected a pytree with at least one array leaf, got {tree!r}")
     for leaf in leaves:
-        if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
-            raise ValueError(f"like: leaves must be floating arrays, got {jnp.result_type(leaf)}")
-    return like
-
-
-def _flat(like: Any) -> tuple[int, Any, Callable[[jax.Array], Any]]:
-    """Size, dtype and unravel function of a template."""
-    flat, unravel = ravel_pytree(jax.tree_util.tree_map(jnp.zeros_like, like))
-    return flat.size, flat.dtype, unravel
-
-
-def _flat_matvec(matvec: Matvec, like: Any) -> tuple[int, Any, Callable[[jax.Array], jax.Array]]:
-    size, dtype, unravel = _flat(like)
-
-    def flat_mv(x: jax.Array) -> jax.Array:
-        return ravel_pytree(matvec(unravel(x)))[0].astype(dtype)
-
-    return size, dtype, flat_mv
+        dtype = np.dtype(jnp.result_type(leaf))
+        if dtype.name in ("float16", "bfloat16"):
+            raise ValueError(
+                f"{name}: {dtype.name} is not supported (float32 and float64 are): cast with "
+                "jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), tree)"
+            )
+        if dtype.name not in _SUPPORTED:
+            raise ValueError(f"{name}: expected float32 or float64 leaves, got {dtype.name}")
+    if sum(int(np.prod(jnp.shape(leaf))) for leaf in leaves) == 0:
+        shapes = [jnp.shape(leaf) for leaf in leaves]
+        raise ValueError(f"{name}: expected at least one element, got leaves of shapes {shapes}")
 
 
 def _chunk(chunk_size: int | None) -> int:
-    """Validate ``chunk_size`` (None means one probe at a time)."""
-    if chunk_size is None:
-        return 1
-    return check_positive_int(chunk_size, "chunk_size")
+    """Validate ``chunk_size``; ``None`` means one probe at a time."""
+    return 1 if chunk_size is None else check_positive_int(chunk_size, "chunk_size")
 
 
-def _probe(key: jax.Array, size: int, dtype: Any, kind: str) -> jax.Array:
-    if kind == "rademacher":
-        return jax.random.rademacher(key, (size,), dtype=dtype)
-    return jax.random.normal(key, (size,), dtype=dtype)
+def _all_finite(tree: Any) -> jax.Array:
+    leaves = jax.tree_util.tree_leaves(tree)
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
 
 
-def hvp(loss_fn: Callable[[Any], jax.Array], params: Any) -> Matvec:
-    r"""Hessian-vector product operator of a scalar loss at ``params``.
+def _check_params(params: Any) -> jax.Array:
+    """Runtime check that ``params`` is finite; returns the (possibly traced) verdict."""
+    ok = _all_finite(params)
+    check_that(ok, "params: expected finite values, found NaN or inf")
+    return ok
 
-    Returns $v \mapsto \nabla^2 L(\theta) v$ computed forward-over-reverse
-    (``jax.linearize`` of ``jax.grad(loss_fn)``): the gradient's forward and backward pass at
-    $\theta$ are evaluated once when the operator is built, and each product only runs the
-    linearised (tangent) program, so a batch of probes shares the forward work.
+
+def _as_scalar(loss_fn: Callable[[Any, Any], jax.Array], batch: Any) -> Callable:
+    """``p -> (loss, loss)`` for ``jax.grad(..., has_aux=True)``, checking the loss's type."""
+
+    def value(p: Any) -> tuple[jax.Array, jax.Array]:
+        out = loss_fn(p, batch)
+        shape, dtype = jnp.shape(out), jnp.result_type(out)
+        if shape != () or not jnp.issubdtype(dtype, jnp.floating):
+            raise ValueError(
+                f"loss_fn: must return a real floating scalar, got {dtype} of shape {shape}"
+            )
+        return out, out
+
+    return value
+
+
+# --------------------------------------------------------------------------- operators
+
+
+class _LossOperator:
+    """Hessian of a loss as a pytree operator: kernels call :meth:`linearize` once."""
+
+    params: Any
+
+    def linearize(self) -> tuple[Matvec, jax.Array]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, v: Any) -> Any:
+        """$H v$ for one pytree ``v`` shaped like ``params`` (linearises afresh each call)."""
+        product, _ = self.linearize()
+        return product(v)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class HessianOperator(_LossOperator):
+    r"""The Hessian $v \mapsto \nabla^2_\theta L(\theta, b)\, v$ as a pytree (see :func:`hvp`).
+
+    Attributes:
+      loss_fn: ``(params, batch) -> scalar``. Static (part of the compilation key by identity).
+      params: pytree $\theta$ at which the Hessian is taken.
+      batch: the data pytree $b$ passed to ``loss_fn`` (``()`` or ``None`` for none).
+    """
+
+    loss_fn: Callable[[Any, Any], jax.Array] = dataclasses.field(metadata={"static": True})
+    params: Any
+    batch: Any
+
+    def linearize(self) -> tuple[Matvec, jax.Array]:
+        """Linearise once: the product function and whether the inputs were finite.
+
+        Runs ``jax.linearize`` of the gradient (one trace of ``loss_fn``, one forward and
+        backward pass at ``params``) and the runtime checks of ``params`` and of the loss at
+        ``params``.
+
+        Returns:
+          ``(product, valid)``: ``product(v)`` $= Hv$ runs only the tangent program; ``valid``
+          is a boolean scalar, true when ``params`` and the loss are finite (kernels report
+          non-finite products only when it holds, so one cause gives one message).
+
+        Raises:
+          ValueError: (runtime check) for non-finite ``params`` or loss; (static) when
+            ``loss_fn`` does not return a real floating scalar.
+        """
+        grad_fn = jax.grad(_as_scalar(self.loss_fn, self.batch), has_aux=True)
+        _, product, value = jax.linearize(grad_fn, self.params, has_aux=True)
+        params_ok = _check_params(self.params)
+        loss_ok = jnp.isfinite(value)
+        check_that(
+            jnp.logical_or(jnp.logical_not(params_ok), loss_ok),
+            "loss_fn: non-finite loss {} at params",
+            value,
+        )
+        return product, jnp.logical_and(params_ok, loss_ok)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DatasetHessianOperator(_LossOperator):
+    r"""$v \mapsto \sum_b w_b \nabla^2_\theta L(\theta, b)\, v$ as a pytree (:func:`dataset_hvp`).
+
+    Attributes:
+      loss_fn: ``(params, batch) -> scalar``. Static.
+      params: pytree $\theta$.
+      batches: pytree whose leaves have a leading axis of length B indexing batches.
+      weights: (B,) weights $w_b$.
+    """
+
+    loss_fn: Callable[[Any, Any], jax.Array] = dataclasses.field(metadata={"static": True})
+    params: Any
+    batches: Any
+    weights: jax.Array
+
+    def linearize(self) -> tuple[Matvec, jax.Array]:
+        """The product function (a ``lax.scan`` over batches) and whether the inputs were finite.
+
+        Each product runs forward-over-reverse on every batch in turn; nothing is shared between
+        products (that would hold every batch's residuals). The loss itself is not evaluated: a
+        non-finite loss shows as non-finite products, which the kernels count and report.
+
+        Returns:
+          ``(product, valid)`` as :meth:`HessianOperator.linearize`.
+
+        Raises:
+          ValueError: (runtime check) for non-finite ``params`` or ``weights``.
+        """
+        params_ok = _check_params(self.params)
+        check_finite(self.weights, "weights")
+        valid = jnp.logical_and(params_ok, _all_finite(self.weights))
+        loss_fn, params = self.loss_fn, self.params
+
+        def product(v: Any) -> Any:
+            def body(acc: Any, xs: Any) -> tuple[Any, None]:
+                batch, weight = xs
+                grad_fn = jax.grad(_as_scalar(loss_fn, batch), has_aux=True)
+                hv = jax.jvp(grad_fn, (params,), (v,), has_aux=True)[1]
+                acc = jax.tree_util.tree_map(lambda a, h: a + weight.astype(a.dtype) * h, acc, hv)
+                return acc, None
+
+            zero = jax.tree_util.tree_map(jnp.zeros_like, v)
+            return jax.lax.scan(body, zero, (self.batches, self.weights))[0]
+
+        return product, valid
+
+
+def hvp(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any) -> HessianOperator:
+    r"""Hessian-vector product operator of a scalar loss at ``params`` on one batch.
+
+    Returns the operator $v \mapsto \nabla^2_\theta L(\theta, b)\, v$, computed
+    forward-over-reverse. Kernels receiving it linearise it once per program (the gradient's
+    forward and backward pass at $\theta$ run once; each probe runs only the tangent program);
+    called directly, ``op(v)`` linearises for that one product.
 
     Args:
-      loss_fn: ``params -> scalar`` loss, closing over its data batch; must be traceable.
-      params: pytree at which the Hessian is taken.
+      loss_fn: ``(params, batch) -> scalar`` loss; must be traceable. Keep the same function
+        object across calls (it keys the compilation cache).
+      params: pytree $\theta$ of float32/float64 arrays at which the Hessian is taken.
+      batch: data pytree passed to ``loss_fn`` (``()`` or ``None`` when there is none).
 
     Returns:
-      ``matvec(v)`` for pytrees ``v`` shaped like ``params``.
+      A :class:`HessianOperator` (a pytree), ``op(v)`` for pytrees ``v`` shaped like ``params``.
 
     Raises:
-      ValueError: if ``loss_fn`` does not return a real scalar or ``params`` is not finite.
+      ValueError: if ``params`` is empty or not float32/float64 (here); when applied, if
+        ``loss_fn`` does not return a real scalar, or (runtime check) ``params`` or the loss
+        at ``params`` is not finite.
 
     >>> import jax.numpy as jnp
-    >>> mv = hvp(lambda x: jnp.sum(x**3), jnp.array([1.0, 2.0]))
-    >>> mv(jnp.array([1.0, 1.0]))
+    >>> op = hvp(lambda x, batch: jnp.sum(x**3), jnp.array([1.0, 2.0]), ())
+    >>> op(jnp.array([1.0, 1.0]))
     Array([ 6., 12.], dtype=float64)
     """
-    check_scalar_fn(loss_fn, params, "loss_fn")
-    check_finite(params, "params")
-    _, linear = jax.linearize(jax.grad(loss_fn), params)
-    return linear
+    if not callable(loss_fn):
+        raise ValueError(f"loss_fn: expected a callable (params, batch) -> scalar, got {loss_fn!r}")
+    _check_floating(params, "params")
+    return HessianOperator(loss_fn=loss_fn, params=params, batch=batch)
 
 
 def dataset_hvp(
@@ -119,7 +273,7 @@ def dataset_hvp(
     batches: Any,
     *,
     weights: jax.Array | None = None,
-) -> Matvec:
+) -> DatasetHessianOperator:
     r"""Hessian-vector product of a loss averaged over data batches, one batch in memory at a time.
 
     $$H v = \sum_b w_b \nabla^2 L_b(\theta) v,$$ with $L_b$ = ``loss_fn(params, batch_b)`` and
@@ -129,41 +283,152 @@ def dataset_hvp(
 
     Args:
       loss_fn: ``(params, batch) -> scalar`` mean loss on one batch.
-      params: pytree at which the Hessian is taken.
-      batches: pytree whose leaves have a leading axis of length B indexing batches.
+      params: pytree of float32/float64 arrays at which the Hessian is taken.
+      batches: pytree whose leaves have a leading axis of length B >= 1 indexing batches.
       weights: optional (B,) weights $w_b$ (e.g. batch sizes over the total).
 
     Returns:
-      ``matvec(v)`` for pytrees ``v`` shaped like ``params``.
+      A :class:`DatasetHessianOperator`, ``op(v)`` for pytrees ``v`` shaped like ``params``.
 
     Raises:
-      ValueError: if ``loss_fn`` does not return a scalar, ``params`` is not finite, or
-        ``weights`` does not have shape (B,).
+      ValueError: if ``params`` is empty or not float32/float64, ``batches`` has no leaves, no
+        batch or disagreeing leading axes, ``weights`` does not have shape (B,); when applied,
+        for a non-scalar loss or (runtime check) non-finite ``params`` / ``weights``.
+
+    >>> import jax.numpy as jnp
+    >>> loss = lambda p, b: 0.5 * jnp.sum(b * p**2)
+    >>> op = dataset_hvp(loss, jnp.zeros(2), jnp.array([[1.0, 2.0], [3.0, 4.0]]))
+    >>> op(jnp.ones(2))
+    Array([2., 3.], dtype=float64)
     """
-    num_batches = jnp.shape(jax.tree_util.tree_leaves(batches)[0])[0]
-    first = jax.tree_util.tree_map(lambda leaf: leaf[0], batches)
-    check_scalar_fn(lambda p: loss_fn(p, first), params, "loss_fn")
-    check_finite(params, "params")
+    if not callable(loss_fn):
+        raise ValueError(f"loss_fn: expected a callable (params, batch) -> scalar, got {loss_fn!r}")
+    _check_floating(params, "params")
+    if not jax.tree_util.tree_leaves(batches):
+        raise ValueError("batches: expected a pytree with array leaves stacked along axis 0")
+    try:
+        num_batches = num_leading(batches)
+    except (ValueError, IndexError) as err:
+        raise ValueError(f"batches: leaves must share a leading batch axis ({err})") from None
+    if num_batches < 1:
+        raise ValueError("batches: expected at least one batch, got a leading axis of length 0")
     dtype = ravel_pytree(params)[0].dtype
     if weights is None:
         weights = jnp.full((num_batches,), 1.0 / num_batches, dtype=dtype)
     elif jnp.shape(weights) != (num_batches,):
         raise ValueError(f"weights: expected shape ({num_batches},), got {jnp.shape(weights)}")
-
-    def matvec(v: Any) -> Any:
-        def body(acc: Any, xs: Any) -> tuple[Any, None]:
-            batch, weight = xs
-            grad_fn = jax.grad(lambda p: loss_fn(p, batch))
-            hv = jax.jvp(grad_fn, (params,), (v,))[1]
-            acc = jax.tree_util.tree_map(lambda a, h: a + weight.astype(a.dtype) * h, acc, hv)
-            return acc, None
-
-        zero = jax.tree_util.tree_map(jnp.zeros_like, v)
-        return jax.lax.scan(body, zero, (batches, weights))[0]
-
-    return matvec
+    return DatasetHessianOperator(
+        loss_fn=loss_fn, params=params, batches=batches, weights=jnp.asarray(weights)
+    )
 
 
+# --------------------------------------------------------------------------- flat problem
+
+
+@dataclasses.dataclass(frozen=True)
+class _Flat:
+    """An operator on flat vectors of one dtype, linearised once, with its input verdict."""
+
+    size: int
+    dtype: Any
+    matvec: Callable[[jax.Array], jax.Array]
+    valid: jax.Array
+    name: str  # the argument a non-finite product is blamed on
+
+    def probe(self, key: jax.Array, kind: str = "rademacher") -> jax.Array:
+        if kind == "rademacher":
+            return jax.random.rademacher(key, (self.size,), dtype=self.dtype)
+        return jax.random.normal(key, (self.size,), dtype=self.dtype)
+
+    def check_products(self, num_bad: jax.Array, total: int, unit: str) -> None:
+        """Runtime check: no non-finite product (reported only when the inputs were finite)."""
+        check_that(
+            jnp.logical_or(num_bad == 0, jnp.logical_not(self.valid)),
+            f"{self.name}: non-finite products at {{}} of the {total} {unit}",
+            num_bad,
+        )
+
+
+def _template(like: Any) -> Any:
+    """Turn ``like`` (pytree or int n) into a pytree template."""
+    if isinstance(like, int | np.integer) and not isinstance(like, bool):
+        check_positive_int(like, "like")
+        return jnp.zeros((int(like),), dtype=jnp.result_type(float))
+    _check_floating(like, "like")
+    return like
+
+
+def _linear(matvec: Any, like: Any) -> tuple[Matvec, jax.Array, str]:
+    """Linearise a loss operator once (checking ``like`` against it); pass a callable through."""
+    if isinstance(matvec, _LossOperator):
+        def shapes(tree: Any) -> tuple[Any, list[tuple[int, ...]]]:
+            leaves, treedef = jax.tree_util.tree_flatten(tree)
+            return treedef, [jnp.shape(leaf) for leaf in leaves]
+
+        if shapes(like) != shapes(matvec.params):
+            raise ValueError(
+                "like: expected the pytree structure and shapes of the operator's params"
+            )
+        product, valid = matvec.linearize()
+        return product, valid, "loss_fn"
+    if not callable(matvec):
+        raise ValueError(f"matvec: expected a callable v -> A v, got {type(matvec).__name__}")
+    return matvec, jnp.asarray(True), "matvec"
+
+
+def _setup(matvec: Any, like: Any) -> _Flat:
+    like = _template(like)
+    product, valid, name = _linear(matvec, like)
+    flat, unravel = ravel_pytree(jax.tree_util.tree_map(jnp.zeros_like, like))
+    size, dtype = flat.size, flat.dtype
+
+    def flat_mv(x: jax.Array) -> jax.Array:
+        out = ravel_pytree(product(unravel(x)))[0]
+        if out.shape != (size,):
+            raise ValueError(
+                f"like: has {size} elements but {name} returns {out.size}: pass a template of "
+                "the operator's input and output shape"
+            )
+        if not jnp.issubdtype(out.dtype, jnp.floating):
+            raise ValueError(f"{name}: must return floating values, got {out.dtype}")
+        return out.astype(dtype)
+
+    return _Flat(size, dtype, flat_mv, valid, name)
+
+
+def _num_bad_rows(*arrays: jax.Array) -> jax.Array:
+    """Number of leading-axis rows with a non-finite element in any of ``arrays``."""
+    finite = [jnp.all(jnp.isfinite(a.reshape(a.shape[0], -1)), axis=1) for a in arrays]
+    return jnp.sum(jnp.logical_not(jnp.all(jnp.stack(finite), axis=0))).astype(jnp.int32)
+
+
+def _indices(num: int) -> jax.Array:
+    return jnp.arange(num, dtype=jnp.uint32)
+
+
+# --------------------------------------------------------------------------- trace estimators
+
+
+def _hutchinson(
+    matvec: Any, like: Any, key: Any, num_probes: int, chunk_size: int | None, probe: str
+) -> Estimate:
+    check_key(key, "key")
+    check_positive_int(num_probes, "num_probes", minimum=2)
+    chunk = _chunk(chunk_size)
+    if probe not in ("rademacher", "gaussian"):
+        raise ValueError(f"probe: expected 'rademacher' or 'gaussian', got {probe!r}")
+    flat = _setup(matvec, like)
+
+    def one(k: jax.Array) -> jax.Array:
+        v = flat.probe(k, probe)
+        return jnp.vdot(v, flat.matvec(v))
+
+    stats = sample_statistics(one, key, num_samples=num_probes, chunk_size=chunk)
+    flat.check_products(stats.num_nonfinite, num_probes, "probes")
+    return stats.estimate()
+
+
+@compile_once
 def hutchinson_trace(
     matvec: Matvec,
     like: Any,
@@ -178,22 +443,29 @@ def hutchinson_trace(
     $$\hat t = \frac{1}{m}\sum_{i=1}^m v_i^\top A v_i,$$ unbiased for Rademacher or standard
     Gaussian probes; with Rademacher probes it is exact for diagonal $A$ and its variance is
     $2(\|A\|_F^2 - \sum_i A_{ii}^2)/m$ (Gaussian: $2\|A\|_F^2/m$). The standard error is the
-    sample standard deviation of $v_i^\top A v_i$ over $\sqrt m$.
+    sample standard deviation of $v_i^\top A v_i$ over $\sqrt m$. Probe $i$ is drawn from
+    ``jax.random.fold_in(key, i)`` inside the program and the mean and variance are streamed
+    (:func:`kernels.parallel.sample_statistics`), so memory is that of ``chunk_size`` probes.
 
     Args:
-      matvec: ``v -> A v`` on pytrees shaped like ``like`` (A symmetric); must be traceable.
-      like: pytree (or int n) fixing probe structure and dtype. Static.
-      key: PRNG key; one subkey per probe, so results do not depend on ``chunk_size``.
+      matvec: ``v -> A v`` on pytrees shaped like ``like`` (A symmetric): a :func:`hvp` /
+        :func:`dataset_hvp` operator (linearised once here) or any traceable callable.
+      like: pytree of float32/float64 arrays (or int n) fixing probe structure and dtype; for a
+        loss operator, shaped like its ``params``.
+      key: PRNG key (``jax.random.key``).
       num_probes: m >= 2. Static.
-      chunk_size: probes per vectorised batch (memory bound); ``None`` (default) runs probes
-        sequentially, which on CPU is also fastest for Hessians since the forward is shared.
+      chunk_size: probes per vectorised batch, an int >= 1; ``None`` (default) runs probes one
+        at a time, the least memory and on CPU also fastest for Hessians.
       probe: ``"rademacher"`` or ``"gaussian"``.
 
     Returns:
       Estimate(mean, stderr, num_samples=m).
 
     Raises:
-      ValueError: if num_probes < 2, ``probe`` is unknown or ``like`` is not floating.
+      ValueError: for num_probes < 2, a bad ``chunk_size``, ``key`` or ``probe``, a ``like``
+        that is not floating or whose size differs from the operator's; (runtime check)
+        non-finite ``params`` / loss of a loss operator, or non-finite $v_i^\top A v_i$
+        (with how many of the m probes).
 
     References:
       Hutchinson 1989, doi:10.1080/03610918908812806.
@@ -203,20 +475,79 @@ def hutchinson_trace(
     >>> hutchinson_trace(lambda v: d * v, 3, jax.random.key(0), num_probes=4).mean
     Array(6., dtype=float64)
     """
-    check_positive_int(num_probes, "num_probes", minimum=2)
-    if probe not in ("rademacher", "gaussian"):
-        raise ValueError(f"probe: expected 'rademacher' or 'gaussian', got {probe!r}")
-    like = _template(like)
-    size, dtype, flat_mv = _flat_matvec(matvec, like)
+    return _hutchinson(matvec, like, key, num_probes, chunk_size, probe)
+
+
+def hutchpp_memory_bytes(num_matvecs: int, size: int, dtype: Any) -> int:
+    r"""Memory of the Hutch++ sketch: $3\,s\,n\,b$ bytes with $s = \min(\lfloor m/3\rfloor, n)$.
+
+    The sketch holds $s$ images $A s_j$ of the parameter size $n$ ($b$ bytes per element), the
+    QR factorisation's working copy and the basis $Q$: at most three $s \times n$ arrays (XLA
+    on CPU reuses one of them: its compiled program measures about $2\,s\,n\,b$). This comes on
+    top of what ``chunk_size`` products need, which Hutchinson needs too.
+
+    Args:
+      num_matvecs: the budget m of :func:`hutchpp_trace`.
+      size: the number of parameters n.
+      dtype: the parameters' dtype.
+
+    Returns:
+      The number of bytes, a Python int.
+
+    >>> hutchpp_memory_bytes(300, 1_000_000, "float32")  # 100 vectors per copy: 1.2 GB
+    1200000000
+    """
+    num_sketch = min(check_positive_int(num_matvecs, "num_matvecs") // 3, size)
+    return 3 * num_sketch * int(size) * np.dtype(dtype).itemsize
+
+
+def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int, devices: list):
+    """Orthonormal basis Q of A S (S Rademacher, row j from fold_in(key, j)) and tr(Q'AQ) terms."""
+    images = map_samples(
+        lambda j: flat.matvec(flat.probe(jax.random.fold_in(key, j))),
+        _indices(num_sketch),
+        chunk_size=chunk,
+        devices=devices,
+    )  # (s, n): rows A s_j
+    basis = jnp.linalg.qr(images.T)[0]  # (n, s)
+
+    def column(j: jax.Array) -> jax.Array:
+        q = basis[:, j]
+        return jnp.vdot(q, flat.matvec(q))
+
+    quad = map_samples(column, _indices(num_sketch), chunk_size=chunk, devices=devices)
+    return basis, quad, _num_bad_rows(images) + _num_bad_rows(quad)
+
+
+def _hutchpp(
+    matvec: Any, like: Any, key: Any, num_matvecs: int, chunk_size: int | None
+) -> Estimate:
+    check_key(key, "key")
+    check_positive_int(num_matvecs, "num_matvecs", minimum=4)
+    chunk = _chunk(chunk_size)
+    flat = _setup(matvec, like)
+    num_sketch = min(num_matvecs // 3, flat.size)
+    num_hutch = num_matvecs - 2 * num_sketch
+    key_sketch, key_hutch = jax.random.split(key)
+    # one program may not mix shard_maps over different device sets: use the devices that
+    # sample_statistics picks for the residual probes (no more than their chunks) throughout
+    devices = jax.devices()[: max(1, min(len(jax.devices()), -(-num_hutch // chunk)))]
+    basis, quad, bad = _sketch_basis(flat, key_sketch, num_sketch, chunk, devices)
 
     def one(k: jax.Array) -> jax.Array:
-        v = _probe(k, size, dtype, probe)
-        return jnp.vdot(v, flat_mv(v))
+        g = flat.probe(k)
+        g = g - basis @ (basis.T @ g)
+        return jnp.vdot(g, flat.matvec(g))
 
-    values = map_samples(one, jax.random.split(key, num_probes), chunk_size=_chunk(chunk_size))
-    return estimate_from_samples(values)
+    stats = sample_statistics(
+        one, key_hutch, num_samples=num_hutch, chunk_size=chunk, devices=devices
+    )
+    flat.check_products(bad + stats.num_nonfinite, num_matvecs, "products")
+    rest = stats.estimate(num_evaluations=num_matvecs)
+    return dataclasses.replace(rest, mean=jnp.sum(quad) + rest.mean)
 
 
+@compile_once
 def hutchpp_trace(
     matvec: Matvec,
     like: Any,
@@ -227,27 +558,33 @@ def hutchpp_trace(
 ) -> Estimate:
     r"""Estimate $\operatorname{tr}(A)$ with Hutch++ (low-rank deflation plus Hutchinson).
 
-    With budget $m$ products: a Rademacher sketch $S$ with $s = \lfloor m/3 \rfloor$ columns,
-    $Q = \operatorname{orth}(AS)$, and
+    With budget $m$ products: a Rademacher sketch $S$ with $s = \min(\lfloor m/3 \rfloor, n)$
+    columns, $Q = \operatorname{orth}(AS)$, and
     $$\hat t = \operatorname{tr}(Q^\top A Q) + \frac{1}{g}\sum_{i=1}^{g}
     g_i^\top (I-QQ^\top) A (I-QQ^\top) g_i,\quad g = m - 2s.$$
     Unbiased; its error falls like $1/m$ instead of $1/\sqrt m$ when $A$ has a few dominant
     eigenvalues. ``stderr`` is the standard error of the Hutchinson part alone (the deflated
-    term $\operatorname{tr}(Q^\top A Q)$ is treated as fixed given $S$), so it measures the
-    residual variance, not the variability of the sketch.
+    term is treated as fixed given $S$), so it measures the residual variance, not the
+    variability of the sketch.
+
+    Memory: unlike Hutchinson, Hutch++ holds its sketch by design: about
+    :func:`hutchpp_memory_bytes` $= 3\,s\,n\,b$ bytes ($n$ parameters of $b$ bytes: the $s$
+    images $AS$, the QR's working copy and $Q$), i.e. $m/3$ vectors of the parameter size per
+    copy, beside the memory of ``chunk_size`` products. The residual probes are streamed.
 
     Args:
-      matvec: ``v -> A v`` on pytrees shaped like ``like`` (A symmetric).
-      like: pytree (or int n) fixing probe structure and dtype. Static.
+      matvec: ``v -> A v`` on pytrees shaped like ``like`` (A symmetric); a loss operator is
+        linearised once.
+      like: pytree of float32/float64 arrays (or int n) fixing probe structure and dtype.
       key: PRNG key.
       num_matvecs: total products m >= 4 (so s >= 1 and g >= 2). Static.
-      chunk_size: products per vectorised batch; ``None`` runs them sequentially.
+      chunk_size: products per vectorised batch, an int >= 1; ``None`` runs them one at a time.
 
     Returns:
-      Estimate(mean, stderr of the Hutchinson part, num_samples=m).
+      Estimate(mean, stderr of the Hutchinson part, num_samples=g, num_evaluations=m).
 
     Raises:
-      ValueError: if num_matvecs < 4.
+      ValueError: as :func:`hutchinson_trace`, with num_matvecs < 4 in place of num_probes < 2.
 
     References:
       Meyer, Musco, Musco, Woodruff 2021, "Hutch++", arXiv:2010.09649.
@@ -257,130 +594,137 @@ def hutchpp_trace(
     >>> round(float(hutchpp_trace(lambda v: d * v, 3, jax.random.key(0), num_matvecs=9).mean), 6)
     6.0
     """
-    check_positive_int(num_matvecs, "num_matvecs", minimum=4)
-    like = _template(like)
-    size, dtype, flat_mv = _flat_matvec(matvec, like)
-    num_sketch = min(num_matvecs // 3, size)
-    num_hutch = num_matvecs - 2 * num_sketch
-    chunk = _chunk(chunk_size)
-    key_sketch, key_hutch = jax.random.split(key)
-
-    sketch = jax.vmap(lambda k: _probe(k, size, dtype, "rademacher"))(
-        jax.random.split(key_sketch, num_sketch)
-    )
-    image = map_samples(flat_mv, sketch, chunk_size=chunk)  # rows A s_j
-    basis, _ = jnp.linalg.qr(image.T)  # (size, num_sketch)
-    a_basis = map_samples(flat_mv, basis.T, chunk_size=chunk)
-    low_rank = jnp.sum(basis.T * a_basis)
-
-    def one(k: jax.Array) -> jax.Array:
-        g = _probe(k, size, dtype, "rademacher")
-        g = g - basis @ (basis.T @ g)
-        return jnp.vdot(g, flat_mv(g))
-
-    rest = estimate_from_samples(
-        map_samples(one, jax.random.split(key_hutch, num_hutch), chunk_size=chunk)
-    )
-    return Estimate(mean=low_rank + rest.mean, stderr=rest.stderr, num_samples=num_matvecs)
+    return _hutchpp(matvec, like, key, num_matvecs, chunk_size)
 
 
+@compile_once
 def hessian_trace(
-    loss_fn: Callable[[Any], jax.Array],
+    loss_fn: Callable[[Any, Any], jax.Array],
     params: Any,
+    batch: Any,
     key: jax.Array,
     *,
-    num_probes: int,
+    num_matvecs: int,
     method: Literal["hutchinson", "hutchpp"] = "hutchinson",
     chunk_size: int | None = None,
+    max_memory_bytes: int | None = None,
 ) -> Estimate:
-    r"""Estimate $\operatorname{tr}\nabla^2 L(\theta)$ of a loss closing over one batch.
+    r"""Estimate $\operatorname{tr}\nabla^2_\theta L(\theta, b)$ of a loss on one batch.
 
-    Builds :func:`hvp` once and runs :func:`hutchinson_trace` (``num_probes`` probes) or
-    :func:`hutchpp_trace` (``num_probes`` products). For data that does not fit one batch use
-    :func:`dataset_hvp` with :func:`hutchinson_trace` (module docstring).
+    Builds :func:`hvp` (linearised once) and runs :func:`hutchinson_trace` (``num_matvecs``
+    probes) or :func:`hutchpp_trace` (``num_matvecs`` products). For data that does not fit one
+    batch use :func:`dataset_hvp` with :func:`hutchinson_trace` (module docstring).
 
     Args:
-      loss_fn: ``params -> scalar``.
-      params: pytree.
+      loss_fn: ``(params, batch) -> scalar``; keep the same object across calls.
+      params: pytree of float32/float64 arrays.
+      batch: data pytree passed to ``loss_fn`` (``()`` or ``None`` for none).
       key: PRNG key.
-      num_probes: number of Hessian-vector products (>= 2; >= 4 for Hutch++). Static.
-      method: ``"hutchinson"`` or ``"hutchpp"``.
-      chunk_size: probes per vectorised batch; ``None`` runs them sequentially.
+      num_matvecs: Hessian-vector products (>= 2; >= 4 for Hutch++). Static.
+      method: ``"hutchinson"`` (memory of ``chunk_size`` probes) or ``"hutchpp"`` (holds a
+        sketch of :func:`hutchpp_memory_bytes` bytes).
+      chunk_size: products per vectorised batch, an int >= 1; ``None`` runs them one at a time.
+      max_memory_bytes: refuse Hutch++ when its sketch would need more bytes than this (an
+        int >= 1; ``None``: no limit). Hutchinson's memory does not grow with ``num_matvecs``.
 
     Returns:
-      Estimate of the trace.
+      Estimate of the trace (see the two estimators for its fields).
 
     Raises:
-      ValueError: for an unknown method, a non-scalar loss, non-finite params, too few probes.
+      ValueError: for an unknown method, too few products, a Hutch++ sketch over
+        ``max_memory_bytes``, a non-scalar loss, int/float16/empty ``params``, a bad ``key``
+        or ``chunk_size``; (runtime check) non-finite ``params``, loss at ``params`` or
+        products at the probes.
 
     >>> import jax, jax.numpy as jnp
-    >>> loss = lambda p: 0.5 * jnp.sum(jnp.array([1.0, 2.0]) * p["w"] ** 2)
-    >>> hessian_trace(loss, {"w": jnp.zeros(2)}, jax.random.key(0), num_probes=8).mean
+    >>> loss = lambda p, b: 0.5 * jnp.sum(b * p["w"] ** 2)
+    >>> est = hessian_trace(
+    ...     loss, {"w": jnp.zeros(2)}, jnp.array([1.0, 2.0]), jax.random.key(0), num_matvecs=8
+    ... )
+    >>> est.mean
     Array(3., dtype=float64)
     """
     if method not in ("hutchinson", "hutchpp"):
         raise ValueError(f"method: expected 'hutchinson' or 'hutchpp', got {method!r}")
-    check_positive_int(num_probes, "num_probes", minimum=2 if method == "hutchinson" else 4)
-    matvec = hvp(loss_fn, params)
+    check_positive_int(num_matvecs, "num_matvecs", minimum=2 if method == "hutchinson" else 4)
+    if max_memory_bytes is not None:
+        check_positive_int(max_memory_bytes, "max_memory_bytes")
+    op = hvp(loss_fn, params, batch)
     if method == "hutchinson":
-        return hutchinson_trace(matvec, params, key, num_probes=num_probes, chunk_size=chunk_size)
-    return hutchpp_trace(matvec, params, key, num_matvecs=num_probes, chunk_size=chunk_size)
+        return _hutchinson(op, params, key, num_matvecs, chunk_size, "rademacher")
+    _check_sketch_memory(params, num_matvecs, max_memory_bytes)
+    return _hutchpp(op, params, key, num_matvecs, chunk_size)
 
 
-def lanczos(
-    matvec: Matvec, like: Any, key: jax.Array, *, num_steps: int, start: jax.Array | None = None
-) -> tuple[jax.Array, jax.Array]:
-    r"""Lanczos tridiagonalisation with full reorthogonalisation.
-
-    Runs ``num_steps`` steps from a random Rademacher start vector (or ``start``, a flat vector),
-    orthogonalising every new vector twice against all previous ones (classical Gram-Schmidt,
-    twice). On breakdown (an invariant subspace found) it restarts from a fresh random vector
-    orthogonal to the basis, so the tridiagonal matrix stays block-diagonal and its eigenvalues
-    remain eigenvalues of $A$.
-
-    Args:
-      matvec: ``v -> A v`` on pytrees shaped like ``like`` (A symmetric).
-      like: pytree (or int n). Static.
-      key: PRNG key (start and restart vectors).
-      num_steps: steps k, 1 <= k <= n. Static.
-      start: optional flat start vector of length n.
-
-    Returns:
-      ``(tridiagonal, first)``: the k x k tridiagonal matrix $T$ and the norm of the start
-      vector (so $e_1$ of $T$ corresponds to ``start / first``).
-
-    Raises:
-      ValueError: if num_steps is not in [1, n] or ``start`` does not have shape (n,).
-    """
-    like = _template(like)
-    size, dtype, flat_mv = _flat_matvec(matvec, like)
-    check_positive_int(num_steps, "num_steps")
-    if num_steps > size:
-        raise ValueError(f"num_steps: expected at most the dimension {size}, got {num_steps}")
-    if start is not None and jnp.shape(start) != (size,):
+def _check_sketch_memory(params: Any, num_matvecs: int, max_memory_bytes: int | None) -> None:
+    """Refuse a Hutch++ sketch larger than ``max_memory_bytes`` (static)."""
+    if max_memory_bytes is None:
+        return
+    leaves = jax.tree_util.tree_leaves(params)
+    size = sum(int(np.prod(jnp.shape(leaf))) for leaf in leaves)
+    itemsize = max(np.dtype(jnp.result_type(leaf)).itemsize for leaf in leaves)
+    need = hutchpp_memory_bytes(num_matvecs, size, f"float{8 * itemsize}")
+    if need > max_memory_bytes:
         raise ValueError(
-            f"start: expected a flat vector of shape ({size},), got {jnp.shape(start)}"
+            f"max_memory_bytes: Hutch++ with num_matvecs={num_matvecs} on {size} parameters "
+            f"needs a sketch of {need} bytes (3 s n b), more than max_memory_bytes="
+            f"{max_memory_bytes}: lower num_matvecs or use method='hutchinson'"
         )
+
+
+# --------------------------------------------------------------------------- Lanczos
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Tridiagonal:
+    r"""The Lanczos tridiagonal matrix $T = V^\top A V$ of :func:`lanczos`.
+
+    Attributes:
+      diagonal: $(\alpha_1, \dots, \alpha_k)$, shape (k,).
+      off_diagonal: $(\beta_1, \dots, \beta_{k-1})$, shape (k-1,); zero where Lanczos broke
+        down and restarted (then $T$ is block diagonal).
+      start_norm: $\|v_0\|$ of the start vector, so $e_1$ of $T$ is $v_0 / \|v_0\|$ and
+        $v_0^\top p(A) v_0 \approx \|v_0\|^2 e_1^\top p(T) e_1$.
+    """
+
+    diagonal: jax.Array
+    off_diagonal: jax.Array
+    start_norm: jax.Array
+
+    def matrix(self) -> jax.Array:
+        """The dense k x k matrix $T$ (of an unbatched result)."""
+        return _tridiagonal_matrix(self.diagonal, self.off_diagonal)
+
+
+def _tridiagonal_matrix(diagonal: jax.Array, off: jax.Array) -> jax.Array:
+    return jnp.diag(diagonal) + jnp.diag(off, 1) + jnp.diag(off, -1)
+
+
+def _orth(w: jax.Array, basis: jax.Array) -> jax.Array:
+    """Classical Gram-Schmidt against the rows of ``basis``, twice."""
+    w = w - basis.T @ (basis @ w)
+    return w - basis.T @ (basis @ w)
+
+
+def _lanczos_run(flat: _Flat, key: jax.Array, num_steps: int, v0: jax.Array | None):
+    """Lanczos with full reorthogonalisation and random restarts: (alphas, betas, |v0|)."""
     key_start, key_restart = jax.random.split(key)
-    v0 = _probe(key_start, size, dtype, "rademacher") if start is None else start.astype(dtype)
+    v0 = flat.probe(key_start) if v0 is None else v0.astype(flat.dtype)
     norm0 = jnp.linalg.norm(v0)
-    basis = jnp.zeros((num_steps + 1, size), dtype).at[0].set(v0 / norm0)
-    tiny = jnp.finfo(dtype).eps
+    basis = jnp.zeros((num_steps + 1, flat.size), flat.dtype).at[0].set(v0 / norm0)
+    tiny = jnp.finfo(flat.dtype).eps
 
-    def orth(w: jax.Array, basis: jax.Array) -> jax.Array:
-        w = w - basis.T @ (basis @ w)
-        return w - basis.T @ (basis @ w)
-
-    def step(j: int, carry: tuple[jax.Array, jax.Array, jax.Array, jax.Array]):
+    def step(j: int, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
         basis, alphas, betas, scale = carry
         v = basis[j]
-        w = flat_mv(v)
+        w = flat.matvec(v)
         alpha = jnp.vdot(v, w)
-        w = orth(w, basis)
+        w = _orth(w, basis)
         beta = jnp.linalg.norm(w)
         scale = jnp.maximum(scale, jnp.abs(alpha) + beta)
         broke = beta <= 1e3 * tiny * scale
-        fresh = orth(_probe(jax.random.fold_in(key_restart, j), size, dtype, "rademacher"), basis)
+        fresh = _orth(flat.probe(jax.random.fold_in(key_restart, j)), basis)
         fresh_norm = jnp.linalg.norm(fresh)
         nxt = jnp.where(
             broke,
@@ -390,57 +734,160 @@ def lanczos(
         basis = basis.at[j + 1].set(nxt)
         return basis, alphas.at[j].set(alpha), betas.at[j].set(jnp.where(broke, 0.0, beta)), scale
 
-    zeros = jnp.zeros((num_steps,), dtype)
-    _, alphas, betas, _ = jax.lax.fori_loop(
-        0, num_steps, step, (basis, zeros, zeros, jnp.zeros((), dtype))
-    )
-    off = betas[:-1]
-    tri = jnp.diag(alphas) + jnp.diag(off, 1) + jnp.diag(off, -1)
-    return tri, norm0
+    zeros = jnp.zeros((num_steps,), flat.dtype)
+    init = (basis, zeros, zeros, jnp.zeros((), flat.dtype))
+    _, alphas, betas, _ = jax.lax.fori_loop(0, num_steps, step, init)
+    return alphas, betas[:-1], norm0
 
 
-def top_eigenvalues(
-    matvec: Matvec, like: Any, key: jax.Array, *, k: int = 1, num_iterations: int
-) -> jax.Array:
-    r"""The k largest eigenvalues of a symmetric operator by Lanczos (full reorthogonalisation).
+def _bad_steps(alphas: jax.Array, betas: jax.Array) -> jax.Array:
+    """Number of Lanczos steps whose alpha or (kept) beta is not finite."""
+    return _num_bad_rows(alphas, jnp.concatenate([betas, jnp.zeros((1,), betas.dtype)]))
 
-    Ritz values of the ``num_iterations``-step Lanczos tridiagonal matrix; the largest converge
-    first. They are lower bounds of the true top eigenvalues (Cauchy interlacing) and exact
-    once ``num_iterations`` reaches the dimension n (larger values are clipped to n).
+
+def _check_steps(num_steps: int, size: int) -> int:
+    check_positive_int(num_steps, "num_steps")
+    if num_steps > size:
+        raise ValueError(f"num_steps: expected at most the dimension {size}, got {num_steps}")
+    return num_steps
+
+
+@compile_once
+def lanczos(
+    matvec: Matvec, like: Any, key: jax.Array, *, num_steps: int, start: jax.Array | None = None
+) -> Tridiagonal:
+    r"""Lanczos tridiagonalisation with full reorthogonalisation.
+
+    Runs $k$ = ``num_steps`` steps from a random Rademacher start vector (or ``start``, a flat
+    vector), orthogonalising every new vector twice against all previous ones (classical
+    Gram-Schmidt, twice). On breakdown (an invariant subspace found) it restarts from a fresh
+    random vector orthogonal to the basis, so $T$ stays block-diagonal and its eigenvalues
+    remain eigenvalues of $A$. Gauss quadrature: $e_1^\top T^p e_1 \|v_0\|^2 = v_0^\top A^p v_0$
+    for $p < 2k$ (exact in exact arithmetic). Memory: the basis, $(k+1) \times n$.
 
     Args:
       matvec: ``v -> A v`` on pytrees shaped like ``like`` (A symmetric).
-      like: pytree (or int n). Static.
+      like: pytree (or int n).
+      key: PRNG key (start and restart vectors).
+      num_steps: steps k, 1 <= k <= n. Static.
+      start: optional flat start vector of shape (n,), finite and nonzero.
+
+    Returns:
+      Tridiagonal(diagonal, off_diagonal, start_norm).
+
+    Raises:
+      ValueError: if num_steps is not in [1, n], ``start`` does not have shape (n,), bad
+        ``key`` / ``like``; (runtime check) non-finite inputs, a zero or non-finite ``start``,
+        non-finite products (with how many of the k steps).
+
+    >>> import jax, jax.numpy as jnp
+    >>> d = jnp.array([1.0, 2.0, 3.0])
+    >>> tri = lanczos(lambda v: d * v, 3, jax.random.key(0), num_steps=3)
+    >>> jnp.round(jnp.linalg.eigvalsh(tri.matrix()), 6)
+    Array([1., 2., 3.], dtype=float64)
+    """
+    check_key(key, "key")
+    flat = _setup(matvec, like)
+    _check_steps(num_steps, flat.size)
+    if start is not None:
+        if jnp.shape(start) != (flat.size,):
+            raise ValueError(
+                f"start: expected a flat vector of shape ({flat.size},), got {jnp.shape(start)}"
+            )
+        norm = jnp.linalg.norm(jnp.asarray(start))
+        check_that(
+            jnp.logical_and(jnp.isfinite(norm), norm > 0),
+            "start: expected a finite nonzero vector",
+        )
+    alphas, betas, norm0 = _lanczos_run(flat, key, num_steps, start)
+    flat.check_products(_bad_steps(alphas, betas), num_steps, "steps")
+    return Tridiagonal(diagonal=alphas, off_diagonal=betas, start_norm=norm0)
+
+
+@compile_once
+def top_eigenvalues(
+    matvec: Matvec, like: Any, key: jax.Array, *, k: int = 1, num_steps: int
+) -> jax.Array:
+    r"""The k largest eigenvalues of a symmetric operator by Lanczos (full reorthogonalisation).
+
+    Ritz values (eigenvalues of $T$) of the ``num_steps``-step :func:`lanczos` matrix; the
+    largest converge first. They are lower bounds of the true top eigenvalues (Cauchy
+    interlacing) and exact once ``num_steps`` reaches the dimension n (larger values are
+    clipped to n).
+
+    Args:
+      matvec: ``v -> A v`` on pytrees shaped like ``like`` (A symmetric).
+      like: pytree (or int n).
       key: PRNG key (start vector).
       k: how many eigenvalues, 1 <= k <= n. Static.
-      num_iterations: Lanczos steps, >= k. Static.
+      num_steps: Lanczos steps, >= k. Static.
 
     Returns:
       Array of shape (k,), largest first.
 
     Raises:
-      ValueError: if k is larger than the dimension or num_iterations < k.
+      ValueError: if k is not in [1, n], num_steps < k, bad ``key`` / ``like``; (runtime
+        check) non-finite inputs or products.
 
     References:
       Lanczos 1950; Golub & Van Loan, Matrix Computations, section 10.
 
     >>> import jax, jax.numpy as jnp
     >>> d = jnp.array([1.0, 5.0, 3.0, 2.0])
-    >>> top_eigenvalues(lambda v: d * v, 4, jax.random.key(0), k=2, num_iterations=4)
+    >>> top_eigenvalues(lambda v: d * v, 4, jax.random.key(0), k=2, num_steps=4)
     Array([5., 3.], dtype=float64)
     """
-    like = _template(like)
-    size = _flat(like)[0]
+    check_key(key, "key")
+    flat = _setup(matvec, like)
     check_positive_int(k, "k")
-    if k > size:
-        raise ValueError(f"k: expected at most the dimension {size}, got {k}")
-    check_positive_int(num_iterations, "num_iterations")
-    if num_iterations < k:
-        raise ValueError(f"num_iterations: expected >= k = {k}, got {num_iterations}")
-    tri, _ = lanczos(matvec, like, key, num_steps=min(num_iterations, size))
-    return jnp.linalg.eigvalsh(tri)[::-1][:k]
+    if k > flat.size:
+        raise ValueError(f"k: expected at most the dimension {flat.size}, got {k}")
+    check_positive_int(num_steps, "num_steps")
+    if num_steps < k:
+        raise ValueError(f"num_steps: expected >= k = {k}, got {num_steps}")
+    steps = min(num_steps, flat.size)
+    alphas, betas, _ = _lanczos_run(flat, key, steps, None)
+    flat.check_products(_bad_steps(alphas, betas), steps, "steps")
+    return jnp.linalg.eigvalsh(_tridiagonal_matrix(alphas, betas))[::-1][:k]
 
 
+# --------------------------------------------------------------------------- SLQ
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class QuadratureNodes:
+    r"""Gauss quadrature nodes and weights of stochastic Lanczos quadrature (:func:`slq_nodes`).
+
+    Attributes:
+      nodes: Ritz values $\theta_{pj}$, shape (P, k).
+      weights: $\tau_{pj} = (e_1^\top u_{pj})^2$, shape (P, k); each row sums to 1.
+    """
+
+    nodes: jax.Array
+    weights: jax.Array
+
+
+def _slq(
+    matvec: Any, like: Any, key: Any, num_probes: int, num_steps: int, chunk_size: int | None
+) -> QuadratureNodes:
+    check_key(key, "key")
+    check_positive_int(num_probes, "num_probes")
+    chunk = _chunk(chunk_size)
+    flat = _setup(matvec, like)
+    _check_steps(num_steps, flat.size)
+
+    def one(i: jax.Array) -> tuple[jax.Array, jax.Array]:
+        alphas, betas, _ = _lanczos_run(flat, jax.random.fold_in(key, i), num_steps, None)
+        evals, evecs = jnp.linalg.eigh(_tridiagonal_matrix(alphas, betas))
+        return evals, evecs[0] ** 2
+
+    nodes, weights = map_samples(one, _indices(num_probes), chunk_size=chunk)
+    flat.check_products(_num_bad_rows(nodes, weights), num_probes, "probes")
+    return QuadratureNodes(nodes=nodes, weights=weights)
+
+
+@compile_once
 def slq_nodes(
     matvec: Matvec,
     like: Any,
@@ -449,40 +896,61 @@ def slq_nodes(
     num_probes: int,
     num_steps: int,
     chunk_size: int | None = None,
-) -> tuple[jax.Array, jax.Array]:
+) -> QuadratureNodes:
     r"""Gauss quadrature nodes and weights of stochastic Lanczos quadrature.
 
-    For each Rademacher probe $v$ (normalised), ``num_steps`` Lanczos steps give nodes
-    $\theta_j$ (Ritz values) and weights $\tau_j = (e_1^\top u_j)^2$ with
-    $\sum_j \tau_j f(\theta_j) \approx v^\top f(A) v / \|v\|^2$ (exact for polynomials of degree
-    < 2 k), so $\frac{1}{P}\sum_p \sum_j \tau_{pj} f(\theta_{pj})$ is an estimate of
-    $\frac1n \operatorname{tr} f(A)$.
+    For each Rademacher probe $v_p$ (normalised; probe $p$ uses ``fold_in(key, p)``),
+    ``num_steps`` Lanczos steps give nodes $\theta_{pj}$ (Ritz values) and weights
+    $\tau_{pj} = (e_1^\top u_{pj})^2$ with
+    $\sum_j \tau_{pj} f(\theta_{pj}) \approx v_p^\top f(A) v_p / \|v_p\|^2$ (exact for
+    polynomials of degree < 2k), so $\frac{1}{P}\sum_p \sum_j \tau_{pj} f(\theta_{pj})$ is an
+    unbiased estimate of $\frac1n \operatorname{tr} f(A)$ for such $f$. The output holds
+    $P \times k$ nodes; the work memory is that of ``chunk_size`` probes' Lanczos bases.
 
     Args:
       matvec: ``v -> A v`` (A symmetric).
-      like: pytree (or int n). Static.
+      like: pytree (or int n).
       key: PRNG key.
       num_probes: P >= 1. Static.
       num_steps: Lanczos steps k per probe, 1 <= k <= n. Static.
-      chunk_size: probes per vectorised batch; ``None`` runs them sequentially.
+      chunk_size: probes per vectorised batch, an int >= 1; ``None`` runs them one at a time.
 
     Returns:
-      ``(nodes, weights)``, each of shape (P, k); weights sum to 1 per probe.
+      QuadratureNodes(nodes, weights), each of shape (P, k).
+
+    Raises:
+      ValueError: for bad counts, ``key``, ``chunk_size`` or ``like``; (runtime check)
+        non-finite inputs or products (with how many of the P probes).
 
     References:
       Ghorbani, Krishnan, Xiao 2019, arXiv:1901.10159; Ubaru, Chen, Saad 2017.
+
+    >>> import jax, jax.numpy as jnp
+    >>> d = jnp.array([1.0, 2.0])
+    >>> q = slq_nodes(lambda v: d * v, 2, jax.random.key(0), num_probes=3, num_steps=2)
+    >>> jnp.round(q.nodes, 6)
+    Array([[1., 2.],
+           [1., 2.],
+           [1., 2.]], dtype=float64)
     """
-    check_positive_int(num_probes, "num_probes")
-    like = _template(like)
-
-    def one(k: jax.Array) -> tuple[jax.Array, jax.Array]:
-        tri, _ = lanczos(matvec, like, k, num_steps=num_steps)
-        evals, evecs = jnp.linalg.eigh(tri)
-        return evals, evecs[0] ** 2
-
-    return map_samples(one, jax.random.split(key, num_probes), chunk_size=_chunk(chunk_size))
+    return _slq(matvec, like, key, num_probes, num_steps, chunk_size)
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SpectralDensity:
+    """A smoothed eigenvalue density on a grid (:func:`spectral_density`).
+
+    Attributes:
+      grid: evaluation points, shape (num_grid,), increasing.
+      density: the density at ``grid``, shape (num_grid,); integrates to about 1.
+    """
+
+    grid: jax.Array
+    density: jax.Array
+
+
+@compile_once
 def spectral_density(
     matvec: Matvec,
     like: Any,
@@ -490,10 +958,10 @@ def spectral_density(
     *,
     num_probes: int,
     num_steps: int,
-    num_points: int = 1024,
-    bandwidth: float | None = None,
+    num_grid: int = 1024,
+    bandwidth: Any = None,
     chunk_size: int | None = None,
-) -> tuple[jax.Array, jax.Array]:
+) -> SpectralDensity:
     r"""Spectral density of a symmetric operator by stochastic Lanczos quadrature.
 
     $$\phi(t) = \frac{1}{P}\sum_{p=1}^P \sum_{j=1}^k \tau_{pj}\,
@@ -503,32 +971,43 @@ def spectral_density(
 
     Args:
       matvec: ``v -> A v`` (A symmetric).
-      like: pytree (or int n). Static.
+      like: pytree (or int n).
       key: PRNG key.
       num_probes: P >= 1. Static.
       num_steps: Lanczos steps per probe. Static.
-      num_points: grid size. Static.
-      bandwidth: smoothing $\sigma$; default 1% of the range of the nodes.
-      chunk_size: probes per vectorised batch.
+      num_grid: grid size >= 2. Static.
+      bandwidth: smoothing $\sigma > 0$ (a float is static, an array traced); default 1% of
+        the range of the nodes.
+      chunk_size: probes per vectorised batch, an int >= 1; ``None`` runs them one at a time.
 
     Returns:
-      ``(grid, density)`` of shape (num_points,) each; the grid spans the nodes plus
+      SpectralDensity(grid, density), each of shape (num_grid,); the grid spans the nodes plus
       5 bandwidths either side.
+
+    Raises:
+      ValueError: as :func:`slq_nodes`, and for num_grid < 2 or (also at runtime) a
+        non-positive or non-finite ``bandwidth``.
 
     References:
       Ghorbani, Krishnan, Xiao 2019, arXiv:1901.10159.
+
+    >>> import jax, jax.numpy as jnp
+    >>> d = jnp.array([1.0, 3.0])
+    >>> s = spectral_density(lambda v: d * v, 2, jax.random.key(0), num_probes=2, num_steps=2,
+    ...                      num_grid=5, bandwidth=1.0)
+    >>> jnp.round(s.grid, 6)
+    Array([-4., -1.,  2.,  5.,  8.], dtype=float64)
     """
-    check_positive_int(num_points, "num_points", minimum=2)
-    if bandwidth is not None and is_concrete(bandwidth) and not bandwidth > 0:
-        raise ValueError(f"bandwidth: expected > 0, got {bandwidth}")
-    nodes, weights = slq_nodes(
-        matvec, like, key, num_probes=num_probes, num_steps=num_steps, chunk_size=chunk_size
-    )
+    check_positive_int(num_grid, "num_grid", minimum=2)
+    if bandwidth is not None:
+        check_positive(bandwidth, "bandwidth")
+    q = _slq(matvec, like, key, num_probes, num_steps, chunk_size)
+    nodes, weights = q.nodes, q.weights
     lo, hi = jnp.min(nodes), jnp.max(nodes)
     width = jnp.maximum(hi - lo, jnp.maximum(jnp.abs(hi), 1.0) * 1e-6)
     sigma = 0.01 * width if bandwidth is None else jnp.asarray(bandwidth, nodes.dtype)
-    grid = jnp.linspace(lo - 5 * sigma, hi + 5 * sigma, num_points, dtype=nodes.dtype)
+    grid = jnp.linspace(lo - 5 * sigma, hi + 5 * sigma, num_grid, dtype=nodes.dtype)
     z = (grid[:, None] - nodes.reshape(-1)[None, :]) / sigma
     kernel = jnp.exp(-0.5 * z**2) / (jnp.sqrt(2 * jnp.pi).astype(nodes.dtype) * sigma)
     density = kernel @ weights.reshape(-1) / num_probes
-    return grid, density
+    return SpectralDensity(grid=grid, density=density)

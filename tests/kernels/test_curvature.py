@@ -13,10 +13,17 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
+from kernels._checks import runtime_checks
 from kernels.curvature import (
+    DatasetHessianOperator,
+    HessianOperator,
+    QuadratureNodes,
+    SpectralDensity,
+    Tridiagonal,
     dataset_hvp,
     hessian_trace,
     hutchinson_trace,
+    hutchpp_memory_bytes,
     hutchpp_trace,
     hvp,
     lanczos,
@@ -24,26 +31,28 @@ from kernels.curvature import (
     spectral_density,
     top_eigenvalues,
 )
+from tests.helpers import TraceCounter, compiles_in, count_compiles
 
 # --------------------------------------------------------------------------- small losses
 
 
-def make_poly(dtype=jnp.float64):
-    """A non-quadratic loss on a nested pytree (tanh regression), 3*4 + 4 + 2 = 18 params."""
-    k1, k2, k3, k4 = jax.random.split(jax.random.key(1), 4)
-    x = jax.random.normal(k1, (7, 3), dtype)
-    y = jax.random.normal(k2, (7,), dtype)
+def poly_loss(p, batch):
+    """A non-quadratic loss on a nested pytree (tanh regression)."""
+    x, y = batch
+    h = jnp.tanh(x @ p["w"] + p["head"]["b"][None, :])
+    pred = jnp.sum(h, axis=1) * p["head"]["c"][0] + p["head"]["c"][1] ** 3
+    return jnp.mean((pred - y) ** 2) + 0.1 * jnp.sum(p["w"] ** 4)
+
+
+def make_poly(dtype=jnp.float64, seed=1):
+    """``poly_loss`` with its parameters (3*4 + 4 + 2 = 18) and one batch of 7 examples."""
+    k1, k2, k3, k4 = jax.random.split(jax.random.key(seed), 4)
+    batch = (jax.random.normal(k1, (7, 3), dtype), jax.random.normal(k2, (7,), dtype))
     params = {
         "w": 0.7 * jax.random.normal(k3, (3, 4), dtype),
         "head": {"b": jnp.zeros((4,), dtype), "c": 0.5 * jax.random.normal(k4, (2,), dtype)},
     }
-
-    def loss(p):
-        h = jnp.tanh(x @ p["w"] + p["head"]["b"][None, :])
-        pred = jnp.sum(h, axis=1) * p["head"]["c"][0] + p["head"]["c"][1] ** 3
-        return jnp.mean((pred - y) ** 2) + 0.1 * jnp.sum(p["w"] ** 4)
-
-    return loss, params
+    return poly_loss, params, batch
 
 
 def attention_forward(p, x):
@@ -68,6 +77,10 @@ def attention_ce(p, x, y):
     return jnp.mean(jax.nn.logsumexp(logits, axis=1) - picked)
 
 
+def batch_ce(p, batch):
+    return attention_ce(p, *batch)
+
+
 def make_attention(dtype=jnp.float64, *, dim=4, classes=3):
     """Cross-entropy of the tiny attention model on one batch: 4*4*2 + 4*3 + 3 = 47 params.
 
@@ -82,26 +95,21 @@ def make_attention(dtype=jnp.float64, *, dim=4, classes=3):
         "bias": 0.1 * jax.random.normal(keys[4], (classes,)),
     }
     params = jax.tree_util.tree_map(lambda a: a.astype(dtype), params)
-    x = x.astype(dtype)
-    return (lambda p: attention_ce(p, x, y)), params
-
-
-def batch_ce(p, batch):
-    return attention_ce(p, *batch)
+    return batch_ce, params, (x.astype(dtype), y)
 
 
 LOSSES = {"poly": make_poly, "attention": make_attention}
 
 
-def dense_hessian(loss, params):
+def dense_hessian(loss, params, batch):
     flat, unravel = ravel_pytree(params)
-    return np.asarray(jax.jit(jax.hessian(lambda f: loss(unravel(f))))(flat))
+    return np.asarray(jax.jit(jax.hessian(lambda f: loss(unravel(f), batch)))(flat))
 
 
 @functools.cache
 def attention_case():
-    loss, params = make_attention()
-    return loss, params, dense_hessian(loss, params)
+    loss, params, batch = make_attention()
+    return loss, params, batch, dense_hessian(loss, params, batch)
 
 
 def rademacher_se(a, m):
@@ -113,35 +121,61 @@ def random_symmetric(key, eigs):
     return np.asarray((q * eigs[None, :]) @ q.T)
 
 
+def make_dense_operator(dtype=jnp.float64):
+    """A fixed symmetric 17 x 17 operator on a two-leaf pytree (cheap to compile)."""
+    like = {"a": jnp.zeros((3, 4), dtype), "b": jnp.zeros((5,), dtype)}
+    return dense_operator(dtype), like
+
+
+@functools.cache
+def dense_operator(dtype):
+    """One function object per dtype, so the kernels' compile cache is shared across tests."""
+    like = {"a": jnp.zeros((3, 4), dtype), "b": jnp.zeros((5,), dtype)}
+    _, unravel = ravel_pytree(like)
+    a = random_symmetric(jax.random.key(29), jnp.linspace(-3.0, 5.0, 17)).astype(dtype)
+
+    def matvec(v):
+        return unravel(jnp.asarray(a) @ ravel_pytree(v)[0])
+
+    return matvec
+
+
 # --------------------------------------------------------------------------- hvp
 
 
 @pytest.mark.parametrize("name", sorted(LOSSES))
 def test_hvp_matches_dense_hessian(run, name):
-    loss, params = LOSSES[name]()
-    h = dense_hessian(loss, params)
+    loss, params, batch = LOSSES[name]()
+    h = dense_hessian(loss, params, batch)
     flat, unravel = ravel_pytree(params)
     vs = jax.random.normal(jax.random.key(3), (3, flat.size))
-    got = run(lambda: jnp.stack([ravel_pytree(hvp(loss, params)(unravel(v)))[0] for v in vs]))
+    got = run(
+        lambda: jnp.stack([ravel_pytree(hvp(loss, params, batch)(unravel(v)))[0] for v in vs])
+    )
     want = np.asarray(vs) @ h
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
     assert np.abs(h - h.T).max() < 1e-10 * np.abs(h).max()  # the reference is a real Hessian
 
 
-def test_hvp_preserves_pytree_and_float32():
-    loss, params = make_attention(jnp.float32)
-    out = hvp(loss, params)(params)
+def test_hvp_is_a_pytree_with_a_static_loss_and_preserves_float32():
+    loss, params, batch = make_attention(jnp.float32)
+    op = hvp(loss, params, batch)
+    assert isinstance(op, HessianOperator)
+    leaves, treedef = jax.tree_util.tree_flatten(op)
+    assert len(leaves) == len(jax.tree_util.tree_leaves((params, batch)))
+    assert jax.tree_util.tree_unflatten(treedef, leaves).loss_fn is loss
+    out = op(params)
     assert jax.tree_util.tree_structure(out) == jax.tree_util.tree_structure(params)
     assert all(leaf.dtype == jnp.float32 for leaf in jax.tree_util.tree_leaves(out))
-    loss64, params64 = make_attention()
-    want = ravel_pytree(hvp(loss64, params64)(params64))[0]
+    loss64, params64, batch64 = make_attention()
+    want = ravel_pytree(hvp(loss64, params64, batch64)(params64))[0]
     np.testing.assert_allclose(
         ravel_pytree(out)[0], want, rtol=1e-4, atol=1e-4 * np.abs(want).max()
     )
 
 
 def test_dataset_hvp_is_hessian_of_mean_loss():
-    _, params = make_attention()
+    _, params, _ = make_attention()
     keys = jax.random.split(jax.random.key(4), 3)
     xs, ys = jax.vmap(lambda k: attention_batch(k, jnp.float64))(keys)  # 3 batches of 6
     flat, unravel = ravel_pytree(params)
@@ -152,14 +186,16 @@ def test_dataset_hvp_is_hessian_of_mean_loss():
 
     for weights in (None, jnp.array([0.5, 0.3, 0.2])):
         w = jnp.full((3,), 1 / 3) if weights is None else weights
-        h = dense_hessian(lambda p, w=w: total(p, w), params)
-        got = ravel_pytree(dataset_hvp(batch_ce, params, (xs, ys), weights=weights)(v))[0]
+        h = dense_hessian(lambda p, _, w=w: total(p, w), params, ())
+        op = dataset_hvp(batch_ce, params, (xs, ys), weights=weights)
+        assert isinstance(op, DatasetHessianOperator)
+        got = ravel_pytree(op(v))[0]
         want = h @ np.asarray(ravel_pytree(v)[0])
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
 
 
 def test_dataset_hvp_equals_hvp_on_concatenated_batch():
-    _, params = make_attention()
+    _, params, _ = make_attention()
     xs, ys = jax.vmap(lambda k: attention_batch(k, jnp.float64))(
         jax.random.split(jax.random.key(6), 4)
     )
@@ -167,7 +203,7 @@ def test_dataset_hvp_equals_hvp_on_concatenated_batch():
     got, whole = jax.jit(
         lambda: (
             dataset_hvp(batch_ce, params, (xs, ys))(v),
-            hvp(lambda p: attention_ce(p, xs.reshape(24, 5, 4), ys.reshape(24)), params)(v),
+            hvp(batch_ce, params, (xs.reshape(24, 5, 4), ys.reshape(24)))(v),
         )
     )()
     np.testing.assert_allclose(ravel_pytree(got)[0], ravel_pytree(whole)[0], rtol=1e-10, atol=1e-12)
@@ -178,18 +214,18 @@ def test_dataset_hvp_equals_hvp_on_concatenated_batch():
 
 @pytest.mark.parametrize("probe", ["rademacher", "gaussian"])
 def test_hutchinson_within_5_stderr_and_stderr_is_exact(probe):
-    loss, params, h = attention_case()
+    loss, params, batch, h = attention_case()
     m = 1000
-    mv = hvp(loss, params)
-    est = jax.jit(lambda k: hutchinson_trace(mv, params, k, num_probes=m, probe=probe))(
-        jax.random.key(7)
-    )
+    est = jax.jit(
+        lambda k: hutchinson_trace(hvp(loss, params, batch), params, k, num_probes=m, probe=probe)
+    )(jax.random.key(7))
     exact = np.trace(h)
     assert abs(est.mean - exact) <= 5 * est.stderr
     gaussian_se = np.sqrt(2 * np.sum(h**2) / m)
     se = rademacher_se(h, m) if probe == "rademacher" else gaussian_se
     assert abs(est.stderr / se - 1) <= 0.2, (est.stderr, se)
     assert est.num_samples == m
+    assert est.num_evaluations is None
 
 
 def test_hutchinson_exact_for_diagonal_operator():
@@ -201,25 +237,26 @@ def test_hutchinson_exact_for_diagonal_operator():
 
 @pytest.mark.parametrize("method", ["hutchinson", "hutchpp"])
 def test_hessian_trace_within_5_stderr(method):
-    loss, params, h = attention_case()
-    # num_probes=60 on n=47: Hutch++ deflates 20 directions and its stderr (of the Hutchinson
+    loss, params, batch, h = attention_case()
+    # num_matvecs=60 on n=47: Hutch++ deflates 20 directions and its stderr (of the Hutchinson
     # part on the residual, given the sketch) is the right yardstick for its conditional error
-    est = jax.jit(lambda k: hessian_trace(loss, params, k, num_probes=60, method=method))(
-        jax.random.key(8)
-    )
+    est = hessian_trace(loss, params, batch, jax.random.key(8), num_matvecs=60, method=method)
     assert abs(est.mean - np.trace(h)) <= 5 * est.stderr
     assert est.stderr > 0
+    if method == "hutchpp":
+        assert (est.num_samples, est.num_evaluations) == (20, 60)
 
 
 # --------------------------------------------------------------------------- Hutch++
 
 
 def test_hutchpp_exact_when_sketch_spans_the_space():
-    loss, params, h = attention_case()  # n = 47: 3 * 47 products make Q a full basis
-    est = hutchpp_trace(hvp(loss, params), params, jax.random.key(9), num_matvecs=141)
+    loss, params, batch, h = attention_case()  # n = 47: 3 * 47 products make Q a full basis
+    est = hutchpp_trace(hvp(loss, params, batch), params, jax.random.key(9), num_matvecs=141)
     assert float(est.mean) == pytest.approx(np.trace(h), rel=1e-10)
     assert float(est.stderr) < 1e-10 * np.abs(h).max()
-    assert est.num_samples == 141
+    assert est.num_samples == 141 - 2 * 47  # the Hutchinson part's probes
+    assert est.num_evaluations == 141
 
 
 def test_hutchpp_unbiased_and_beats_hutchinson_on_low_rank_plus_bulk():
@@ -230,8 +267,11 @@ def test_hutchpp_unbiased_and_beats_hutchinson_on_low_rank_plus_bulk():
     exact = np.trace(a)
     mv = lambda v: jnp.asarray(a) @ v  # noqa: E731
     keys = jax.random.split(jax.random.key(12), 400)
-    pp = jax.jit(jax.vmap(lambda k: hutchpp_trace(mv, n, k, num_matvecs=15).mean))(keys)
-    hu = jax.jit(jax.vmap(lambda k: hutchinson_trace(mv, n, k, num_probes=15).mean))(keys)
+    # statistics only: without runtime checks, whose host callbacks vmap unrolls per key
+    # (jax's debug_callback batching rule), which multiplies the compile time by ~5
+    with runtime_checks(False):
+        pp = jax.jit(jax.vmap(lambda k: hutchpp_trace(mv, n, k, num_matvecs=15).mean))(keys)
+        hu = jax.jit(jax.vmap(lambda k: hutchinson_trace(mv, n, k, num_probes=15).mean))(keys)
     # unbiased: the mean over 400 independent keys is within 5 standard errors of the trace
     assert abs(np.mean(pp) - exact) <= 5 * np.std(pp, ddof=1) / np.sqrt(400)
     assert abs(np.mean(hu) - exact) <= 5 * np.std(hu, ddof=1) / np.sqrt(400)
@@ -243,12 +283,12 @@ def test_hutchpp_unbiased_and_beats_hutchinson_on_low_rank_plus_bulk():
 # --------------------------------------------------------------------------- Lanczos
 
 
-def test_top_eigenvalues_exact_with_full_iterations(run):
-    loss, params, h = attention_case()
+def test_top_eigenvalues_exact_with_full_steps(run):
+    loss, params, batch, h = attention_case()
     want = np.linalg.eigvalsh(h)[::-1][:3]
     got = run(
         lambda: top_eigenvalues(
-            hvp(loss, params), params, jax.random.key(13), k=3, num_iterations=47
+            hvp(loss, params, batch), params, jax.random.key(13), k=3, num_steps=47
         )
     )
     assert got.shape == (3,)
@@ -259,8 +299,8 @@ def test_top_eigenvalues_converge_and_interlace():
     eigs = jnp.concatenate([jnp.array([50.0, 30.0, 20.0]), jnp.linspace(-1.0, 1.0, 197)])
     a = random_symmetric(jax.random.key(14), eigs)
     mv = lambda v: jnp.asarray(a) @ v  # noqa: E731
-    few = top_eigenvalues(mv, 200, jax.random.key(15), k=3, num_iterations=8)
-    more = top_eigenvalues(mv, 200, jax.random.key(15), k=3, num_iterations=30)
+    few = top_eigenvalues(mv, 200, jax.random.key(15), k=3, num_steps=8)
+    more = top_eigenvalues(mv, 200, jax.random.key(15), k=3, num_steps=30)
     np.testing.assert_allclose(more, [50.0, 30.0, 20.0], rtol=1e-9)
     assert np.all(np.asarray(few) <= np.array([50.0, 30.0, 20.0]) + 1e-9)  # Cauchy interlacing
     np.testing.assert_allclose(few, [50.0, 30.0, 20.0], rtol=1e-2)
@@ -268,16 +308,21 @@ def test_top_eigenvalues_converge_and_interlace():
 
 def test_lanczos_moments_are_exact():
     """e1' T^p e1 ||v||^2 = v' A^p v for p <= 2k - 1 (Gauss quadrature exactness)."""
-    _, _, h = attention_case()
+    _, _, _, h = attention_case()
     k = 6
     v = jax.random.normal(jax.random.key(16), (47,))
-    tri, first = lanczos(lambda x: jnp.asarray(h) @ x, 47, jax.random.key(0), num_steps=k, start=v)
-    assert float(first) == pytest.approx(float(jnp.linalg.norm(v)), rel=1e-12)
-    np.testing.assert_allclose(tri, tri.T, atol=0)
+    tri = lanczos(lambda x: jnp.asarray(h) @ x, 47, jax.random.key(0), num_steps=k, start=v)
+    assert isinstance(tri, Tridiagonal)
+    assert tri.diagonal.shape == (k,)
+    assert tri.off_diagonal.shape == (k - 1,)
+    first = float(tri.start_norm)
+    assert first == pytest.approx(float(jnp.linalg.norm(v)), rel=1e-12)
+    t = np.asarray(tri.matrix())
+    np.testing.assert_allclose(t, t.T, atol=0)
     vn = np.asarray(v)
     for p in range(2 * k):
         want = vn @ np.linalg.matrix_power(h, p) @ vn
-        got = np.linalg.matrix_power(np.asarray(tri), p)[0, 0] * float(first) ** 2
+        got = np.linalg.matrix_power(t, p)[0, 0] * first**2
         assert got == pytest.approx(want, rel=1e-8, abs=1e-10 * np.abs(h).max() ** p * vn @ vn)
 
 
@@ -286,22 +331,25 @@ def test_lanczos_restarts_on_breakdown_and_keeps_spectrum():
     must still recover every eigenvalue with its multiplicity."""
     eigs = jnp.array([4.0, 4.0, 4.0, -1.0, -1.0, 2.0, 2.0, 2.0])
     a = random_symmetric(jax.random.key(17), eigs)
-    tri, _ = lanczos(lambda v: jnp.asarray(a) @ v, 8, jax.random.key(18), num_steps=8)
-    np.testing.assert_allclose(np.sort(np.linalg.eigvalsh(tri)), np.sort(eigs), atol=1e-10)
+    tri = lanczos(lambda v: jnp.asarray(a) @ v, 8, jax.random.key(18), num_steps=8)
+    np.testing.assert_allclose(np.sort(np.linalg.eigvalsh(tri.matrix())), np.sort(eigs), atol=1e-10)
 
 
 # --------------------------------------------------------------------------- SLQ
 
 
 def test_slq_moments_within_5_stderr():
-    loss, params, h = attention_case()
+    loss, params, batch, h = attention_case()
     n, num_probes = 47, 200
-    mv = hvp(loss, params)
-    nodes, weights = slq_nodes(mv, params, jax.random.key(19), num_probes=num_probes, num_steps=6)
+    q = slq_nodes(
+        hvp(loss, params, batch), params, jax.random.key(19), num_probes=num_probes, num_steps=6
+    )
+    assert isinstance(q, QuadratureNodes)
+    nodes, weights = np.asarray(q.nodes), np.asarray(q.weights)
     assert nodes.shape == weights.shape == (num_probes, 6)
-    np.testing.assert_allclose(jnp.sum(weights, axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(np.sum(weights, axis=1), 1.0, rtol=1e-12)
     for p in (1, 2, 3):
-        per_probe = np.sum(np.asarray(weights) * np.asarray(nodes) ** p, axis=1)
+        per_probe = np.sum(weights * nodes**p, axis=1)
         exact = np.trace(np.linalg.matrix_power(h, p)) / n
         stderr = np.std(per_probe, ddof=1) / np.sqrt(num_probes)
         assert abs(per_probe.mean() - exact) <= 5 * stderr, p
@@ -312,18 +360,17 @@ def test_slq_moments_within_5_stderr():
 
 
 def test_spectral_density_integrates_to_one_and_has_the_trace_as_mean():
-    loss, params, h = attention_case()
-    grid, density = spectral_density(
-        hvp(loss, params), params, jax.random.key(20), num_probes=100, num_steps=8, num_points=4001
-    )
+    loss, params, batch, h = attention_case()
+    op, key = hvp(loss, params, batch), jax.random.key(20)
+    sd = spectral_density(op, params, key, num_probes=100, num_steps=8, num_grid=4001)
+    assert isinstance(sd, SpectralDensity)
+    grid, density = sd.grid, sd.density
     assert grid.shape == density.shape == (4001,)
     assert np.all(np.asarray(density) >= 0)
     assert float(jnp.trapezoid(density, grid)) == pytest.approx(1.0, abs=1e-6)
     mean = float(jnp.trapezoid(grid * density, grid))
-    nodes, weights = slq_nodes(
-        hvp(loss, params), params, jax.random.key(20), num_probes=100, num_steps=8
-    )
-    per_probe = np.sum(np.asarray(weights * nodes), axis=1)
+    q = slq_nodes(op, params, key, num_probes=100, num_steps=8)
+    per_probe = np.sum(np.asarray(q.weights * q.nodes), axis=1)
     assert mean == pytest.approx(per_probe.mean(), rel=1e-6)  # smoothing keeps the mean
     se = np.std(per_probe, ddof=1) / 10
     assert abs(mean - np.trace(h) / 47) <= 5 * se
@@ -334,7 +381,7 @@ def test_spectral_density_recovers_two_clusters():
     a = random_symmetric(
         jax.random.key(21), eigs + 0.01 * jax.random.normal(jax.random.key(22), (40,))
     )
-    grid, density = spectral_density(
+    sd = spectral_density(
         lambda v: jnp.asarray(a) @ v,
         40,
         jax.random.key(23),
@@ -342,32 +389,30 @@ def test_spectral_density_recovers_two_clusters():
         num_steps=20,
         bandwidth=0.2,
     )
-    mass_low = float(jnp.trapezoid(jnp.where(grid < 1.5, density, 0.0), grid))
+    mass_low = float(jnp.trapezoid(jnp.where(sd.grid < 1.5, sd.density, 0.0), sd.grid))
     assert mass_low == pytest.approx(0.75, abs=0.1)
 
 
 # --------------------------------------------------------------------------- invariances
 
 
-def flat_operator(loss, params):
-    _, unravel = ravel_pytree(params)
-    mv = hvp(loss, params)
-    return lambda x: ravel_pytree(mv(unravel(x)))[0]
-
-
 def test_pytree_and_flattened_operator_agree():
-    loss, params = make_poly()
-    mv, flat_mv, n = hvp(loss, params), flat_operator(loss, params), 18
-    key = jax.random.key(24)
-    a = hutchinson_trace(mv, params, key, num_probes=9)
+    loss, params, batch = make_poly()
+    _, unravel = ravel_pytree(params)
+    op, n, key = hvp(loss, params, batch), 18, jax.random.key(24)
+
+    def flat_mv(x):
+        return ravel_pytree(op(unravel(x)))[0]
+
+    a = hutchinson_trace(op, params, key, num_probes=9)
     b = hutchinson_trace(flat_mv, n, key, num_probes=9)
     np.testing.assert_allclose([a.mean, a.stderr], [b.mean, b.stderr], rtol=1e-12)
-    a = hutchpp_trace(mv, params, key, num_matvecs=12)
+    a = hutchpp_trace(op, params, key, num_matvecs=12)
     b = hutchpp_trace(flat_mv, n, key, num_matvecs=12)
     np.testing.assert_allclose([a.mean, a.stderr], [b.mean, b.stderr], rtol=1e-10)
     np.testing.assert_allclose(
-        top_eigenvalues(mv, params, key, k=2, num_iterations=10),
-        top_eigenvalues(flat_mv, n, key, k=2, num_iterations=10),
+        top_eigenvalues(op, params, key, k=2, num_steps=10),
+        top_eigenvalues(flat_mv, n, key, k=2, num_steps=10),
         rtol=1e-12,
     )
 
@@ -382,129 +427,348 @@ def test_chunk_size_does_not_change_results_and_matches_a_loop():
         hutchinson_trace(dense_mv, like, key, num_probes=m, chunk_size=c)
         for c in (None, 3, 64)  # sequential, chunks of 3 with a remainder, all at once
     ]
-    keys = jax.random.split(key, m)
+    # probe i is drawn from fold_in(key, i): a plain Python loop gives the same numbers
     looped = [
         float(jnp.vdot(v, flat_mv(v)))
-        for v in (jax.random.rademacher(k, (17,), dtype=jnp.float64) for k in keys)
+        for v in (
+            jax.random.rademacher(jax.random.fold_in(key, i), (17,), dtype=jnp.float64)
+            for i in range(m)
+        )
     ]
     for est in results:
         assert float(est.mean) == pytest.approx(np.mean(looped), rel=1e-12)
         assert float(est.stderr) == pytest.approx(np.std(looped, ddof=1) / np.sqrt(m), rel=1e-10)
-    pp = [hutchpp_trace(dense_mv, like, key, num_matvecs=13, chunk_size=c).mean for c in (None, 5)]
-    np.testing.assert_allclose(pp, pp[0], rtol=1e-11)
+    pp = [hutchpp_trace(dense_mv, like, key, num_matvecs=13, chunk_size=c) for c in (None, 5)]
+    np.testing.assert_allclose([e.mean for e in pp], pp[0].mean, rtol=1e-11)
+    np.testing.assert_allclose([e.stderr for e in pp], pp[0].stderr, rtol=1e-9)
     sl = [
-        slq_nodes(dense_mv, like, key, num_probes=5, num_steps=4, chunk_size=c)[1]
+        slq_nodes(dense_mv, like, key, num_probes=5, num_steps=4, chunk_size=c).weights
         for c in (None, 2)
     ]
     np.testing.assert_allclose(sl[0], sl[1], rtol=1e-10, atol=1e-14)
 
 
 def test_float32_in_float32_out():
-    loss, params = make_attention(jnp.float32)
-    mv, key = hvp(loss, params), jax.random.key(26)
-    est = hutchinson_trace(mv, params, key, num_probes=4)
+    loss, params, batch = make_attention(jnp.float32)
+    key = jax.random.key(26)
+    est = hutchinson_trace(hvp(loss, params, batch), params, key, num_probes=4)
     assert est.mean.dtype == est.stderr.dtype == jnp.float32
     # the float32 estimate agrees with the float64 one for the same key
-    loss64, params64 = make_attention()
-    est64 = hutchinson_trace(hvp(loss64, params64), params64, key, num_probes=4)
+    loss64, params64, batch64 = make_attention()
+    est64 = hutchinson_trace(hvp(loss64, params64, batch64), params64, key, num_probes=4)
     assert float(est.mean) == pytest.approx(float(est64.mean), rel=1e-4)
     # the other kernels on a float32 pytree operator
     mv32, like32 = make_dense_operator(jnp.float32)
     est = hutchpp_trace(mv32, like32, key, num_matvecs=6, chunk_size=2)
     assert est.mean.dtype == est.stderr.dtype == jnp.float32
-    assert top_eigenvalues(mv32, like32, key, k=2, num_iterations=5).dtype == jnp.float32
-    grid, density = spectral_density(mv32, like32, key, num_probes=2, num_steps=3, num_points=8)
-    assert grid.dtype == density.dtype == jnp.float32
+    assert top_eigenvalues(mv32, like32, key, k=2, num_steps=5).dtype == jnp.float32
+    sd = spectral_density(mv32, like32, key, num_probes=2, num_steps=3, num_grid=8)
+    assert sd.grid.dtype == sd.density.dtype == jnp.float32
 
 
 def test_traced_once_for_new_keys_and_vmaps_over_keys():
-    loss, params = make_poly()
+    loss, params, batch = make_poly()
     traces = []
 
     @jax.jit
     def estimate(p, key):
         traces.append(1)
-        return hessian_trace(loss, p, key, num_probes=6)
+        return hessian_trace(loss, p, batch, key, num_matvecs=6)
 
     keys = jax.random.split(jax.random.key(27), 4)
     looped = [estimate(params, k) for k in keys]
     assert len(traces) == 1
     assert len({float(e.mean) for e in looped}) == 4  # new keys give new draws
-    eager = hessian_trace(loss, params, keys[0], num_probes=6)
+    eager = hessian_trace(loss, params, batch, keys[0], num_matvecs=6)
     np.testing.assert_allclose(
         [eager.mean, eager.stderr], [looped[0].mean, looped[0].stderr], rtol=1e-12
     )
-    vm = jax.vmap(functools.partial(hutchinson_trace, hvp(loss, params), params, num_probes=6))(
-        keys
-    )
+    op = hvp(loss, params, batch)
+    vm = jax.vmap(functools.partial(hutchinson_trace, op, params, num_probes=6))(keys)
     np.testing.assert_allclose(vm.mean, [e.mean for e in looped], rtol=1e-12)
     np.testing.assert_allclose(vm.stderr, [e.stderr for e in looped], rtol=1e-10)
-    tops = jax.vmap(
-        lambda k: top_eigenvalues(hvp(loss, params), params, k, k=2, num_iterations=18)
-    )(keys)
+    tops = jax.vmap(lambda k: top_eigenvalues(op, params, k, k=2, num_steps=18))(keys)
     np.testing.assert_allclose(tops, jnp.broadcast_to(tops[0], tops.shape), rtol=1e-9)
 
 
-def test_bad_arguments_raise_naming_the_argument():
-    loss, params = make_poly()
-    mv, key = hvp(loss, params), jax.random.key(0)
-    cases = [
-        ("num_probes", lambda: hutchinson_trace(mv, params, key, num_probes=1)),
-        ("num_probes", lambda: hessian_trace(loss, params, key, num_probes=1)),
-        ("num_probes", lambda: hessian_trace(loss, params, key, num_probes=3, method="hutchpp")),
-        ("num_probes", lambda: slq_nodes(mv, params, key, num_probes=0, num_steps=2)),
-        ("num_matvecs", lambda: hutchpp_trace(mv, params, key, num_matvecs=3)),
-        ("probe", lambda: hutchinson_trace(mv, params, key, num_probes=4, probe="normal")),
-        ("method", lambda: hessian_trace(loss, params, key, num_probes=4, method="exact")),
-        ("chunk_size", lambda: hutchinson_trace(mv, params, key, num_probes=4, chunk_size=0)),
-        ("chunk_size", lambda: hutchpp_trace(mv, params, key, num_matvecs=6, chunk_size=-1)),
-        ("k", lambda: top_eigenvalues(mv, params, key, k=19, num_iterations=19)),
-        ("k", lambda: top_eigenvalues(mv, params, key, k=0, num_iterations=5)),
-        ("num_iterations", lambda: top_eigenvalues(mv, params, key, k=3, num_iterations=2)),
-        ("num_steps", lambda: slq_nodes(mv, params, key, num_probes=2, num_steps=19)),
-        ("num_steps", lambda: lanczos(mv, params, key, num_steps=0)),
-        ("start", lambda: lanczos(mv, params, key, num_steps=2, start=jnp.ones(17))),
-        ("params", lambda: hvp(loss, {**params, "w": params["w"].at[0, 0].set(jnp.nan)})),
+# --------------------------------------------------------------------------- compile once
+
+KERNELS = {
+    "hutchinson_trace": lambda loss, p, b, k: hutchinson_trace(hvp(loss, p, b), p, k, num_probes=4),
+    "hutchpp_trace": lambda loss, p, b, k: hutchpp_trace(hvp(loss, p, b), p, k, num_matvecs=6),
+    "hessian_trace": lambda loss, p, b, k: hessian_trace(loss, p, b, k, num_matvecs=4),
+    "hessian_trace_hutchpp": lambda loss, p, b, k: hessian_trace(
+        loss, p, b, k, num_matvecs=6, method="hutchpp"
+    ),
+    "lanczos": lambda loss, p, b, k: lanczos(hvp(loss, p, b), p, k, num_steps=3),
+    "top_eigenvalues": lambda loss, p, b, k: top_eigenvalues(
+        hvp(loss, p, b), p, k, k=2, num_steps=3
+    ),
+    "slq_nodes": lambda loss, p, b, k: slq_nodes(
+        hvp(loss, p, b), p, k, num_probes=2, num_steps=3
+    ),
+    "spectral_density": lambda loss, p, b, k: spectral_density(
+        hvp(loss, p, b), p, k, num_probes=2, num_steps=3, num_grid=16
+    ),
+    "dataset_hvp+hutchinson_trace": lambda loss, p, b, k: hutchinson_trace(
+        dataset_hvp(loss, p, jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), b)),
+        p,
+        k,
+        num_probes=4,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_second_call_with_new_data_traces_and_compiles_nothing(name):
+    kernel = KERNELS[name]
+    counter = TraceCounter(poly_loss)
+    _, params, batch = make_poly(seed=1)
+    _, params2, batch2 = make_poly(seed=2)  # new data and parameters, same shapes
+    key2 = jax.random.key(31)
+    jax.block_until_ready((params2, batch2, key2))
+    first = kernel(counter, params, batch, jax.random.key(30))
+    # one trace of the loss per program: the linearisation (a dataset operator is traced at
+    # each product site of the program, and once more by sample_statistics' shape probe)
+    assert counter.count <= (2 if name.startswith("dataset") else 1), counter.count
+    traced = counter.count
+    with count_compiles() as messages:
+        second = kernel(counter, params2, batch2, key2)
+        jax.block_until_ready(second)
+    assert counter.count == traced
+    assert compiles_in(messages) == []
+    differs = jax.tree_util.tree_map(lambda a, b: bool(np.any(a != b)), first, second)
+    assert any(jax.tree_util.tree_leaves(differs))  # new inputs were really used
+
+
+# --------------------------------------------------------------------------- runtime checks
+
+
+def nan_at(params):
+    return {**params, "w": params["w"].at[0, 0].set(jnp.nan)}
+
+
+def sqrt_loss(p, batch):
+    return jnp.sum(jnp.sqrt(p) * batch)  # it and its derivatives are NaN where p < 0
+
+
+def runtime_cases():
+    loss, params, batch = make_poly()
+    key = jax.random.key(32)
+    ones = jnp.ones(4)
+    return [
+        # (message start, function of one array argument, argument)
         (
             "params",
-            lambda: hessian_trace(
-                loss, jax.tree_util.tree_map(lambda x: x + jnp.inf, params), key, num_probes=2
-            ),
+            lambda p: hessian_trace(loss, p, batch, key, num_matvecs=4).mean,
+            nan_at(params),
         ),
-        ("loss_fn", lambda: hvp(lambda p: p["w"] ** 2, params)),
         (
-            "loss_fn",
-            lambda: hessian_trace(lambda p: jnp.sum(p["w"], axis=0), params, key, num_probes=2),
+            "params",
+            lambda p: top_eigenvalues(hvp(loss, p, batch), p, key, k=1, num_steps=2),
+            nan_at(params),
         ),
-        ("like", lambda: hutchinson_trace(lambda v: v, jnp.arange(3), key, num_probes=2)),
-        ("like", lambda: hutchinson_trace(lambda v: v, 0, key, num_probes=2)),
         (
-            "num_points",
-            lambda: spectral_density(mv, params, key, num_probes=2, num_steps=2, num_points=1),
+            "loss_fn: non-finite loss",
+            lambda p: hessian_trace(sqrt_loss, p, ones, key, num_matvecs=4).mean,
+            ones.at[1].set(-1.0),
+        ),
+        (
+            "loss_fn: non-finite products at 4 of the 4 probes",  # dataset: no loss evaluated
+            lambda p: hutchinson_trace(
+                dataset_hvp(sqrt_loss, p, jnp.stack([ones, ones])), p, key, num_probes=4
+            ).mean,
+            ones.at[1].set(-1.0),
+        ),
+        (
+            "start",
+            lambda s: lanczos(lambda v: 2.0 * v, 4, key, num_steps=2, start=s).diagonal,
+            jnp.zeros(4),
         ),
         (
             "bandwidth",
-            lambda: spectral_density(mv, params, key, num_probes=2, num_steps=2, bandwidth=0.0),
+            lambda bw: spectral_density(
+                lambda v: 2.0 * v, 4, key, num_probes=2, num_steps=2, bandwidth=bw
+            ).density,
+            jnp.asarray(-1.0),
         ),
     ]
-    for name, call in cases:
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_runtime_checks_raise_eagerly_and_under_jit(case):
+    start, fn, arg = runtime_cases()[case]
+    with pytest.raises(ValueError, match=rf"^{start}"):
+        fn(arg)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=rf"kernels check failed: {start}"):
+        jax.block_until_ready(jax.jit(fn)(arg))
+
+
+def test_non_finite_probes_are_counted_eagerly_and_under_jit():
+    key, m = jax.random.key(33), 20
+
+    def blows_up(v):  # infinite wherever the probe's first sign is -1
+        return v / (v[0] + 1.0)
+
+    bad = sum(
+        int(jax.random.rademacher(jax.random.fold_in(key, i), (6,), jnp.float64)[0] == -1)
+        for i in range(m)
+    )
+    assert 0 < bad < m
+    message = f"matvec: non-finite products at {bad} of the {m} probes"
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        hutchinson_trace(blows_up, 6, key, num_probes=m, chunk_size=3)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=message):
+        jax.block_until_ready(
+            jax.jit(lambda k: hutchinson_trace(blows_up, 6, k, num_probes=m))(key).mean
+        )
+    with pytest.raises(ValueError, match=r"^matvec: non-finite products at \d+ of the 20 products"):
+        hutchpp_trace(blows_up, 6, key, num_matvecs=20)
+    with pytest.raises(ValueError, match=r"^matvec: non-finite products at 3 of the 3 probes"):
+        slq_nodes(lambda v: jnp.nan * v, 6, key, num_probes=3, num_steps=2)
+
+
+def test_runtime_checks_switch_lets_nan_through():
+    loss, params, batch = make_poly()
+    with runtime_checks(False):
+        est = hessian_trace(loss, nan_at(params), batch, jax.random.key(34), num_matvecs=4)
+        top = jax.jit(
+            lambda p: top_eigenvalues(hvp(loss, p, batch), p, jax.random.key(0), num_steps=2)
+        )(nan_at(params))
+    assert np.isnan(est.mean)
+    assert np.all(np.isnan(top))
+    with pytest.raises(ValueError, match=r"^params"):  # and back on after the block
+        hessian_trace(loss, nan_at(params), batch, jax.random.key(34), num_matvecs=4)
+
+
+# --------------------------------------------------------------------------- bad inputs
+
+
+def bad_input_cases():
+    loss, params, batch = make_poly()
+    op, key = hvp(loss, params, batch), jax.random.key(0)
+    diag = lambda v: 2.0 * v  # noqa: E731
+
+    def cast(dtype):
+        return jax.tree_util.tree_map(lambda x: x.astype(dtype), params)
+
+    ht = functools.partial(hessian_trace, loss)
+    return [
+        ("num_probes", lambda: hutchinson_trace(op, params, key, num_probes=1)),
+        ("num_matvecs", lambda: ht(params, batch, key, num_matvecs=1)),
+        ("num_matvecs", lambda: ht(params, batch, key, num_matvecs=3, method="hutchpp")),
+        ("num_probes", lambda: slq_nodes(op, params, key, num_probes=0, num_steps=2)),
+        ("num_matvecs", lambda: hutchpp_trace(op, params, key, num_matvecs=3)),
+        ("probe", lambda: hutchinson_trace(op, params, key, num_probes=4, probe="normal")),
+        ("method", lambda: ht(params, batch, key, num_matvecs=4, method="exact")),
+        ("chunk_size", lambda: hutchinson_trace(op, params, key, num_probes=4, chunk_size=0)),
+        ("chunk_size", lambda: hutchpp_trace(op, params, key, num_matvecs=6, chunk_size=-1)),
+        ("chunk_size", lambda: ht(params, batch, key, num_matvecs=4, chunk_size=True)),
+        ("chunk_size", lambda: slq_nodes(diag, 3, key, num_probes=2, num_steps=2, chunk_size=2.0)),
+        ("k", lambda: top_eigenvalues(op, params, key, k=19, num_steps=19)),
+        ("k", lambda: top_eigenvalues(op, params, key, k=0, num_steps=5)),
+        ("num_steps", lambda: top_eigenvalues(op, params, key, k=3, num_steps=2)),
+        ("num_steps", lambda: slq_nodes(op, params, key, num_probes=2, num_steps=19)),
+        ("num_steps", lambda: lanczos(op, params, key, num_steps=0)),
+        ("start", lambda: lanczos(op, params, key, num_steps=2, start=jnp.ones(17))),
+        ("params", lambda: hvp(loss, nan_at(params), batch)(params)),
+        ("params", lambda: ht(jax.tree_util.tree_map(lambda x: x + jnp.inf, params), batch, key,
+                              num_matvecs=2)),
+        ("params", lambda: hvp(loss, cast(jnp.int32), batch)),
+        ("params", lambda: ht(cast(jnp.int32), batch, key, num_matvecs=2)),
+        ("params", lambda: ht(cast(jnp.float16), batch, key, num_matvecs=2)),
+        ("params", lambda: hvp(loss, cast(jnp.bfloat16), batch)),
+        ("params", lambda: hvp(loss, {"w": jnp.zeros((0, 3))}, batch)),
+        ("params", lambda: dataset_hvp(loss, {}, batch)),
+        ("loss_fn", lambda: hvp(lambda p, b: p["w"] ** 2, params, batch)(params)),
+        (
+            "loss_fn",
+            lambda: hessian_trace(
+                lambda p, b: jnp.sum(p["w"], axis=0), params, batch, key, num_matvecs=2
+            ),
+        ),
+        ("loss_fn", lambda: hvp(None, params, batch)),
+        ("key", lambda: hutchinson_trace(op, params, 0, num_probes=2)),
+        ("key", lambda: ht(params, batch, jnp.zeros(3), num_matvecs=2)),
+        ("key", lambda: top_eigenvalues(op, params, jax.random.split(key, 2), num_steps=2)),
+        ("like", lambda: hutchinson_trace(diag, jnp.arange(3), key, num_probes=2)),
+        ("like", lambda: hutchinson_trace(diag, 0, key, num_probes=2)),
+        ("like", lambda: hutchinson_trace(diag, jnp.zeros(3, jnp.float16), key, num_probes=2)),
+        ("like", lambda: hutchinson_trace(lambda v: jnp.ones(4), 3, key, num_probes=2)),
+        ("like", lambda: hutchpp_trace(op, {"w": params["w"]}, key, num_matvecs=6)),
+        ("like", lambda: lanczos(op, 18, key, num_steps=2)),
+        ("matvec", lambda: hutchinson_trace("A", 3, key, num_probes=2)),
+        ("num_grid", lambda: spectral_density(op, params, key, num_probes=2, num_steps=2,
+                                              num_grid=1)),
+        ("bandwidth", lambda: spectral_density(op, params, key, num_probes=2, num_steps=2,
+                                               bandwidth=0.0)),
+        ("weights", lambda: dataset_hvp(loss, params, (batch[0][None], batch[1][None]),
+                                        weights=jnp.ones(2))),
+        ("batches", lambda: dataset_hvp(loss, params, ())),
+        ("batches", lambda: dataset_hvp(loss, params, (jnp.zeros((0, 7, 3)), jnp.zeros((0, 7))))),
+        ("batches", lambda: dataset_hvp(loss, params, (jnp.zeros((2, 7, 3)), jnp.zeros((3, 7))))),
+        ("max_memory_bytes", lambda: ht(params, batch, key, num_matvecs=30, method="hutchpp",
+                                        max_memory_bytes=1000)),
+        ("max_memory_bytes", lambda: ht(params, batch, key, num_matvecs=30, method="hutchpp",
+                                        max_memory_bytes=0)),
+    ]
+
+
+def test_bad_arguments_raise_naming_the_argument():
+    for name, call in bad_input_cases():
         with pytest.raises(ValueError, match=rf"^{name}\b"):
             call()
 
 
+def test_hutchpp_memory_budget_accepts_what_fits():
+    loss, params, batch = make_poly()
+    need = hutchpp_memory_bytes(30, 18, jnp.float64)
+    assert need == 3 * 10 * 18 * 8
+    est = hessian_trace(loss, params, batch, jax.random.key(35), num_matvecs=30,
+                        method="hutchpp", max_memory_bytes=need)
+    assert est.num_evaluations == 30
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def temp_bytes(fn, *args):
+    stats = jax.jit(fn).lower(*args).compile().memory_analysis()
+    if stats is None:  # pragma: no cover - backends without memory statistics
+        pytest.skip("memory_analysis() is not available on this backend")
+    return stats.temp_size_in_bytes
+
+
+def test_hessian_trace_memory_does_not_grow_with_the_number_of_probes():
+    loss, params, batch = make_poly()
+    key = jax.random.key(36)
+    sizes = [
+        temp_bytes(
+            lambda p, k, m=m: hessian_trace(loss, p, batch, k, num_matvecs=m, chunk_size=4),
+            params,
+            key,
+        )
+        for m in (2**10, 2**16)
+    ]
+    assert sizes[0] == sizes[1], sizes
+
+
+def test_hutchpp_memory_is_within_its_formula():
+    n = 3000
+    d = jnp.linspace(1.0, 2.0, n)
+
+    def run(m):
+        return temp_bytes(lambda k: hutchpp_trace(lambda v: d * v, n, k, num_matvecs=m),
+                          jax.random.key(37))
+
+    small, large = run(30), run(300)
+    per_product = 3 * n * 8  # a probe, its image and a projection at a time
+    assert large <= hutchpp_memory_bytes(300, n, jnp.float64) + small + per_product
+    # and it is the sketch that grows: at least one s x n array more
+    assert large - small >= (100 - 10) * n * 8
+
+
 # --------------------------------------------------------------------------- sharding
-
-
-def make_dense_operator(dtype=jnp.float64):
-    """A fixed symmetric 17 x 17 operator on a two-leaf pytree (cheap to compile)."""
-    like = {"a": jnp.zeros((3, 4), dtype), "b": jnp.zeros((5,), dtype)}
-    _, unravel = ravel_pytree(like)
-    a = random_symmetric(jax.random.key(29), jnp.linspace(-3.0, 5.0, 17)).astype(dtype)
-
-    def matvec(v):
-        return unravel(jnp.asarray(a) @ ravel_pytree(v)[0])
-
-    return matvec, like
 
 
 SHARDED = textwrap.dedent(
@@ -514,21 +778,29 @@ SHARDED = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     sys.path.insert(0, sys.argv[1])
     from tests.kernels import test_curvature as t
-    from kernels.curvature import hutchinson_trace, hvp
     assert len(jax.devices()) == 4, jax.devices()
-    if sys.argv[2] == "attention":
-        loss, params = t.make_attention()
-        matvec, like = hvp(loss, params), params
-    else:
-        matvec, like = t.make_dense_operator()
-    key = jax.random.key(28)
-    out = {}
-    for m, chunk in ((10, None), (10, 3)):  # 10 probes on 4 devices: padding
-        est = hutchinson_trace(matvec, like, key, num_probes=m, chunk_size=chunk)
-        out[f"{m}-{chunk}"] = [float(est.mean), float(est.stderr)]
-    print(json.dumps(out))
+    print(json.dumps(t.sharded_results(sys.argv[2])))
     """
 )
+
+
+def sharded_results(operator):
+    """Results compared between 4 forced host devices and one device."""
+    if operator == "attention":
+        loss, params, batch = make_attention()
+        matvec, like = hvp(loss, params, batch), params
+    else:
+        matvec, like = make_dense_operator()
+    key = jax.random.key(28)
+    out = {}
+    for m, chunk in ((10, None), (10, 3)):  # 10 probes on 4 devices: uneven shares
+        est = hutchinson_trace(matvec, like, key, num_probes=m, chunk_size=chunk)
+        out[f"hutchinson-{m}-{chunk}"] = [float(est.mean), float(est.stderr)]
+    est = hutchpp_trace(matvec, like, key, num_matvecs=13, chunk_size=2)
+    out["hutchpp"] = [float(est.mean), float(est.stderr)]
+    q = slq_nodes(matvec, like, key, num_probes=5, num_steps=3, chunk_size=2)
+    out["slq"] = np.asarray(q.weights).ravel().tolist()
+    return out
 
 
 @pytest.mark.parametrize("operator", ["dense", pytest.param("attention", marks=pytest.mark.slow)])
@@ -549,12 +821,7 @@ def test_sharded_equals_single_device(operator):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     sharded = json.loads(proc.stdout.strip().splitlines()[-1])
-    if operator == "attention":
-        loss, params = make_attention()
-        matvec, like = hvp(loss, params), params
-    else:
-        matvec, like = make_dense_operator()
-    key = jax.random.key(28)
-    for m, chunk in ((10, None), (10, 3)):
-        est = hutchinson_trace(matvec, like, key, num_probes=m, chunk_size=chunk)
-        np.testing.assert_allclose(sharded[f"{m}-{chunk}"], [est.mean, est.stderr], rtol=1e-12)
+    single = sharded_results(operator)
+    assert sharded.keys() == single.keys()
+    for name, values in single.items():
+        np.testing.assert_allclose(sharded[name], values, rtol=1e-10, atol=1e-14, err_msg=name)
