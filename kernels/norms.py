@@ -32,14 +32,22 @@ its input, since a NaN matrix would otherwise count as rank 0.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from kernels._checks import check_finite, check_positive
+from kernels._checks import (
+    check_finite,
+    check_positive,
+    check_that,
+    is_concrete,
+    runtime_checks_enabled,
+)
 from kernels._jit import compile_once
 
 __all__ = [
@@ -94,6 +102,48 @@ def _norm_input(x: Any, name: str) -> jax.Array:
     return x
 
 
+@functools.cache
+def _vmap_safe_check(message: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """``ensure(x, ok) -> x`` failing with ``message`` unless ``ok``: one check under ``vmap``.
+
+    ``check_that`` on a batched value is unrolled by ``vmap`` into one host callback per batch
+    element; projections run inside vmapped optimisation loops (``rademacher_search``), so
+    this batching rule reduces ``ok`` over the batch and checks once. The ``custom_jvp`` passes
+    tangents of ``x`` through unchanged (the check does not touch values).
+    """
+
+    @jax.custom_batching.custom_vmap
+    def ensure(x: jax.Array, ok: jax.Array) -> jax.Array:
+        check_that(ok, message)
+        return x
+
+    @ensure.def_vmap
+    def _batched(axis_size: int, in_batched: Any, x: jax.Array, ok: jax.Array) -> Any:
+        del axis_size
+        x_batched, ok_batched = in_batched
+        return ensure(x, jnp.all(ok) if ok_batched else ok), x_batched
+
+    @jax.custom_jvp
+    def ensure_differentiable(x: jax.Array, ok: jax.Array) -> jax.Array:
+        return ensure(x, ok)
+
+    @ensure_differentiable.defjvp
+    def _jvp(primals: Any, tangents: Any) -> Any:
+        return ensure(*primals), tangents[0]
+
+    return ensure_differentiable
+
+
+def _ensure(x: jax.Array, ok: jax.Array, message: str) -> jax.Array:
+    """Return ``x``; fail with ``message`` unless ``ok`` (eagerly, under jit, once under vmap)."""
+    if is_concrete(ok):
+        check_that(ok, message)
+        return x
+    if not runtime_checks_enabled():
+        return x
+    return _vmap_safe_check(message)(x, ok)
+
+
 def _projection_input(v: Any, name: str) -> jax.Array:
     """``v`` as a non-empty float32/float64 array with finite entries (runtime check)."""
     v = jnp.asarray(v)
@@ -101,14 +151,22 @@ def _projection_input(v: Any, name: str) -> jax.Array:
         raise _real_dtype_error(name, v.dtype)
     if v.size == 0:
         raise ValueError(f"{name}: expected a non-empty array, got shape {v.shape}")
-    check_finite(v, name)
-    return v
+    if is_concrete(v):
+        check_finite(v, name)
+        return v
+    ok = jnp.all(jnp.isfinite(v))
+    return _ensure(v, ok, f"{name}: expected finite values, found NaN or inf")
 
 
 def _radius(radius: Any, dtype: Any) -> jax.Array:
-    """The checked radius (> 0 and finite, eagerly and under jit) in ``dtype``."""
-    check_positive(radius, "radius")
-    return jnp.asarray(radius, dtype=dtype)
+    """The radius in ``dtype``, checked > 0 and finite (eagerly, under jit, once under vmap)."""
+    if is_concrete(radius) or not isinstance(radius, jax.Array):
+        check_positive(radius, "radius")  # static values, and the type check
+        return jnp.asarray(radius, dtype=dtype)
+    r = jnp.asarray(radius, dtype=dtype)
+    ok = jnp.logical_and(jnp.isfinite(radius), radius > 0)
+    message = "radius: expected a finite value > 0, got a non-positive or non-finite traced value"
+    return _ensure(r, ok, message)
 
 
 def dual_exponent(p: float) -> float:

@@ -416,3 +416,22 @@ def test_rank_of_nan_matrix_raises():
     rank = jax.jit(lambda w: norms.schatten_norm(w, p=0))
     with pytest.raises(jax.errors.JaxRuntimeError, match="kernels check failed: w"):
         jax.block_until_ready(rank(jnp.full((2, 2), jnp.nan)))
+
+
+def test_checks_run_once_under_vmap_and_keep_gradients():
+    """A vmapped projection holds a fixed number of runtime checks, not one per element."""
+    project = jax.vmap(lambda v, r: norms.project_lp_ball(v, p=2, radius=r))
+
+    def num_callbacks(batch):
+        jaxpr = jax.make_jaxpr(project)(jnp.ones((batch, 3)), jnp.ones(batch))
+        return str(jaxpr).count("debug_callback")
+
+    assert num_callbacks(64) == num_callbacks(2)
+    bad = jnp.ones((5, 3)).at[3, 1].set(jnp.nan)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="kernels check failed: v"):
+        jax.block_until_ready(jax.jit(project)(bad, jnp.ones(5)))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="kernels check failed: radius"):
+        jax.block_until_ready(jax.jit(project)(jnp.ones((5, 3)), jnp.ones(5).at[2].set(-1.0)))
+    grad = jax.grad(lambda v: norms.project_lp_ball(v, p=2, radius=jnp.asarray(1.0))[0])
+    v = jnp.array([3.0, 4.0])  # d(v_0 / |v|) / dv = (1/|v| - v_0^2/|v|^3, -v_0 v_1 / |v|^3)
+    np.testing.assert_allclose(grad(v), [0.2 - 9 / 125, -12 / 125], rtol=1e-12)
