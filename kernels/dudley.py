@@ -142,6 +142,19 @@ def _tail_integrals(
     return eps, tail
 
 
+def _integral_args(
+    num_examples: int, num_grid: int, min_ratio: float, radius: Any, c0: Any, c1: Any
+) -> tuple[int, int, jax.Array]:
+    """Checked n, grid size and radius (as an array in the result dtype)."""
+    n = check_positive_int(num_examples, "num_examples")
+    m = check_positive_int(num_grid, "num_grid", minimum=8)
+    if not 0 < min_ratio < 1:
+        raise ValueError(f"min_ratio: expected a value in (0, 1), got {min_ratio!r}")
+    check_positive(radius, "radius")
+    _check_coefficients(c0, c1)
+    return n, m, jnp.asarray(radius).astype(_float_dtype(radius, "radius"))
+
+
 @compile_once
 def dudley_integral(
     log_cover_fn: Callable[..., jax.Array],
@@ -196,26 +209,35 @@ def dudley_integral(
     >>> round(float(out.value), 5), round(float(out.cutoff), 5)  # closed form: 2.64477 at 0.3
     (2.64477, 0.3)
     """
-    n = check_positive_int(num_examples, "num_examples")
-    m = check_positive_int(num_grid, "num_grid", minimum=8)
-    if not 0 < min_ratio < 1:
-        raise ValueError(f"min_ratio: expected a value in (0, 1), got {min_ratio!r}")
-    check_positive(radius, "radius")
-    _check_coefficients(coef_delta, coef_integral)
-    a = jnp.asarray(radius).astype(_float_dtype(radius, "radius"))
+    n, m, a = _integral_args(num_examples, num_grid, min_ratio, radius, coef_delta, coef_integral)
 
-    def log_cover(eps: jax.Array) -> jax.Array:
-        return log_cover_fn(eps) if args is None else log_cover_fn(eps, args)
+    def tails(lo: jax.Array, hi: jax.Array) -> tuple[jax.Array, jax.Array]:
+        cover = (lambda e: log_cover_fn(e)) if args is None else (lambda e: log_cover_fn(e, args))
+        return _tail_integrals(cover, lo, hi, n, m)
 
-    eps, tail = _tail_integrals(log_cover, a * min_ratio, a, n, m)
-    obj = coef_delta * eps + coef_integral * tail
+    return _minimise(tails, a * min_ratio, a, coef_delta, coef_integral)
+
+
+def _minimise(
+    tails: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]],
+    lo: jax.Array,
+    a: jax.Array,
+    c0: float,
+    c1: float,
+) -> DudleyIntegral:
+    r"""Minimise $c_0\delta + c_1\int_\delta^A$ on a log grid on [lo, A], then refine once.
+
+    The best grid point is refined on a fine grid between its neighbours, with the integral
+    above the right neighbour recomputed on its own grid.
+    """
+    eps, tail = tails(lo, a)
+    obj = c0 * eps + c1 * tail
     i = jnp.argmin(obj)
-    # refine between the neighbours of the best grid point
     left = eps[jnp.maximum(i - 1, 0)]
-    right = eps[jnp.minimum(i + 1, m - 1)]
-    base = _tail_integrals(log_cover, right, a, n, m)[1][0]  # from `right` to A, fine grid
-    eps2, tail2 = _tail_integrals(log_cover, left, right, n, m)
-    obj2 = coef_delta * eps2 + coef_integral * (tail2 + base)
+    right = eps[jnp.minimum(i + 1, eps.shape[0] - 1)]
+    base = tails(right, a)[1][0]  # integral from `right` to A, on its own fine grid
+    eps2, tail2 = tails(left, right)
+    obj2 = c0 * eps2 + c1 * (tail2 + base)
     j = jnp.argmin(obj2)
     better = obj2[j] <= obj[i]
     return DudleyIntegral(

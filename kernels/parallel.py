@@ -242,7 +242,12 @@ def _share_summary(
 def _sharded(
     run_share: Callable[[jax.Array], tuple[Any, ...]], devices: list[jax.Device]
 ) -> tuple[Any, ...]:
-    """Run ``run_share(d)`` on device ``d`` of a one-axis mesh and merge the summaries in order."""
+    """Run ``run_share(d)`` on device ``d`` of a one-axis mesh and merge the summaries in order.
+
+    One device: ``run_share(0)`` directly, without a mesh.
+    """
+    if len(devices) == 1:
+        return run_share(jnp.zeros((), jnp.int32))
     mesh = Mesh(np.asarray(devices), ("samples",))
     spec = PartitionSpec("samples")
     parts = jax.shard_map(
@@ -268,24 +273,22 @@ def sample_statistics(
 ) -> SampleStats:
     r"""Mean and $M_2$ of ``fn(fold_in(key, i))`` over ``i < num_samples``, in bounded memory.
 
-    $$ar Y = rac1K\sum_{i<K} Y_i,\qquad M_2 = \sum_{i<K}(Y_i - ar Y)^2,\qquad
+    $$\bar Y = \frac1K\sum_{i<K} Y_i,\quad M_2 = \sum_{i<K}(Y_i - \bar Y)^2,\quad
     Y_i = \mathtt{fn}(\mathtt{fold\_in}(\mathtt{key}, i)),$$
 
-    elementwise over the sample's shape. Sample $i$ always gets the key
-    ``jax.random.fold_in(key, i)``, derived inside the program from its index, so neither the
-    keys nor the per-sample values of all samples are ever held: the ``ceil(K / chunk_size)``
-    chunks are split into contiguous shares, one per device (at most one device per chunk);
-    each device loops over its share (``chunk_size`` samples vectorised at a time; ``None``
-    means one at a time) and merges each chunk's summary into a running (count, mean, M2)
-    with Chan et al.'s update; the devices' summaries are then merged in device order. Memory
-    is that of one chunk whatever ``num_samples`` is, and the result does not depend on
-    ``chunk_size`` or on the device count (up to floating-point reassociation). Samples with a
-    NaN or infinite element are counted in ``num_nonfinite`` (and make ``mean``/``m2`` NaN or
-    inf): kernels check ``num_nonfinite == 0`` with :func:`kernels._checks.check_that`.
+    elementwise over the sample's shape. Sample $i$'s key is derived inside the program from
+    its index, so neither the keys nor the values of all samples are ever held: the
+    ``ceil(K / chunk_size)`` chunks are split into contiguous shares, one per device (at most
+    one device per chunk); each device loops over its share, ``chunk_size`` samples vectorised
+    at a time, merging each chunk into a running (count, mean, M2) with Chan et al.'s update;
+    the devices' summaries are merged in device order. Memory is that of one chunk, and the
+    result does not depend on ``chunk_size`` or the device count (up to floating-point
+    reassociation). Samples with a NaN/inf element are counted in ``num_nonfinite`` (and make
+    ``mean``/``m2`` NaN or inf).
 
     Args:
-      fn: function of one PRNG key returning a floating array of a fixed shape (a sample).
-        Several quantities per sample can be stacked in a vector.
+      fn: function of one PRNG key returning a floating array of a fixed shape (a sample;
+        several quantities can be stacked in a vector).
       key: PRNG key.
       num_samples: $K \ge 1$. Static.
       chunk_size: samples per vectorised batch, an int >= 1 (static); ``None`` runs them one
@@ -301,8 +304,7 @@ def sample_statistics(
         PRNG key, or ``fn`` does not return a floating array.
 
     References:
-      Chan, Golub & LeVeque 1979, "Updating formulae and a pairwise algorithm for computing
-      sample variances", Stanford CS report STAN-CS-79-773.
+      Chan, Golub & LeVeque 1979, Stanford report STAN-CS-79-773 (pairwise variance updates).
 
     >>> import jax, jax.numpy as jnp
     >>> stats = sample_statistics(lambda k: jnp.float64(2.0), jax.random.key(0), num_samples=5)
@@ -314,16 +316,17 @@ def sample_statistics(
     check_key(key)
     num_chunks = -(-num // chunk)
     devices = list(jax.devices()) if devices is None else list(devices)
-    num_dev = max(1, min(len(devices), num_chunks))
+    devices = devices[: max(1, min(len(devices), num_chunks))]  # at most one device per chunk
+    run_share = functools.partial(
+        _share_summary, fn, key, num=num, chunk=chunk, per_device=-(-num_chunks // len(devices)),
+        out=_sample_shape(fn, key),
+    )  # fmt: skip
+    return SampleStats(*_sharded(run_share, devices), num_samples=num)
+
+
+def _sample_shape(fn: Callable[[jax.Array], jax.Array], key: jax.Array) -> Any:
+    """Shape and dtype of one sample (an abstract trace of ``fn``); it must be floating."""
     out = jax.eval_shape(fn, key)
     if not jnp.issubdtype(out.dtype, jnp.floating):
         raise ValueError(f"fn: must return a floating array, got dtype {out.dtype}")
-    run_share = functools.partial(
-        _share_summary, fn, key, num=num, chunk=chunk, per_device=-(-num_chunks // num_dev),
-        out=out,
-    )  # fmt: skip
-    if num_dev == 1:
-        summary = run_share(jnp.zeros((), jnp.int32))
-    else:
-        summary = _sharded(run_share, devices[:num_dev])
-    return SampleStats(*summary, num_samples=num)
+    return out
