@@ -23,7 +23,7 @@ import pytest
 
 from kernels import norms
 from kernels._checks import runtime_checks
-from tests.helpers import tol
+from tests.helpers import compiles_in, count_compiles, tol
 
 INF = math.inf
 DTYPES = [np.float32, np.float64]
@@ -435,3 +435,14 @@ def test_checks_run_once_under_vmap_and_keep_gradients():
     grad = jax.grad(lambda v: norms.project_lp_ball(v, p=2, radius=jnp.asarray(1.0))[0])
     v = jnp.array([3.0, 4.0])  # d(v_0 / |v|) / dv = (1/|v| - v_0^2/|v|^3, -v_0 v_1 / |v|^3)
     np.testing.assert_allclose(grad(v), [0.2 - 9 / 125, -12 / 125], rtol=1e-12)
+
+
+def test_projection_second_call_compiles_nothing():
+    rng = np.random.default_rng(50)
+    first, second = (jnp.asarray(rng.normal(size=(4, 3))) for _ in range(2))
+    norms.project_schatten_ball(first, p=1, radius=jnp.asarray(1.0))
+    norms.project_group_ball(first, q=2, p=1, radius=0.5)
+    with count_compiles() as log:
+        norms.project_schatten_ball(second, p=1, radius=jnp.asarray(2.0))
+        norms.project_group_ball(second, q=2, p=1, radius=0.5)
+    assert compiles_in(log) == []
