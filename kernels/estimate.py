@@ -57,22 +57,41 @@ class Estimate:
 
 
 def estimate_from_samples(samples: jax.Array, axis: int = 0) -> Estimate:
-    """Mean and standard error (``ddof=1``) of i.i.d. samples along ``axis``.
+    r"""Mean and standard error (``ddof=1``) of i.i.d. samples along ``axis``.
+
+    $$\hat\mu = \frac1K\sum_k Y_k, \qquad
+    \mathrm{se} = \sqrt{\frac{1}{K(K-1)}\sum_k (Y_k - \hat\mu)^2}.$$
+
+    Holds all K samples in memory: Monte Carlo kernels stream theirs through
+    :func:`kernels.parallel.sample_statistics` instead. NaN or infinite samples make the
+    mean and stderr NaN or inf (they are not dropped; kernels check their samples first).
 
     Args:
-      samples: array whose ``axis`` indexes i.i.d. Monte Carlo samples (at least 2).
-      axis: the sample axis.
+      samples: float32/float64 array whose ``axis`` indexes i.i.d. Monte Carlo samples (at
+        least 2); integer samples are read in the default float dtype.
+      axis: the sample axis (negative values count from the end).
 
     Returns:
-      Estimate(mean, stderr, num_samples).
+      Estimate(mean, stderr, num_samples), in the dtype of ``samples``.
 
     Raises:
-      ValueError: if fewer than 2 samples are given.
+      ValueError: if fewer than 2 samples are given, ``axis`` is out of range, or ``samples``
+        is float16/bfloat16/complex.
 
     >>> import jax.numpy as jnp
     >>> estimate_from_samples(jnp.array([1.0, 2.0, 3.0]))
     Estimate(mean=2, stderr=0.57735, n=3)
     """
+    samples = jnp.asarray(samples)
+    if jnp.issubdtype(samples.dtype, jnp.integer) or jnp.issubdtype(samples.dtype, jnp.bool_):
+        samples = samples.astype(jnp.result_type(float))
+    if samples.dtype not in (jnp.float32, jnp.float64):
+        raise ValueError(f"samples: expected float32 or float64 values, got dtype {samples.dtype}")
+    ndim = samples.ndim
+    if ndim == 0:
+        raise ValueError("samples: expected an array with a sample axis, got a scalar")
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
+        raise ValueError(f"axis: expected an int in [-{ndim}, {ndim}), got {axis!r}")
     num = samples.shape[axis]
     if num < 2:
         raise ValueError(f"samples: need at least 2 samples along axis {axis}, got {num}")

@@ -17,16 +17,38 @@ scalars. A leaf with ``ndim < 2`` is read as one column (shape ``(n, 1)``); a le
 kernel ``(in, heads, head_dim)`` becomes ``(in, heads * head_dim)``).
 
 Projections are Euclidean (nearest point in Frobenius distance), exact, and jit/vmap friendly.
+Each projection is compiled once per (shape, dtype, static options): a Python float ``radius``
+is static (a new value compiles again), an array ``radius`` is traced.
+
+Inputs: norms take real arrays (integer and boolean arrays are read in the default float
+dtype); projections take float32/float64 arrays (their output has the input's dtype). Empty
+arrays and float16/bfloat16 inputs are refused with a ``ValueError`` naming the argument (their
+sums overflow and round too early for a norm to mean anything). A projection's ``radius`` may be
+traced: a non-positive or non-finite radius, and NaN or infinite entries of the projected array,
+raise an error eagerly and inside ``jax.jit`` (see :mod:`kernels._checks`; turned off with
+``kernels.set_runtime_checks(False)``). The rank (:func:`schatten_norm` at ``p=0``) also checks
+its input, since a NaN matrix would otherwise count as rank 0.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
+
+from kernels._checks import (
+    check_finite,
+    check_positive,
+    check_that,
+    is_concrete,
+    runtime_checks_enabled,
+)
+from kernels._jit import compile_once
 
 __all__ = [
     "as_matrix",
@@ -59,6 +81,103 @@ def _check_exponent(p: Any, name: str, *, allow_zero: bool = False) -> float:
         lo = "{0} or [1, inf]" if allow_zero else "[1, inf]"
         raise ValueError(f"{name}: expected a number in {lo}, got {p!r}")
     return value
+
+
+def _real_dtype_error(name: str, dtype: Any) -> ValueError:
+    return ValueError(
+        f"{name}: expected a real float32 or float64 array, got dtype {dtype} (float16 and "
+        "bfloat16 lose too much precision in sums; cast to float32)"
+    )
+
+
+def _norm_input(x: Any, name: str) -> jax.Array:
+    """``x`` as a non-empty real floating array (ints and bools in the default float dtype)."""
+    x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jnp.integer) or jnp.issubdtype(x.dtype, jnp.bool_):
+        x = x.astype(jnp.result_type(float))
+    if x.dtype not in (jnp.float32, jnp.float64):
+        raise _real_dtype_error(name, x.dtype)
+    if x.size == 0:
+        raise ValueError(f"{name}: expected a non-empty array, got shape {x.shape}")
+    return x
+
+
+@functools.cache
+def _vmap_safe_check(message: str) -> Callable[..., Any]:
+    """``ensure(x, ok, values) -> x`` failing with ``message`` unless ``ok``; once under vmap.
+
+    ``check_that`` on a batched value is unrolled by ``vmap`` into one host callback per batch
+    element; projections run inside vmapped optimisation loops (``rademacher_search``) and
+    testers are vmapped over keys, so this batching rule reduces ``ok`` over the batch (and
+    each message value by its maximum) and checks once. The ``custom_jvp`` passes tangents of
+    ``x`` through unchanged (the check does not touch values).
+    """
+
+    @jax.custom_batching.custom_vmap
+    def ensure(x: Any, ok: jax.Array, values: tuple[jax.Array, ...]) -> Any:
+        check_that(ok, message, *values)
+        return x
+
+    @ensure.def_vmap
+    def _batched(axis_size: int, in_batched: Any, x: Any, ok: jax.Array, values: Any) -> Any:
+        del axis_size
+        x_batched, ok_batched, values_batched = in_batched
+        ok = jnp.all(ok) if ok_batched else ok
+        values = tuple(
+            jnp.max(v, axis=0) if b else v for v, b in zip(values, values_batched, strict=True)
+        )
+        return ensure(x, ok, values), x_batched
+
+    @jax.custom_jvp
+    def ensure_differentiable(x: Any, ok: jax.Array, values: tuple[jax.Array, ...]) -> Any:
+        return ensure(x, ok, values)
+
+    @ensure_differentiable.defjvp
+    def _jvp(primals: Any, tangents: Any) -> Any:
+        return ensure(*primals), tangents[0]
+
+    return ensure_differentiable
+
+
+def _ensure(x: Any, ok: Any, message: str, *values: Any) -> Any:
+    """Return ``x``; fail with ``message`` unless ``ok`` (eagerly, under jit, once under vmap).
+
+    Like :func:`kernels._checks.check_that` (``values`` fill ``{}`` fields of ``message``;
+    under ``vmap`` the largest value over the batch is reported), but the check is tied to
+    ``x`` by a data dependency and a ``vmap`` of it runs one host callback, not one per element.
+    """
+    if is_concrete((ok, values)):
+        check_that(ok, message, *values)
+        return x
+    if not runtime_checks_enabled():
+        return x
+    values = tuple(jnp.asarray(v) for v in values)
+    return _vmap_safe_check(message)(x, jnp.asarray(ok), values)
+
+
+def _projection_input(v: Any, name: str) -> jax.Array:
+    """``v`` as a non-empty float32/float64 array with finite entries (runtime check)."""
+    v = jnp.asarray(v)
+    if v.dtype not in (jnp.float32, jnp.float64):
+        raise _real_dtype_error(name, v.dtype)
+    if v.size == 0:
+        raise ValueError(f"{name}: expected a non-empty array, got shape {v.shape}")
+    if is_concrete(v):
+        check_finite(v, name)
+        return v
+    ok = jnp.all(jnp.isfinite(v))
+    return _ensure(v, ok, f"{name}: expected finite values, found NaN or inf")
+
+
+def _radius(radius: Any, dtype: Any) -> jax.Array:
+    """The radius in ``dtype``, checked > 0 and finite (eagerly, under jit, once under vmap)."""
+    if is_concrete(radius) or not isinstance(radius, jax.Array):
+        check_positive(radius, "radius")  # static values, and the type check
+        return jnp.asarray(radius, dtype=dtype)
+    r = jnp.asarray(radius, dtype=dtype)
+    ok = jnp.logical_and(jnp.isfinite(radius), radius > 0)
+    message = "radius: expected a finite value > 0, got a non-positive or non-finite traced value"
+    return _ensure(r, ok, message)
 
 
 def dual_exponent(p: float) -> float:
@@ -106,13 +225,13 @@ def vector_norm(x: jax.Array, p: float = 2, *, axis: int | None = None) -> jax.A
       Scalar (or array without ``axis``) in the dtype of ``x``.
 
     Raises:
-      ValueError: if ``p`` is not in [1, inf].
+      ValueError: if ``p`` is not in [1, inf], or ``x`` is empty or float16/bfloat16.
 
     >>> import jax.numpy as jnp
     >>> float(vector_norm(jnp.array([3.0, -4.0]), 2)), float(vector_norm(jnp.array([3.0, -4.0]), 1))
     (5.0, 7.0)
     """
-    return _lp(jnp.asarray(x), _check_exponent(p, "p"), axis=axis)
+    return _lp(_norm_input(x, "x"), _check_exponent(p, "p"), axis=axis)
 
 
 def as_matrix(w: jax.Array, *, split_axis: int = 1) -> jax.Array:
@@ -135,7 +254,7 @@ def _check_matrix(w: Any, name: str = "w") -> jax.Array:
     w = jnp.asarray(w)
     if w.ndim != 2:
         raise ValueError(f"{name}: expected a 2-D matrix, got shape {w.shape}")
-    return w
+    return _norm_input(w, name)
 
 
 def group_norm(w: jax.Array, *, q: float, p: float) -> jax.Array:
@@ -152,7 +271,7 @@ def group_norm(w: jax.Array, *, q: float, p: float) -> jax.Array:
       Scalar.
 
     Raises:
-      ValueError: if ``w`` is not 2-D or an exponent is not in [1, inf].
+      ValueError: if ``w`` is not a non-empty 2-D real matrix or an exponent is not in [1, inf].
 
     References:
       Trauger & Tewari 2024, arXiv:2312.06786 (notation); Bartlett, Foster, Telgarsky 2017.
@@ -220,7 +339,8 @@ def schatten_norm(w: jax.Array, *, p: float, rtol: float | None = None) -> jax.A
       rtol: relative threshold for the rank (only used at p = 0).
 
     Raises:
-      ValueError: if ``w`` is not 2-D or ``p`` is out of range.
+      ValueError: if ``w`` is not 2-D or ``p`` is out of range; at p = 0 also if ``w`` has a
+        NaN or infinite entry (eagerly and under ``jit``).
 
     >>> import jax.numpy as jnp
     >>> w = jnp.diag(jnp.array([3.0, 4.0, 0.0]))
@@ -229,6 +349,8 @@ def schatten_norm(w: jax.Array, *, p: float, rtol: float | None = None) -> jax.A
     """
     w = _check_matrix(w)
     p = _check_exponent(p, "p", allow_zero=True)
+    if p == 0:
+        check_finite(w, "w")
     s = jnp.linalg.svd(w, compute_uv=False)
     if p == 0:
         tol = rtol if rtol is not None else max(w.shape) * float(jnp.finfo(w.dtype).eps)
@@ -243,18 +365,22 @@ def _tree_matrix_map(fn: Any, tree: Any, split_axis: int) -> Any:
 def tree_norm(tree: Any, *, p: float = 2) -> jax.Array:
     r"""$\ell_p$ norm of all entries of a parameter pytree taken as one vector.
 
+    Leaves of size 0 contribute nothing.
+
     Raises:
-      ValueError: if ``p`` is not in [1, inf] or the tree has no leaves.
+      ValueError: if ``p`` is not in [1, inf], the tree has no entries, or a leaf is
+        float16/bfloat16.
 
     >>> import jax.numpy as jnp
     >>> float(tree_norm({"a": jnp.array([3.0]), "b": jnp.array([[4.0]])}))
     5.0
     """
     p = _check_exponent(p, "p")
-    leaves = jax.tree_util.tree_leaves(tree)
+    leaves = [jnp.asarray(leaf) for leaf in jax.tree_util.tree_leaves(tree)]
+    leaves = [_norm_input(leaf, "tree") for leaf in leaves if leaf.size > 0]
     if not leaves:
-        raise ValueError("tree: expected at least one array leaf")
-    parts = jnp.stack([_lp(jnp.asarray(leaf), p) for leaf in leaves])
+        raise ValueError("tree: expected at least one non-empty array leaf")
+    parts = jnp.stack([_lp(leaf, p) for leaf in leaves])
     return _lp(parts, p)
 
 
@@ -283,31 +409,10 @@ def tree_schatten_norms(
 # --------------------------------------------------------------------------- projections
 
 
-def project_l1_ball(v: jax.Array, *, radius: Any) -> jax.Array:
-    r"""Euclidean projection of ``v`` (all entries) onto $\{x : \|x\|_1 \le r\}$.
-
-    $x_i = \mathrm{sign}(v_i)\max(|v_i| - \theta, 0)$ with $\theta \ge 0$ the smallest value
-    making $\|x\|_1 \le r$, found exactly by sorting ($O(n \log n)$). ``v`` is returned
-    unchanged when already inside.
-
-    Args:
-      v: array of any shape.
-      radius: r > 0 (may be traced).
-
-    Returns:
-      Array shaped like ``v``.
-
-    References:
-      Duchi, Shalev-Shwartz, Singer, Chandra 2008, doi:10.1145/1390156.1390191.
-
-    >>> import jax.numpy as jnp
-    >>> project_l1_ball(jnp.array([3.0, -1.0, 0.5]), radius=2.0).tolist()
-    [2.0, -0.0, 0.0]
-    """
-    v = jnp.asarray(v)
+def _l1(v: jax.Array, r: jax.Array) -> jax.Array:
+    """Projection of all entries of ``v`` onto the l1 ball of radius ``r`` (unchecked)."""
     flat = v.reshape(-1)
     a = jnp.abs(flat)
-    r = jnp.asarray(radius, dtype=v.dtype)
     u = jnp.sort(a)[::-1]
     css = jnp.cumsum(u)
     j = jnp.arange(1, u.shape[0] + 1, dtype=v.dtype)
@@ -319,31 +424,103 @@ def project_l1_ball(v: jax.Array, *, radius: Any) -> jax.Array:
     return out.reshape(v.shape)
 
 
+def _l2(v: jax.Array, r: jax.Array) -> jax.Array:
+    """Projection of all entries of ``v`` onto the l2 ball: ``v * min(1, r / ||v||_2)``."""
+    nrm = jnp.sqrt(jnp.sum(v * v))
+    return v * jnp.minimum(jnp.ones((), v.dtype), r / jnp.maximum(nrm, jnp.finfo(v.dtype).tiny))
+
+
+def _lp_projection(v: jax.Array, p: float, r: jax.Array) -> jax.Array:
+    """Projection onto the l_p ball, p in {1, 2, inf} (unchecked; ``p`` already validated)."""
+    if p == 1:
+        return _l1(v, r)
+    if p == 2:
+        return _l2(v, r)
+    return jnp.clip(v, -r, r)
+
+
+def _check_projection_exponent(p: Any, name: str, what: str) -> float:
+    p = _check_exponent(p, name)
+    if p not in (1.0, 2.0) and not math.isinf(p):
+        raise ValueError(f"{name}: {what} are implemented for p in (1, 2, inf), got {p!r}")
+    return p
+
+
+@compile_once
+def project_l1_ball(v: jax.Array, *, radius: Any) -> jax.Array:
+    r"""Euclidean projection of ``v`` (all entries) onto $\{x : \|x\|_1 \le r\}$.
+
+    $x_i = \mathrm{sign}(v_i)\max(|v_i| - \theta, 0)$ with $\theta \ge 0$ the smallest value
+    making $\|x\|_1 \le r$, found exactly by sorting ($O(n \log n)$). ``v`` is returned
+    unchanged when already inside.
+
+    Args:
+      v: float32/float64 array of any non-empty shape, finite.
+      radius: r > 0, finite (may be traced).
+
+    Returns:
+      Array shaped like ``v``, in its dtype.
+
+    Raises:
+      ValueError: if ``v`` is empty or not float32/float64; if ``radius`` is not a finite
+        value > 0 or ``v`` has a NaN/inf entry (runtime checks, also under ``jit``).
+
+    References:
+      Duchi, Shalev-Shwartz, Singer, Chandra 2008, doi:10.1145/1390156.1390191.
+
+    >>> import jax.numpy as jnp
+    >>> project_l1_ball(jnp.array([3.0, -1.0, 0.5]), radius=2.0).tolist()
+    [2.0, -0.0, 0.0]
+    """
+    v = _projection_input(v, "v")
+    return _l1(v, _radius(radius, v.dtype))
+
+
+@compile_once
 def project_lp_ball(v: jax.Array, *, p: float, radius: Any) -> jax.Array:
     r"""Euclidean projection of ``v`` (all entries) onto the $\ell_p$ ball, p in {1, 2, inf}.
 
     $p=1$: :func:`project_l1_ball`; $p=2$: $v \min(1, r/\|v\|_2)$; $p=\infty$: clip to $[-r, r]$.
 
+    Args:
+      v: float32/float64 array of any non-empty shape, finite.
+      p: 1, 2 or inf. Static.
+      radius: r > 0, finite (may be traced).
+
+    Returns:
+      Array shaped like ``v``, in its dtype.
+
     Raises:
-      ValueError: if ``p`` is not 1, 2 or inf.
+      ValueError: if ``p`` is not 1, 2 or inf, ``v`` is empty or not float32/float64; if
+        ``radius`` is not a finite value > 0 or ``v`` has a NaN/inf entry (runtime checks).
 
     >>> import jax.numpy as jnp
     >>> project_lp_ball(jnp.array([3.0, 4.0]), p=2, radius=1.0).tolist()
     [0.6000000000000001, 0.8]
     """
-    v = jnp.asarray(v)
-    p = _check_exponent(p, "p")
-    r = jnp.asarray(radius, dtype=v.dtype)
-    if p == 1:
-        return project_l1_ball(v, radius=r)
-    if p == 2:
-        nrm = jnp.sqrt(jnp.sum(v * v))
-        return v * jnp.minimum(jnp.ones((), v.dtype), r / jnp.maximum(nrm, jnp.finfo(v.dtype).tiny))
+    p = _check_projection_exponent(p, "p", "projections")
+    v = _projection_input(v, "v")
+    return _lp_projection(v, p, _radius(radius, v.dtype))
+
+
+_GROUP_CASES = "(1,inf), (2,inf), (inf,inf), (1,1), (2,2), (2,1)"
+
+
+def _group_projection(w: jax.Array, q: float, p: float, r: jax.Array) -> jax.Array:
+    """Projection onto the ||.||_{q,p} ball (unchecked; the case is known to be implemented)."""
     if math.isinf(p):
-        return jnp.clip(v, -r, r)
-    raise ValueError(f"p: projections are implemented for p in (1, 2, inf), got {p!r}")
+        return jax.vmap(lambda col: _lp_projection(col, q, r), in_axes=1, out_axes=1)(w)
+    if (q, p) == (1.0, 1.0):
+        return _l1(w, r)
+    if (q, p) == (2.0, 2.0):
+        return _l2(w, r)
+    c = jnp.sqrt(jnp.sum(w * w, axis=0))  # (q, p) == (2, 1): group lasso
+    c_new = _l1(c, r)
+    scale = jnp.where(c > 0, c_new / jnp.where(c > 0, c, jnp.ones_like(c)), jnp.zeros_like(c))
+    return w * scale[None, :]
 
 
+@compile_once
 def project_group_ball(w: jax.Array, *, q: float, p: float, radius: Any) -> jax.Array:
     r"""Euclidean projection of a matrix onto $\{W : \|W\|_{q,p} \le r\}$.
 
@@ -354,55 +531,80 @@ def project_group_ball(w: jax.Array, *, q: float, p: float, radius: Any) -> jax.
     - $(2,1)$: the column norms $c$ are projected onto the $\ell_1$ ball, giving $c'$, and
       each column is rescaled by $c'_j / c_j$ (group-lasso projection).
 
+    Args:
+      w: float32/float64 matrix ``(n, k)``, non-empty and finite.
+      q: within-column exponent. Static.
+      p: across-column exponent. Static.
+      radius: r > 0, finite (may be traced).
+
+    Returns:
+      Matrix shaped like ``w``, in its dtype.
+
     Raises:
-      ValueError: for other $(q, p)$, or if ``w`` is not 2-D.
+      ValueError: for other $(q, p)$, if ``w`` is not a non-empty 2-D float32/float64 matrix;
+        if ``radius`` is not a finite value > 0 or ``w`` has a NaN/inf entry (runtime checks).
 
     >>> import jax.numpy as jnp
     >>> w = jnp.array([[3.0, 0.0], [0.0, 1.0]])
     >>> project_group_ball(w, q=1, p=float("inf"), radius=2.0).tolist()
     [[2.0, 0.0], [0.0, 1.0]]
     """
-    w = _check_matrix(w)
+    if jnp.ndim(w) != 2:
+        raise ValueError(f"w: expected a 2-D matrix, got shape {jnp.shape(w)}")
     q = _check_exponent(q, "q")
     p = _check_exponent(p, "p")
-    r = jnp.asarray(radius, dtype=w.dtype)
-    if (math.isinf(p) and q in (1.0, 2.0)) or (math.isinf(p) and math.isinf(q)):
-        return jax.vmap(lambda col: project_lp_ball(col, p=q, radius=r), in_axes=1, out_axes=1)(w)
-    if (q, p) == (1.0, 1.0):
-        return project_l1_ball(w, radius=r)
-    if (q, p) == (2.0, 2.0):
-        return project_lp_ball(w, p=2, radius=r)
-    if (q, p) == (2.0, 1.0):
-        c = jnp.sqrt(jnp.sum(w * w, axis=0))
-        c_new = project_l1_ball(c, radius=r)
-        scale = jnp.where(c > 0, c_new / jnp.where(c > 0, c, jnp.ones_like(c)), jnp.zeros_like(c))
-        return w * scale[None, :]
-    raise ValueError(
-        f"(q, p): projection onto the ||.||_{{q,p}} ball is implemented for (1,inf), (2,inf), "
-        f"(inf,inf), (1,1), (2,2), (2,1); got ({q:g}, {p:g})"
-    )
+    cases = {(1.0, math.inf), (2.0, math.inf), (math.inf, math.inf), (1.0, 1.0), (2.0, 2.0)}
+    if (q, p) not in cases | {(2.0, 1.0)}:
+        raise ValueError(
+            f"(q, p): projection onto the ||.||_{{q,p}} ball is implemented for {_GROUP_CASES}; "
+            f"got ({q:g}, {p:g})"
+        )
+    w = _projection_input(w, "w")
+    return _group_projection(w, q, p, _radius(radius, w.dtype))
 
 
+@compile_once
 def project_schatten_ball(w: jax.Array, *, p: float, radius: Any) -> jax.Array:
     r"""Euclidean projection onto the Schatten-$p$ ball, $p \in \{1, 2, \infty\}$.
 
     With $W = U \operatorname{diag}(s) V^\top$: $W' = U \operatorname{diag}(P(s)) V^\top$, $P$ the
     projection of $s$ onto the $\ell_p$ ball (exact: unitarily invariant norms).
 
+    Args:
+      w: float32/float64 matrix, non-empty and finite.
+      p: 1, 2 or inf. Static.
+      radius: r > 0, finite (may be traced).
+
+    Returns:
+      Matrix shaped like ``w``, in its dtype.
+
     Raises:
-      ValueError: if ``p`` is not 1, 2 or inf, or ``w`` is not 2-D.
+      ValueError: if ``p`` is not 1, 2 or inf, ``w`` is not a non-empty 2-D float32/float64
+        matrix; if ``radius`` is not a finite value > 0 or ``w`` has a NaN/inf entry (runtime
+        checks).
+
+    References:
+      Lewis 1995, "The convex analysis of unitarily invariant matrix functions",
+      J. Convex Anal. 2(1/2).
+
+    >>> import jax.numpy as jnp
+    >>> project_schatten_ball(jnp.diag(jnp.array([3.0, 1.0])), p=1, radius=2.0).round(6).tolist()
+    [[2.0, 0.0], [0.0, 0.0]]
     """
-    w = _check_matrix(w)
-    p = _check_exponent(p, "p")
-    if p not in (1.0, 2.0) and not math.isinf(p):
-        raise ValueError(f"p: Schatten projections are implemented for p in (1, 2, inf), got {p!r}")
+    if jnp.ndim(w) != 2:
+        raise ValueError(f"w: expected a 2-D matrix, got shape {jnp.shape(w)}")
+    p = _check_projection_exponent(p, "p", "Schatten projections")
+    w = _projection_input(w, "w")
+    r = _radius(radius, w.dtype)
     u, s, vt = jnp.linalg.svd(w, full_matrices=False)
-    s_new = project_lp_ball(s, p=p, radius=radius)
-    return (u * s_new[None, :]) @ vt
+    return (u * _lp_projection(s, p, r)[None, :]) @ vt
 
 
+@compile_once
 def project_spectral_ball(w: jax.Array, *, radius: Any) -> jax.Array:
     r"""Euclidean projection onto $\{W : \|W\|_2 \le r\}$: singular values clipped at $r$.
+
+    Same arguments and errors as :func:`project_schatten_ball` with ``p=inf``.
 
     >>> import jax.numpy as jnp
     >>> project_spectral_ball(jnp.diag(jnp.array([3.0, 0.5])), radius=1.0).round(6).tolist()
@@ -411,8 +613,12 @@ def project_spectral_ball(w: jax.Array, *, radius: Any) -> jax.Array:
     return project_schatten_ball(w, p=math.inf, radius=radius)
 
 
+@compile_once
 def tree_project_lp_ball(tree: Any, *, p: float, radius: Any) -> Any:
     r"""Project a whole parameter pytree (all entries as one vector) onto the $\ell_p$ ball.
+
+    Same arguments and errors as :func:`project_lp_ball`, with the pytree's leaves (one dtype)
+    read as one vector ``v``.
 
     >>> import jax.numpy as jnp
     >>> out = tree_project_lp_ball({"a": jnp.array([3.0]), "b": jnp.array([4.0])}, p=2, radius=1.0)

@@ -21,28 +21,43 @@ point), takes the full Walsh-Hadamard transform of the $2^r$ restricted values a
 the energy outside the s largest coefficients exceeds ``eps`` times the total. Restrictions of an
 s-sparse function are s-sparse, so s-sparse functions are always accepted.
 
-Both testers run ``num_trials`` independent trials (one PRNG key each, mapped with
-:func:`kernels.parallel.map_samples`, so ``chunk_size`` never changes the result) and accept iff
-every trial accepts. If one trial rejects f with probability >= ``eps``, then
-``num_trials >= ln(1/delta)/eps`` trials reject it with probability >= 1 - delta;
-:func:`num_trials_for` gives that count.
+Both testers run ``num_trials`` independent trials (trial ``i`` gets the key
+``jax.random.fold_in(key, i)``; :func:`kernels.parallel.sample_statistics` runs them
+``chunk_size`` at a time over ``jax.devices()``, so neither the chunk size nor the device count
+changes the result) and accept iff every trial accepts. They return a :class:`Verdict`: the
+decision and the observed per-trial rejection rate with its standard error. If one trial
+rejects f with probability >= ``eps``, then ``num_trials >= ln(1/delta)/eps`` trials reject it
+with probability >= 1 - delta; :func:`num_trials_for` gives that count.
+
+The black box is ``fn(x)``, or ``fn(x, args)`` when ``args`` is given: pass the function's data
+(a lookup table, model parameters) as ``args`` so that one compiled program serves every new
+table of the same shape (the testers compile once per ``fn``, static options and shapes).
+Non-finite outputs of ``fn`` raise an error (eagerly and under ``jit``) saying in how many
+trials they occurred.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._checks import check_positive_int
-from kernels.parallel import map_samples
-from kernels.walsh import fwht
+from kernels._checks import check_finite, check_key, check_positive_int
+from kernels._jit import compile_once
+from kernels.estimate import Estimate
+from kernels.norms import _ensure
+from kernels.parallel import sample_statistics
+from kernels.walsh import _num_bits, fwht
 
 __all__ = [
+    "Sweep",
+    "Verdict",
     "degree_rejection_rate",
     "degree_sweep",
     "low_degree_test",
@@ -50,6 +65,41 @@ __all__ = [
     "sparsity_sweep",
     "sparsity_test",
 ]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The outcome of a property tester.
+
+    Attributes:
+      accepted: boolean scalar array, True iff every trial accepted.
+      rejection_rate: the fraction of trials that rejected, an :class:`Estimate` of the
+        one-trial rejection probability (``num_samples`` = trials, ``num_evaluations`` = queries
+        of ``fn``).
+    """
+
+    accepted: Any
+    rejection_rate: Estimate
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """The outcome of a sweep of a tester over increasing candidates.
+
+    Attributes:
+      value: the first accepted candidate (int scalar array), or the sweep's sentinel when none
+        is accepted (``max_degree + 1`` for degrees, ``-1`` for sparsities).
+      accepted: boolean array ``(len(candidates),)``, the verdict at every candidate.
+      rejection_rates: an :class:`Estimate` with one rejection rate per candidate.
+      candidates: the candidates tried, in order. Static.
+    """
+
+    value: Any
+    accepted: Any
+    rejection_rates: Estimate
+    candidates: tuple[int, ...] = dataclasses.field(metadata={"static": True})
 
 
 def num_trials_for(eps: float, delta: float) -> int:
@@ -75,6 +125,20 @@ def _as_float(values: jax.Array) -> jax.Array:
     return values.astype(jnp.result_type(float))
 
 
+def _query(fn: Callable[..., Any], args: Any, points: jax.Array) -> jax.Array:
+    """``fn`` at every row of ``points`` (vmapped), as a float vector; checks the output shape."""
+    values = jax.vmap(fn if args is None else lambda x: fn(x, args))(points)
+    values = jnp.asarray(values)
+    if values.shape != points.shape[:1]:
+        raise ValueError(
+            f"fn: must return a real scalar for one point of shape {points.shape[1:]}, got "
+            f"shape {values.shape[1:]}"
+        )
+    if jnp.issubdtype(values.dtype, jnp.complexfloating):
+        raise ValueError(f"fn: must return a real scalar, got dtype {values.dtype}")
+    return _as_float(values)
+
+
 def _point_and_coords(key: jax.Array, num_bits: int, k: int) -> tuple[jax.Array, jax.Array]:
     """A uniform point of {0,1}^n and k distinct uniform coordinates, from one draw of raw bits.
 
@@ -94,7 +158,13 @@ def _subset_signs_and_masks(k: int) -> tuple[jax.Array, jax.Array]:
     return signs, bits
 
 
-def _degree_trial(fn, num_bits: int, degree: int, rtol: float, atol: float):
+def _rejection(rejected: jax.Array, values: jax.Array) -> jax.Array:
+    """1.0 if the trial rejected, 0.0 if it accepted, NaN if ``fn`` was not finite."""
+    out = rejected.astype(values.dtype)
+    return jnp.where(jnp.all(jnp.isfinite(values)), out, jnp.full_like(out, jnp.nan))
+
+
+def _degree_trial(fn, args, num_bits: int, degree: int, rtol: float, atol: float):
     k = degree + 1
     signs, bits = _subset_signs_and_masks(k)
 
@@ -104,16 +174,55 @@ def _degree_trial(fn, num_bits: int, degree: int, rtol: float, atol: float):
             jnp.int32
         )  # (k, n)
         flips = bits @ onehot  # (2^k, n): vertex S flips the coordinates of S
-        values = _as_float(jax.vmap(fn)(jnp.bitwise_xor(x[None, :], flips)))
+        values = _query(fn, args, jnp.bitwise_xor(x[None, :], flips))
         alt = jnp.sum(signs.astype(values.dtype) * values)
         scale = jnp.sum(jnp.abs(values))
-        return jnp.abs(alt) <= atol + rtol * scale
+        return _rejection(jnp.abs(alt) > atol + rtol * scale, values)
 
     return trial
 
 
+def _run_trials(trial, key: jax.Array, num_trials: int, queries: int, chunk_size) -> Verdict:
+    """Run the trials, check ``fn`` stayed finite, and summarise them as a Verdict."""
+    stats = sample_statistics(trial, key, num_samples=num_trials, chunk_size=chunk_size)
+    estimate = stats.estimate(num_evaluations=num_trials * queries)
+    accepted = stats.mean == 0  # exact: a sum of zeros (NaN compares False)
+    accepted = _ensure(
+        accepted,
+        stats.num_nonfinite == 0,
+        f"fn: returned NaN or inf in {{}} of the {num_trials} trials",
+        stats.num_nonfinite,
+    )
+    return Verdict(accepted=accepted, rejection_rate=estimate)
+
+
+def _check_tolerance(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < np.inf:
+        raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
+
+
+def _check_degree_args(num_bits: int, degree: int, rtol: float, atol: float) -> tuple[int, int]:
+    num_bits = check_positive_int(num_bits, "num_bits")
+    degree = check_positive_int(degree, "degree", minimum=0)
+    if degree >= num_bits:
+        raise ValueError(f"degree: expected < num_bits = {num_bits}, got {degree}")
+    _check_tolerance(rtol, "rtol")
+    _check_tolerance(atol, "atol")
+    return num_bits, degree
+
+
+def _low_degree(fn, num_bits, key, *, degree, num_trials, rtol, atol, chunk_size, args):
+    """:func:`low_degree_test` without the compile-once wrapper (argument checks included)."""
+    num_bits, degree = _check_degree_args(num_bits, degree, rtol, atol)
+    num_trials = check_positive_int(num_trials, "num_trials")
+    check_key(key)
+    trial = _degree_trial(fn, args, num_bits, degree, rtol, atol)
+    return _run_trials(trial, key, num_trials, 2 ** (degree + 1), chunk_size)
+
+
+@compile_once
 def low_degree_test(
-    fn: Callable[[jax.Array], jax.Array],
+    fn: Callable[..., jax.Array],
     num_bits: int,
     key: jax.Array,
     *,
@@ -122,30 +231,35 @@ def low_degree_test(
     rtol: float = 1e-6,
     atol: float = 0.0,
     chunk_size: int | None = None,
-) -> jax.Array:
+    args: Any = None,
+) -> Verdict:
     r"""Test whether f has Fourier degree <= ``degree`` (coordinate-direction cube test).
 
     Each trial queries $2^{d+1}$ points and accepts iff
-    $|\Delta_D f(x)| \le \text{atol} + \text{rtol}\sum_S|f(x \oplus e_S)|$ (the tolerance absorbs
-    rounding of real-valued models). Returns True iff all trials accept. Exact degree-<=d
+    $|\Delta_D f(x)| \le \text{atol} + \text{rtol}\sum_S|f(x \oplus e_S)|$ (the tolerance
+    absorbs rounding of real-valued models). Accepts iff all trials accept. Exact degree-<=d
     functions are always accepted; see the module docstring for the rejection rate.
 
     Args:
-      fn: ``x -> f(x)`` on one int32 0/1 vector of shape (num_bits,), returning a real scalar;
-        must be traceable (it is vmapped).
+      fn: ``x -> f(x)`` (or ``(x, args) -> f(x)``) on one int32 0/1 vector of shape
+        (num_bits,), returning a real scalar; must be traceable (it is vmapped). Static.
       num_bits: n. Static.
       key: PRNG key.
       degree: d, 0 <= d < n. Static.
       num_trials: number of independent trials (see :func:`num_trials_for`). Static.
-      rtol: relative tolerance of the zero test.
-      atol: absolute tolerance of the zero test.
-      chunk_size: trials vectorised at a time (memory bound); does not change the result.
+      rtol: relative tolerance of the zero test (finite, >= 0). Static.
+      atol: absolute tolerance of the zero test (finite, >= 0). Static.
+      chunk_size: trials vectorised at a time, an int >= 1; ``None``: one at a time. Does not
+        change the result.
+      args: optional pytree passed to ``fn`` as its second argument (traced).
 
     Returns:
-      Boolean scalar array: accepted.
+      Verdict(accepted, rejection_rate).
 
     Raises:
-      ValueError: for non-positive sizes or degree >= num_bits.
+      ValueError: for non-positive sizes, degree >= num_bits, negative tolerances, a bad key,
+        ``fn`` not returning a real scalar; ``fn`` returning NaN/inf in some trial (runtime
+        check, eagerly and under ``jit``).
 
     References:
       Alon, Kaufman, Krivelevich, Litsyn & Ron 2003, "Testing low-degree polynomials over GF(2)",
@@ -153,19 +267,16 @@ def low_degree_test(
 
     >>> import jax, jax.numpy as jnp
     >>> f = lambda x: (x[0] * x[1]).astype(jnp.float32)  # degree 2
-    >>> bool(low_degree_test(f, 4, jax.random.key(0), degree=2, num_trials=20))
+    >>> bool(low_degree_test(f, 4, jax.random.key(0), degree=2, num_trials=20).accepted)
     True
-    >>> bool(low_degree_test(f, 2, jax.random.key(0), degree=1, num_trials=20))  # n=2: always hit
-    False
+    >>> out = low_degree_test(f, 2, jax.random.key(0), degree=1, num_trials=20)  # n=2: always hit
+    >>> bool(out.accepted), float(out.rejection_rate.mean), out.rejection_rate.num_evaluations
+    (False, 1.0, 80)
     """
-    num_bits = check_positive_int(num_bits, "num_bits")
-    degree = check_positive_int(degree, "degree", minimum=0)
-    num_trials = check_positive_int(num_trials, "num_trials")
-    if degree >= num_bits:
-        raise ValueError(f"degree: expected < num_bits = {num_bits}, got {degree}")
-    trial = _degree_trial(fn, num_bits, degree, rtol, atol)
-    keys = jax.random.split(key, num_trials)
-    return jnp.all(map_samples(trial, keys, chunk_size=chunk_size))
+    return _low_degree(
+        fn, num_bits, key, degree=degree, num_trials=num_trials, rtol=rtol, atol=atol,
+        chunk_size=chunk_size, args=args,
+    )  # fmt: skip
 
 
 def degree_rejection_rate(
@@ -174,20 +285,34 @@ def degree_rejection_rate(
     r"""Exact one-trial rejection rate $\rho_d(f)$ of :func:`low_degree_test`, by enumeration.
 
     Averages the zero test over every base point x and every set D of d+1 distinct coordinates
-    (the trial draws D uniformly, as a random permutation's first d+1 entries). For small n
-    (values of length 2^n, little-endian index order of :mod:`kernels.walsh`).
+    (the trial draws D uniformly, as a random permutation's first d+1 entries). For small n:
+    memory $2^n \binom{n}{d+1} 2^{d+1}$ values (little-endian index order of
+    :mod:`kernels.walsh`).
 
     Args:
-      values: f on the cube, shape (2^n,).
-      degree: d. Static.
-      rtol: relative tolerance (as in the tester).
-      atol: absolute tolerance.
+      values: f on the cube, shape (2^n,), finite.
+      degree: d, 0 <= d < n. Static.
+      rtol: relative tolerance (as in the tester). Static.
+      atol: absolute tolerance. Static.
 
     Returns:
       Scalar array in [0, 1].
+
+    Raises:
+      ValueError: if ``values`` is not a vector of length 2^n (n >= 1), ``degree`` is out of
+        range, a tolerance is negative; if ``values`` has a NaN/inf entry (eagerly and under
+        ``jit``).
+
+    >>> import jax.numpy as jnp
+    >>> float(degree_rejection_rate(jnp.array([0.0, 0.0, 0.0, 1.0]), degree=1))  # x0 x1
+    1.0
     """
     values = _as_float(values)
-    n = values.shape[-1].bit_length() - 1
+    if values.ndim != 1:
+        raise ValueError(f"values: expected a vector of length 2^n, got shape {values.shape}")
+    n = _num_bits(values.shape[0], "values")
+    _check_degree_args(n, degree, rtol, atol)
+    check_finite(values, "values")
     k = degree + 1
     signs, _ = _subset_signs_and_masks(k)
     combos = list(itertools.combinations(range(n), k))
@@ -202,8 +327,24 @@ def degree_rejection_rate(
     return jnp.mean(rej.astype(values.dtype))
 
 
+def _sweep(verdicts: list[Verdict], candidates: tuple[int, ...], none: int) -> Sweep:
+    """Stack per-candidate verdicts; the value is the first accepted candidate, else ``none``."""
+    accepted = jnp.stack([v.accepted for v in verdicts])
+    rates = [v.rejection_rate for v in verdicts]
+    estimate = Estimate(
+        mean=jnp.stack([r.mean for r in rates]),
+        stderr=jnp.stack([r.stderr for r in rates]),
+        num_samples=rates[0].num_samples,
+        num_evaluations=sum(r.num_evaluations for r in rates),
+    )
+    values = jnp.asarray(candidates, dtype=jnp.int32)
+    value = jnp.where(jnp.any(accepted), values[jnp.argmax(accepted)], jnp.int32(none))
+    return Sweep(value=value, accepted=accepted, rejection_rates=estimate, candidates=candidates)
+
+
+@compile_once
 def degree_sweep(
-    fn: Callable[[jax.Array], jax.Array],
+    fn: Callable[..., jax.Array],
     num_bits: int,
     key: jax.Array,
     *,
@@ -213,40 +354,54 @@ def degree_sweep(
     rtol: float = 1e-6,
     atol: float = 0.0,
     chunk_size: int | None = None,
-) -> jax.Array:
+    args: Any = None,
+) -> Sweep:
     """The first degree d in 0..max_degree that :func:`low_degree_test` accepts (Appendix H).
 
     Each degree gets ``num_trials_for(eps, delta)`` trials with its own key (``fold_in(key, d)``).
-    Returns ``max_degree + 1`` when none is accepted.
+    The value is ``max_degree + 1`` when none is accepted.
 
     Args:
-      fn: black-box function, as in :func:`low_degree_test`.
+      fn: black-box function, as in :func:`low_degree_test`. Static.
       num_bits: n. Static.
       key: PRNG key.
       max_degree: largest degree tried (< n). Static.
-      eps: per-trial rejection rate to detect.
-      delta: allowed miss probability per degree.
-      rtol: relative tolerance.
-      atol: absolute tolerance.
-      chunk_size: trials at a time.
+      eps: per-trial rejection rate to detect, in (0, 1]. Static.
+      delta: allowed miss probability per degree, in (0, 1). Static.
+      rtol: relative tolerance. Static.
+      atol: absolute tolerance. Static.
+      chunk_size: trials at a time (int >= 1; ``None``: one at a time).
+      args: optional pytree passed to ``fn`` (traced).
 
     Returns:
-      Integer scalar array.
+      Sweep(value, accepted, rejection_rates, candidates=(0, ..., max_degree)).
+
+    Raises:
+      ValueError: if ``max_degree`` is not in [0, num_bits); as :func:`low_degree_test` and
+        :func:`num_trials_for` otherwise.
+
+    >>> import jax, jax.numpy as jnp
+    >>> f = lambda x: (x[0] * x[1]).astype(jnp.float32)  # degree 2
+    >>> int(degree_sweep(f, 4, jax.random.key(0), max_degree=3, eps=0.1, delta=0.01).value)
+    2
     """
     t = num_trials_for(eps, delta)
-    accepted = jnp.stack(
-        [
-            low_degree_test(
-                fn, num_bits, jax.random.fold_in(key, d), degree=d, num_trials=t, rtol=rtol,
-                atol=atol, chunk_size=chunk_size,
-            )
-            for d in range(max_degree + 1)
-        ]
-    )  # fmt: skip
-    return jnp.where(jnp.any(accepted), jnp.argmax(accepted), max_degree + 1)
+    num_bits = check_positive_int(num_bits, "num_bits")
+    max_degree = check_positive_int(max_degree, "max_degree", minimum=0)
+    if max_degree >= num_bits:
+        raise ValueError(f"max_degree: expected < num_bits = {num_bits}, got {max_degree}")
+    candidates = tuple(range(max_degree + 1))
+    verdicts = [
+        _low_degree(
+            fn, num_bits, jax.random.fold_in(key, d), degree=d, num_trials=t, rtol=rtol,
+            atol=atol, chunk_size=chunk_size, args=args,
+        )
+        for d in candidates
+    ]  # fmt: skip
+    return _sweep(verdicts, candidates, max_degree + 1)
 
 
-def _sparsity_trial(fn, num_bits: int, num_restrict: int, sparsity: int, eps: float):
+def _sparsity_trial(fn, args, num_bits: int, num_restrict: int, sparsity: int, eps: float):
     r = num_restrict
     _, bits = _subset_signs_and_masks(r)
 
@@ -257,18 +412,35 @@ def _sparsity_trial(fn, num_bits: int, num_restrict: int, sparsity: int, eps: fl
         )  # (r, n)
         in_J = jnp.sum(onehot, axis=0, dtype=jnp.int32)  # (n,) 0/1
         pts = x[None, :] * (1 - in_J)[None, :] + bits @ onehot  # y on J, x elsewhere
-        values = _as_float(jax.vmap(fn)(pts))
+        values = _query(fn, args, pts)
         coef = fwht(values)  # 2^r times the restricted Fourier coefficients
         energy = jnp.sort(coef**2)[::-1]
         total = jnp.sum(energy)
         tail = total - jnp.sum(energy[:sparsity])
-        return tail <= eps * total
+        return _rejection(tail > eps * total, values)
 
     return trial
 
 
+def _sparsity(fn, num_bits, key, *, sparsity, num_restrict, num_trials, eps, chunk_size, args):
+    """:func:`sparsity_test` without the compile-once wrapper (argument checks included)."""
+    num_bits = check_positive_int(num_bits, "num_bits")
+    sparsity = check_positive_int(sparsity, "sparsity")
+    num_restrict = check_positive_int(num_restrict, "num_restrict")
+    num_trials = check_positive_int(num_trials, "num_trials")
+    if num_restrict > num_bits:
+        raise ValueError(f"num_restrict: expected <= num_bits = {num_bits}, got {num_restrict}")
+    _check_tolerance(eps, "eps")
+    if eps == 0:
+        raise ValueError(f"eps: expected a value > 0, got {eps!r}")
+    check_key(key)
+    trial = _sparsity_trial(fn, args, num_bits, num_restrict, sparsity, eps)
+    return _run_trials(trial, key, num_trials, 2**num_restrict, chunk_size)
+
+
+@compile_once
 def sparsity_test(
-    fn: Callable[[jax.Array], jax.Array],
+    fn: Callable[..., jax.Array],
     num_bits: int,
     key: jax.Array,
     *,
@@ -277,7 +449,8 @@ def sparsity_test(
     num_trials: int,
     eps: float = 1e-6,
     chunk_size: int | None = None,
-) -> jax.Array:
+    args: Any = None,
+) -> Verdict:
     r"""Test whether f is s-sparse in the Fourier-Walsh basis (random restrictions + WHT).
 
     One trial: random point x, random set J of r = ``num_restrict`` coordinates, the $2^r$ values of
@@ -287,20 +460,24 @@ def sparsity_test(
     terms, so s-sparse functions are always accepted. Accepts iff every trial accepts.
 
     Args:
-      fn: ``x -> f(x)`` on one int32 0/1 vector of shape (num_bits,); traceable.
+      fn: ``x -> f(x)`` (or ``(x, args) -> f(x)``) on one int32 0/1 vector of shape
+        (num_bits,), returning a real scalar; traceable. Static.
       num_bits: n. Static.
       key: PRNG key.
       sparsity: s >= 1. Static.
       num_restrict: r, 1 <= r <= n (2^r queries per trial; r = n: exact full transform). Static.
       num_trials: trials. Static.
-      eps: relative energy tolerance (> 0; absorbs rounding).
-      chunk_size: trials at a time; does not change the result.
+      eps: relative energy tolerance (finite, > 0; absorbs rounding). Static.
+      chunk_size: trials at a time, an int >= 1; ``None``: one at a time. Does not change the
+        result.
+      args: optional pytree passed to ``fn`` as its second argument (traced).
 
     Returns:
-      Boolean scalar array: accepted.
+      Verdict(accepted, rejection_rate).
 
     Raises:
-      ValueError: for bad sizes.
+      ValueError: for bad sizes, ``eps``, key, or ``fn`` not returning a real scalar; ``fn``
+        returning NaN/inf in some trial (runtime check, eagerly and under ``jit``).
 
     References:
       Gopalan, O'Donnell, Servedio, Shpilka & Wimmer 2011, "Testing Fourier dimensionality and
@@ -309,26 +486,20 @@ def sparsity_test(
     >>> import jax, jax.numpy as jnp
     >>> f = lambda x: jnp.where((x[0] + x[2]) % 2 == 0, 1.0, 0.0)  # (1 + chi_{0,2})/2: 2-sparse
     >>> k = jax.random.key(1)
-    >>> bool(sparsity_test(f, 5, k, sparsity=2, num_restrict=3, num_trials=10))
+    >>> bool(sparsity_test(f, 5, k, sparsity=2, num_restrict=3, num_trials=10).accepted)
     True
-    >>> bool(sparsity_test(f, 5, k, sparsity=1, num_restrict=5, num_trials=1))
+    >>> bool(sparsity_test(f, 5, k, sparsity=1, num_restrict=5, num_trials=1).accepted)
     False
     """
-    num_bits = check_positive_int(num_bits, "num_bits")
-    sparsity = check_positive_int(sparsity, "sparsity")
-    num_restrict = check_positive_int(num_restrict, "num_restrict")
-    num_trials = check_positive_int(num_trials, "num_trials")
-    if num_restrict > num_bits:
-        raise ValueError(f"num_restrict: expected <= num_bits = {num_bits}, got {num_restrict}")
-    if not eps > 0:
-        raise ValueError(f"eps: expected a value > 0, got {eps!r}")
-    trial = _sparsity_trial(fn, num_bits, num_restrict, sparsity, eps)
-    keys = jax.random.split(key, num_trials)
-    return jnp.all(map_samples(trial, keys, chunk_size=chunk_size))
+    return _sparsity(
+        fn, num_bits, key, sparsity=sparsity, num_restrict=num_restrict, num_trials=num_trials,
+        eps=eps, chunk_size=chunk_size, args=args,
+    )  # fmt: skip
 
 
+@compile_once
 def sparsity_sweep(
-    fn: Callable[[jax.Array], jax.Array],
+    fn: Callable[..., jax.Array],
     num_bits: int,
     key: jax.Array,
     *,
@@ -337,32 +508,45 @@ def sparsity_sweep(
     num_trials: int,
     eps: float = 1e-6,
     chunk_size: int | None = None,
-) -> jax.Array:
+    args: Any = None,
+) -> Sweep:
     """The first sparsity in ``sparsities`` (increasing) that :func:`sparsity_test` accepts.
 
-    Returns ``-1`` when none is accepted. Each candidate uses ``fold_in(key, i)``.
+    The value is ``-1`` when none is accepted. Candidate ``i`` uses the key ``fold_in(key, i)``.
 
     Args:
-      fn: black-box function.
+      fn: black-box function, as in :func:`sparsity_test`. Static.
       num_bits: n. Static.
       key: PRNG key.
-      sparsities: increasing candidates (e.g. (1, 7, 14, 20) as in Appendix H). Static.
+      sparsities: strictly increasing ints >= 1 (e.g. (1, 7, 14, 20) as in Appendix H). Static.
       num_restrict: r. Static.
       num_trials: trials per candidate. Static.
-      eps: relative energy tolerance.
-      chunk_size: trials at a time.
+      eps: relative energy tolerance. Static.
+      chunk_size: trials at a time (int >= 1; ``None``: one at a time).
+      args: optional pytree passed to ``fn`` (traced).
 
     Returns:
-      Integer scalar array.
+      Sweep(value, accepted, rejection_rates, candidates=tuple(sparsities)).
+
+    Raises:
+      ValueError: if ``sparsities`` is empty or not strictly increasing ints >= 1; as
+        :func:`sparsity_test` otherwise.
+
+    >>> import jax, jax.numpy as jnp
+    >>> f = lambda x: jnp.where((x[0] + x[2]) % 2 == 0, 1.0, 0.0)  # 2-sparse
+    >>> out = sparsity_sweep(f, 4, jax.random.key(0), sparsities=(1, 2, 3), num_restrict=4,
+    ...                      num_trials=2)
+    >>> int(out.value), out.accepted.tolist()
+    (2, [False, True, True])
     """
-    accepted = jnp.stack(
-        [
-            sparsity_test(
-                fn, num_bits, jax.random.fold_in(key, i), sparsity=s, num_restrict=num_restrict,
-                num_trials=num_trials, eps=eps, chunk_size=chunk_size,
-            )
-            for i, s in enumerate(sparsities)
-        ]
-    )  # fmt: skip
-    values = jnp.asarray(list(sparsities))
-    return jnp.where(jnp.any(accepted), values[jnp.argmax(accepted)], -1)
+    candidates = tuple(check_positive_int(s, "sparsities") for s in sparsities)
+    if not candidates or any(b <= a for a, b in itertools.pairwise(candidates)):
+        raise ValueError(f"sparsities: expected strictly increasing ints >= 1, got {sparsities!r}")
+    verdicts = [
+        _sparsity(
+            fn, num_bits, jax.random.fold_in(key, i), sparsity=s, num_restrict=num_restrict,
+            num_trials=num_trials, eps=eps, chunk_size=chunk_size, args=args,
+        )
+        for i, s in enumerate(candidates)
+    ]  # fmt: skip
+    return _sweep(verdicts, candidates, -1)

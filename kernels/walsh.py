@@ -20,6 +20,11 @@ The even-parity indicator of SPEC.md section 5, $\chi_A(x) = (1 + (-1)^{\sum_{i\
 (values 0/1), has spectrum $1/2$ at $\emptyset$ and $1/2$ at $A$ in this convention, so
 $f = \sum_t c_t \chi_{S_t}$ has $\hat f(S_t) = c_t/2$ and $\hat f(\emptyset) = \sum_t c_t / 2$
 (when no $S_t$ is empty).
+
+Inputs: integer arrays are exact in :func:`fwht` and read as the default float dtype elsewhere;
+float16/bfloat16 arrays and empty arrays are refused with a ``ValueError`` naming the argument.
+:func:`spectrum_degree` and :func:`spectrum_sparsity` check that the coefficients are finite
+(eagerly and under ``jit``): a NaN coefficient would otherwise silently count as zero.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._checks import check_positive_int
+from kernels._checks import check_finite, check_positive_int
 
 __all__ = [
     "cube_points",
@@ -44,6 +49,26 @@ def _num_bits(length: int, name: str) -> int:
     if length < 1 or length & (length - 1):
         raise ValueError(f"{name}: last axis must have length 2^n (n >= 0), got {length}")
     return length.bit_length() - 1
+
+
+def _cube_array(x: jax.Array, name: str, *, to_float: bool) -> tuple[jax.Array, int]:
+    """Validate an array ``(..., 2^n)``: not a scalar, not empty, not half precision.
+
+    Returns the array (integers in the default float dtype when ``to_float``) and n.
+    """
+    x = jnp.asarray(x)
+    if x.ndim == 0:
+        raise ValueError(f"{name}: expected an array with a last axis of length 2^n, got a scalar")
+    n = _num_bits(x.shape[-1], name)
+    if x.size == 0:
+        raise ValueError(f"{name}: expected a non-empty array, got shape {x.shape}")
+    if x.dtype in (jnp.float16, jnp.bfloat16):
+        raise ValueError(
+            f"{name}: float16/bfloat16 round the 2^n-term sums too early; use float32 or float64"
+        )
+    if to_float and not jnp.issubdtype(x.dtype, jnp.inexact):
+        x = x.astype(jnp.result_type(float))
+    return x, n
 
 
 def fwht(x: jax.Array) -> jax.Array:
@@ -62,7 +87,8 @@ def fwht(x: jax.Array) -> jax.Array:
       Array of the same shape and dtype.
 
     Raises:
-      ValueError: if the last axis length is not a power of two, or ``x`` is a scalar.
+      ValueError: if the last axis length is not a power of two, ``x`` is a scalar, empty, or
+        float16/bfloat16.
 
     References:
       Fino & Algazi 1976, "Unified matrix treatment of the fast Walsh-Hadamard transform",
@@ -74,10 +100,7 @@ def fwht(x: jax.Array) -> jax.Array:
     >>> fwht(jnp.array([1.0, 2.0, 3.0, 4.0]))
     Array([10., -2., -4.,  0.], dtype=float64)
     """
-    x = jnp.asarray(x)
-    if x.ndim == 0:
-        raise ValueError("x: expected an array with a last axis of length 2^n, got a scalar")
-    n = _num_bits(x.shape[-1], "x")
+    x, n = _cube_array(x, "x", to_float=False)
     batch = x.shape[:-1]
     for k in range(n):
         # Pair indices that differ in bit k: shape (..., high, 2, low) with low = 2^k.
@@ -103,18 +126,14 @@ def walsh_spectrum(values: jax.Array) -> jax.Array:
       Coefficients, shape as ``values``, floating dtype.
 
     Raises:
-      ValueError: if the last axis length is not a power of two.
+      ValueError: if the last axis length is not a power of two, ``values`` is a scalar,
+        empty, or float16/bfloat16.
 
     >>> import jax.numpy as jnp
     >>> walsh_spectrum(jnp.array([1.0, 0.0, 0.0, 1.0]))  # chi_{0,1} (0/1 even parity of 2 bits)
     Array([0.5, 0. , 0. , 0.5], dtype=float64)
     """
-    values = jnp.asarray(values)
-    if not jnp.issubdtype(values.dtype, jnp.inexact):
-        values = values.astype(jnp.result_type(float))
-    if values.ndim == 0:
-        raise ValueError("values: expected an array with a last axis of length 2^n")
-    n = _num_bits(values.shape[-1], "values")
+    values, n = _cube_array(values, "values", to_float=True)
     return fwht(values) / 2**n
 
 
@@ -154,18 +173,16 @@ def subset_sizes(num_bits: int) -> jax.Array:
 
 def _tolerance(coefficients: jax.Array, tol: float | None) -> jax.Array | float:
     if tol is not None:
-        if not tol >= 0:
-            raise ValueError(f"tol: expected a value >= 0, got {tol!r}")
+        if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 <= tol < np.inf:
+            raise ValueError(f"tol: expected a finite number >= 0, got {tol!r}")
         return tol
     return float(np.sqrt(np.finfo(np.dtype(coefficients.dtype)).eps))
 
 
 def _spectrum_and_tolerance(coefficients: jax.Array, tol: float | None):
-    """Coefficients as a floating array, the number of bits n, and the threshold."""
-    coefficients = jnp.asarray(coefficients)
-    if not jnp.issubdtype(coefficients.dtype, jnp.inexact):
-        coefficients = coefficients.astype(jnp.result_type(float))
-    n = _num_bits(coefficients.shape[-1] if coefficients.ndim else 0, "coefficients")
+    """Coefficients as a finite floating array, the number of bits n, and the threshold."""
+    coefficients, n = _cube_array(coefficients, "coefficients", to_float=True)
+    check_finite(coefficients, "coefficients")
     return coefficients, n, _tolerance(coefficients, tol)
 
 
@@ -183,7 +200,9 @@ def spectrum_degree(coefficients: jax.Array, *, tol: float | None = None) -> jax
       int32 array of shape ``coefficients.shape[:-1]``.
 
     Raises:
-      ValueError: if the length is not a power of two or ``tol`` < 0.
+      ValueError: if the length is not a power of two, ``coefficients`` is empty or
+        float16/bfloat16, ``tol`` is not a finite number >= 0, or a coefficient is NaN/inf
+        (eagerly and under ``jit``).
 
     >>> import jax.numpy as jnp
     >>> spectrum_degree(jnp.array([0.5, 0.0, 0.0, 0.5]))
@@ -208,7 +227,9 @@ def spectrum_sparsity(coefficients: jax.Array, *, tol: float | None = None) -> j
       int32 array of shape ``coefficients.shape[:-1]``.
 
     Raises:
-      ValueError: if the length is not a power of two or ``tol`` < 0.
+      ValueError: if the length is not a power of two, ``coefficients`` is empty or
+        float16/bfloat16, ``tol`` is not a finite number >= 0, or a coefficient is NaN/inf
+        (eagerly and under ``jit``).
 
     >>> import jax.numpy as jnp
     >>> spectrum_sparsity(jnp.array([0.5, 0.0, 0.0, 0.5]))

@@ -76,3 +76,35 @@ def test_too_few_samples_raise():
         estimate_from_samples(jnp.ones((1, 3)))
     with pytest.raises(ValueError, match=r"^samples"):
         estimate_from_samples(jnp.ones((3, 1)), axis=1)
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(ValueError, match=r"^samples: expected float32 or float64"):
+        estimate_from_samples(jnp.ones(4, jnp.float16))
+    with pytest.raises(ValueError, match=r"^samples: expected an array"):
+        estimate_from_samples(jnp.float64(1.0))
+    with pytest.raises(ValueError, match=r"^axis"):
+        estimate_from_samples(jnp.ones((3, 2)), axis=2)
+    with pytest.raises(ValueError, match=r"^samples: need at least 2"):
+        estimate_from_samples(jnp.ones((0, 3)))
+
+
+def test_integer_samples_and_negative_axis():
+    est = estimate_from_samples(jnp.array([[1, 2, 3], [3, 4, 5]]), axis=-1)
+    np.testing.assert_allclose(est.mean, [2.0, 4.0])
+    np.testing.assert_allclose(est.stderr, [1 / np.sqrt(3)] * 2, rtol=1e-12)
+    assert est.num_samples == 3
+
+
+def test_nonfinite_samples_are_never_a_normal_number():
+    est = estimate_from_samples(jnp.array([1.0, jnp.nan, 2.0]))
+    assert np.isnan(float(est.mean))
+    assert "nan" in repr(est)
+
+
+def test_num_evaluations_is_static_metadata():
+    est = Estimate(mean=jnp.array(1.0), stderr=jnp.array(0.1), num_samples=4, num_evaluations=8)
+    leaves, treedef = jax.tree_util.tree_flatten(est)
+    assert len(leaves) == 2
+    assert jax.tree_util.tree_unflatten(treedef, leaves).num_evaluations == 8
+    assert jax.jit(lambda e: e)(est).num_evaluations == 8

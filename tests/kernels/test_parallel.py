@@ -1,4 +1,4 @@
-"""Chunked and sharded maps over Monte Carlo samples."""
+"""Chunked and sharded maps over Monte Carlo samples, and streaming sample statistics."""
 
 import json
 import os
@@ -11,13 +11,27 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.parallel import map_chunked, map_samples, num_leading
+from kernels._checks import check_that
+from kernels.parallel import map_chunked, map_samples, num_leading, sample_statistics
 
 
 def per_sample(key):
     """A per-sample function with a pytree output, as the kernels use."""
     x = jax.random.normal(key, (3,))
     return {"sum": jnp.sum(x), "sq": x**2}
+
+
+def stat_sample(key):
+    """A vector sample for sample_statistics: several quantities stacked."""
+    x = jax.random.normal(key, (3,))
+    return jnp.concatenate([x, jnp.sum(x**2)[None]])
+
+
+def loop_reference(fn, key, num):
+    """The statistics by a Python loop over the fold_in keys."""
+    ys = np.stack([np.asarray(fn(jax.random.fold_in(key, i))) for i in range(num)])
+    finite = np.all(np.isfinite(ys.reshape(num, -1)), axis=1)
+    return ys.mean(axis=0), ((ys - ys.mean(axis=0)) ** 2).sum(axis=0), int(np.sum(~finite))
 
 
 @pytest.mark.parametrize("chunk_size", [None, 1, 2, 3, 7, 11])
@@ -46,14 +60,114 @@ def test_pytree_inputs_and_vmap_over_the_map():
     np.testing.assert_allclose(batched, [np.arange(5.0), 2 * np.arange(5.0)])
 
 
-def test_bad_arguments_raise():
+@pytest.mark.parametrize("chunk_size", [0, -2, True, 2.5, "4"])
+def test_bad_chunk_size_raises(chunk_size):
     with pytest.raises(ValueError, match=r"^chunk_size"):
-        map_chunked(jnp.sin, jnp.arange(3.0), chunk_size=0)
+        map_chunked(jnp.sin, jnp.arange(3.0), chunk_size=chunk_size)
+    with pytest.raises(ValueError, match=r"^chunk_size"):
+        map_samples(jnp.sin, jnp.arange(3.0), chunk_size=chunk_size)
+    with pytest.raises(ValueError, match=r"^chunk_size"):
+        sample_statistics(
+            stat_sample, jax.random.key(0), num_samples=3, chunk_size=chunk_size
+        )
+
+
+def test_none_is_one_at_a_time():
+    """chunk_size=None is a sequential lax.map: the jaxpr maps one element per step."""
+    jaxpr = str(jax.make_jaxpr(lambda xs: map_chunked(jnp.sin, xs))(jnp.arange(6.0)))
+    assert "scan" in jaxpr
+    assert "length=6" in jaxpr
+    vectorised = str(jax.make_jaxpr(lambda xs: map_chunked(jnp.sin, xs, chunk_size=6))(
+        jnp.arange(6.0)
+    ))
+    assert "scan" not in vectorised
+
+
+def test_bad_arguments_raise():
     with pytest.raises(ValueError, match=r"^xs"):
         num_leading({"a": jnp.ones(3), "b": jnp.ones(4)})
     with pytest.raises(ValueError, match=r"^xs"):
         num_leading({})
     assert num_leading((jnp.ones((4, 2)), jnp.ones(4))) == 4
+
+
+@pytest.mark.parametrize("num", [1, 2, 7, 20])
+def test_sample_statistics_equals_a_python_loop(run, num):
+    key = jax.random.key(3)
+    stats = run(lambda: sample_statistics(stat_sample, key, num_samples=num, chunk_size=3))
+    mean, m2, bad = loop_reference(stat_sample, key, num)
+    assert int(stats.count) == num
+    assert stats.num_samples == num
+    assert int(stats.num_nonfinite) == bad == 0
+    np.testing.assert_allclose(stats.mean, mean, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(stats.m2, m2, rtol=1e-10, atol=1e-13)
+
+
+def test_sample_statistics_estimate():
+    key = jax.random.key(4)
+    stats = sample_statistics(stat_sample, key, num_samples=9, chunk_size=4)
+    est = stats.estimate(num_evaluations=18)
+    mean, m2, _ = loop_reference(stat_sample, key, 9)
+    np.testing.assert_allclose(est.mean, mean, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(est.stderr, np.sqrt(m2 / 8 / 9), rtol=1e-10)
+    assert est.num_samples == 9
+    assert est.num_evaluations == 18
+
+
+@pytest.mark.parametrize("chunk_size", [None, 1, 2, 3, 7, 13, 40])
+def test_sample_statistics_chunk_invariance(chunk_size):
+    key = jax.random.key(5)
+    ref = sample_statistics(stat_sample, key, num_samples=13, chunk_size=1)
+    got = sample_statistics(stat_sample, key, num_samples=13, chunk_size=chunk_size)
+    np.testing.assert_allclose(got.mean, ref.mean, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got.m2, ref.m2, rtol=1e-12, atol=1e-14)
+    assert int(got.count) == 13
+
+
+def test_sample_statistics_device_count_invariance():
+    key = jax.random.key(6)
+    one = sample_statistics(stat_sample, key, num_samples=11, chunk_size=2,
+                            devices=jax.devices()[:1])  # fmt: skip
+    every = sample_statistics(stat_sample, key, num_samples=11, chunk_size=2)
+    np.testing.assert_allclose(every.mean, one.mean, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(every.m2, one.m2, rtol=1e-12, atol=1e-14)
+    for num_dev in range(2, len(jax.devices()) + 1):  # forced host devices, when available
+        part = sample_statistics(stat_sample, key, num_samples=11, chunk_size=2,
+                                 devices=jax.devices()[:num_dev])  # fmt: skip
+        np.testing.assert_allclose(part.mean, one.mean, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(part.m2, one.m2, rtol=1e-12, atol=1e-14)
+    # four forced devices in a subprocess: tested with map_samples below
+
+
+def nan_sometimes(key):
+    """NaN for about 30% of the keys, else a normal draw."""
+    k1, k2 = jax.random.split(key)
+    return jnp.where(jax.random.uniform(k1) < 0.3, jnp.nan, jax.random.normal(k2))
+
+
+@pytest.mark.parametrize("chunk_size", [None, 4])
+def test_sample_statistics_counts_nonfinite_samples(run, chunk_size):
+    key = jax.random.key(7)
+    stats = run(lambda: sample_statistics(nan_sometimes, key, num_samples=30,
+                                          chunk_size=chunk_size))  # fmt: skip
+    _, _, bad = loop_reference(nan_sometimes, key, 30)
+    assert 0 < bad < 30
+    assert int(stats.num_nonfinite) == bad
+    assert np.isnan(float(stats.mean))  # a NaN sample never disappears from the mean
+    inf_stats = sample_statistics(lambda k: jnp.full((2,), jnp.inf), key, num_samples=3)
+    assert int(inf_stats.num_nonfinite) == 3
+    with pytest.raises(ValueError, match="non-finite at 3 of the 3"):
+        check_that(inf_stats.num_nonfinite == 0, "fn: non-finite at {} of the 3 samples",
+                   inf_stats.num_nonfinite)  # fmt: skip
+
+
+def test_sample_statistics_bad_arguments():
+    with pytest.raises(ValueError, match=r"^num_samples"):
+        sample_statistics(stat_sample, jax.random.key(0), num_samples=0)
+    with pytest.raises(ValueError, match=r"^key"):
+        sample_statistics(stat_sample, 0, num_samples=3)
+    with pytest.raises(ValueError, match=r"^fn: must return a floating"):
+        sample_statistics(lambda k: jnp.int32(1), jax.random.key(0), num_samples=3)
 
 
 SHARDED = textwrap.dedent(
@@ -62,8 +176,8 @@ SHARDED = textwrap.dedent(
     import jax
     jax.config.update("jax_enable_x64", True)
     sys.path.insert(0, sys.argv[1])
-    from tests.kernels.test_parallel import per_sample
-    from kernels.parallel import map_samples
+    from tests.kernels.test_parallel import per_sample, stat_sample
+    from kernels.parallel import map_samples, sample_statistics
     assert len(jax.devices()) == 4, jax.devices()
     keys = jax.random.split(jax.random.key(2), 10)  # 10 is not a multiple of 4: padding
     out = {}
@@ -72,12 +186,17 @@ SHARDED = textwrap.dedent(
         out[str(chunk)] = {k: v.tolist() for k, v in res.items()}
     res = jax.jit(lambda k: map_samples(per_sample, k, chunk_size=3))(keys)
     out["jit"] = {k: v.tolist() for k, v in res.items()}
+    for chunk in (None, 2, 3):  # 13 samples over 4 devices: uneven shares, padding chunks
+        stats = sample_statistics(stat_sample, jax.random.key(8), num_samples=13,
+                                  chunk_size=chunk)
+        out[f"stats{chunk}"] = [stats.mean.tolist(), stats.m2.tolist(), int(stats.count)]
     print(json.dumps(out))
     """
 )
 
 
 def test_sharded_over_four_devices_equals_single_device():
+    """map_samples and sample_statistics on four forced host devices equal one device."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {
         **os.environ,
@@ -99,3 +218,9 @@ def test_sharded_over_four_devices_equals_single_device():
     for variant in ("None", "1", "2", "jit"):
         for name in ("sum", "sq"):
             np.testing.assert_allclose(sharded[variant][name], want[name], rtol=1e-14)
+    ref = sample_statistics(stat_sample, jax.random.key(8), num_samples=13, chunk_size=1)
+    for chunk in ("None", "2", "3"):
+        mean, m2, count = sharded[f"stats{chunk}"]
+        assert count == 13
+        np.testing.assert_allclose(mean, ref.mean, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(m2, ref.m2, rtol=1e-12, atol=1e-14)

@@ -1,3 +1,5 @@
+"""Tests of kernels.walsh against a dense Hadamard matrix and characters enumerated by hand."""
+
 import itertools
 
 import jax
@@ -5,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from kernels._checks import runtime_checks
 from kernels.walsh import (
     cube_points,
     fwht,
@@ -122,5 +125,37 @@ def test_bad_arguments_raise():
         walsh_spectrum(jnp.zeros((2, 3)))
     with pytest.raises(ValueError, match="tol"):
         spectrum_degree(jnp.zeros(4), tol=-1.0)
+    with pytest.raises(ValueError, match="tol"):
+        spectrum_sparsity(jnp.zeros(4), tol=float("nan"))
     with pytest.raises(ValueError, match="num_bits"):
         cube_points(-1)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_half_precision_is_refused(dtype):
+    with pytest.raises(ValueError, match=r"^x: float16/bfloat16"):
+        fwht(jnp.ones(4, dtype))
+    with pytest.raises(ValueError, match=r"^values: float16/bfloat16"):
+        walsh_spectrum(jnp.ones(4, dtype))
+    with pytest.raises(ValueError, match=r"^coefficients: float16/bfloat16"):
+        spectrum_degree(jnp.ones(4, dtype))
+
+
+def test_empty_inputs_are_refused():
+    with pytest.raises(ValueError, match=r"^x: expected a non-empty"):
+        fwht(jnp.zeros((0, 4)))
+    with pytest.raises(ValueError, match=r"^values: last axis"):
+        walsh_spectrum(jnp.zeros((3, 0)))
+    with pytest.raises(ValueError, match=r"^coefficients: expected a non-empty"):
+        spectrum_sparsity(jnp.zeros((0, 8)))
+
+
+@pytest.mark.parametrize("kernel", [spectrum_degree, spectrum_sparsity])
+def test_nan_coefficients_raise_eagerly_and_under_jit(kernel):
+    coeff = jnp.array([0.5, jnp.nan, 0.0, 0.5])  # a NaN would otherwise count as a zero
+    with pytest.raises(ValueError, match=r"^coefficients: expected finite values"):
+        kernel(coeff)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="kernels check failed: coefficients"):
+        jax.block_until_ready(jax.jit(kernel)(coeff))
+    with runtime_checks(False):
+        jax.block_until_ready(jax.jit(lambda c: kernel(c))(coeff))  # switched off: no error
