@@ -1,13 +1,22 @@
 """Pure-JAX kernels of jaxbounds: curvature, sharpness, Rademacher complexity, covers, norms.
 
 Each kernel is a pure function of arrays, pytrees and callables with an explicit PRNG ``key``;
-Monte Carlo kernels return an :class:`Estimate` with its standard error.
+Monte Carlo kernels return an :class:`Estimate` with its standard error. Public entry points are
+compiled once per (callable, static options, shapes); runtime checks of values hold eagerly and
+under ``jax.jit`` and can be switched off with :func:`set_runtime_checks` / :func:`runtime_checks`.
 """
 
+from kernels._checks import runtime_checks, runtime_checks_enabled, set_runtime_checks
 from kernels.curvature import (
+    DatasetHessianOperator,
+    HessianOperator,
+    QuadratureNodes,
+    SpectralDensity,
+    Tridiagonal,
     dataset_hvp,
     hessian_trace,
     hutchinson_trace,
+    hutchpp_memory_bytes,
     hutchpp_trace,
     hvp,
     lanczos,
@@ -16,22 +25,32 @@ from kernels.curvature import (
     top_eigenvalues,
 )
 from kernels.dudley import (
+    DudleyIntegral,
     dudley_integral,
     dudley_inverse_square,
 )
-from kernels.estimate import Estimate, estimate_from_samples
+from kernels.estimate import (
+    Estimate,
+    estimate_from_samples,
+)
 from kernels.maurey import (
+    WQKCover,
     maurey_cover,
     maurey_cover_log_size,
     maurey_cover_point,
+    maurey_cover_size,
     maurey_error_bound,
+    maurey_expected_error,
     maurey_sparsify,
     wqk_cover_outputs,
 )
 from kernels.norms import (
+    as_matrix,
+    dual_exponent,
     group_norm,
     operator_norm,
     project_group_ball,
+    project_l1_ball,
     project_lp_ball,
     project_schatten_ball,
     project_spectral_ball,
@@ -39,12 +58,24 @@ from kernels.norms import (
     spectral_norm,
     tree_group_norms,
     tree_norm,
+    tree_operator_norms,
     tree_project_lp_ball,
+    tree_schatten_norms,
+    vector_norm,
 )
-from kernels.parallel import map_chunked, map_samples
+from kernels.parallel import (
+    SampleStats,
+    map_chunked,
+    map_samples,
+    sample_statistics,
+)
 from kernels.rademacher import (
+    FiniteSup,
+    LinearSup,
+    SearchSup,
     finite_sup,
     linear_sup,
+    mcdiarmid_halfwidth,
     rademacher_exact,
     rademacher_finite,
     rademacher_linear,
@@ -55,6 +86,7 @@ from kernels.rademacher import (
 )
 from kernels.sharpness import (
     Perturbation,
+    PerturbedTraces,
     SharpnessDecomposition,
     SigmaSearch,
     WorstCase,
@@ -63,6 +95,16 @@ from kernels.sharpness import (
     sharpness_decomposition,
     sigma_search,
     worst_case_sharpness,
+)
+from kernels.testers import (
+    Sweep,
+    Verdict,
+    degree_rejection_rate,
+    degree_sweep,
+    low_degree_test,
+    num_trials_for,
+    sparsity_sweep,
+    sparsity_test,
 )
 from kernels.walsh import (
     cube_points,
@@ -73,15 +115,36 @@ from kernels.walsh import (
     walsh_spectrum,
 )
 
+# jaxbounds checks this marker to tell this package from other distributions named 'kernels'.
+__jaxbounds_kernels__ = True
+
 __all__ = [
+    "DatasetHessianOperator",
+    "DudleyIntegral",
     "Estimate",
+    "FiniteSup",
+    "HessianOperator",
+    "LinearSup",
     "Perturbation",
+    "PerturbedTraces",
+    "QuadratureNodes",
+    "SampleStats",
+    "SearchSup",
     "SharpnessDecomposition",
     "SigmaSearch",
+    "SpectralDensity",
+    "Sweep",
+    "Tridiagonal",
+    "Verdict",
+    "WQKCover",
     "WorstCase",
+    "as_matrix",
     "average_sharpness",
     "cube_points",
     "dataset_hvp",
+    "degree_rejection_rate",
+    "degree_sweep",
+    "dual_exponent",
     "dudley_integral",
     "dudley_inverse_square",
     "estimate_from_samples",
@@ -90,20 +153,27 @@ __all__ = [
     "group_norm",
     "hessian_trace",
     "hutchinson_trace",
+    "hutchpp_memory_bytes",
     "hutchpp_trace",
     "hvp",
     "lanczos",
     "linear_sup",
+    "low_degree_test",
     "map_chunked",
     "map_samples",
     "maurey_cover",
     "maurey_cover_log_size",
     "maurey_cover_point",
+    "maurey_cover_size",
     "maurey_error_bound",
+    "maurey_expected_error",
     "maurey_sparsify",
+    "mcdiarmid_halfwidth",
+    "num_trials_for",
     "operator_norm",
     "perturbed_hessian_traces",
     "project_group_ball",
+    "project_l1_ball",
     "project_lp_ball",
     "project_schatten_ball",
     "project_spectral_ball",
@@ -111,13 +181,19 @@ __all__ = [
     "rademacher_finite",
     "rademacher_linear",
     "rademacher_search",
+    "runtime_checks",
+    "runtime_checks_enabled",
+    "sample_statistics",
     "schatten_norm",
     "search_sup",
+    "set_runtime_checks",
     "sharpness_decomposition",
     "sigma_search",
     "sign_chunk",
     "sign_vectors",
     "slq_nodes",
+    "sparsity_sweep",
+    "sparsity_test",
     "spectral_density",
     "spectral_norm",
     "spectrum_degree",
@@ -126,7 +202,10 @@ __all__ = [
     "top_eigenvalues",
     "tree_group_norms",
     "tree_norm",
+    "tree_operator_norms",
     "tree_project_lp_ball",
+    "tree_schatten_norms",
+    "vector_norm",
     "walsh_spectrum",
     "worst_case_sharpness",
     "wqk_cover_outputs",

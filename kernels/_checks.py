@@ -38,6 +38,7 @@ __all__ = [
     "check_positive_int",
     "check_scalar_fn",
     "check_that",
+    "ensure_that",
     "runtime_checks",
     "runtime_checks_enabled",
     "set_runtime_checks",
@@ -102,27 +103,69 @@ def _format(message: str, values: tuple[Any, ...]) -> str:
 
 
 def _raise_if(message: str, failed: Any, *values: Any) -> None:
+    """Host side of a runtime check: raise when ``failed`` holds anywhere."""
     if np.any(np.asarray(failed)):
         raise ValueError(_MARKER + _format(message, values))
 
 
-def check_that(ok: Any, message: str, *values: Any) -> None:
-    """Fail with ``message`` unless every element of the boolean ``ok`` is true.
+@functools.cache
+def _vmap_safe_check(message: str) -> Callable[..., Any]:
+    """``ensure(x, ok, values) -> x`` failing with ``message`` unless ``ok``; once under vmap.
 
-    Concrete ``ok`` raises ``ValueError(message)`` at once; a traced one installs a host
-    callback in the program (skipped when runtime checks are off). ``values`` (arrays, possibly
-    traced) fill ``{}`` fields of ``message`` when it fails, e.g.
-    ``check_that(bad == 0, "loss_fn: non-finite at {} of the probes", bad)``.
+    A plain ``jax.debug.callback`` on a batched value is unrolled by ``vmap`` into one host
+    callback per batch element (slow to compile and run); this batching rule reduces ``ok`` over
+    the batch (and each message value by its maximum) and checks once. The ``custom_jvp`` passes
+    tangents of ``x`` through unchanged (the check does not touch values).
+    """
+
+    @jax.custom_batching.custom_vmap
+    def ensure(x: Any, ok: jax.Array, values: tuple[jax.Array, ...]) -> Any:
+        jax.debug.callback(functools.partial(_raise_if, message), jnp.logical_not(ok), *values)
+        return x
+
+    @ensure.def_vmap
+    def _batched(axis_size: int, in_batched: Any, x: Any, ok: jax.Array, values: Any) -> Any:
+        del axis_size
+        x_batched, ok_batched, values_batched = in_batched
+        ok = jnp.all(ok) if ok_batched else ok
+        values = tuple(
+            jnp.max(v, axis=0) if b else v for v, b in zip(values, values_batched, strict=True)
+        )
+        return ensure(x, ok, values), x_batched
+
+    @jax.custom_jvp
+    def ensure_differentiable(x: Any, ok: jax.Array, values: tuple[jax.Array, ...]) -> Any:
+        return ensure(x, ok, values)
+
+    @ensure_differentiable.defjvp
+    def _jvp(primals: Any, tangents: Any) -> Any:
+        return ensure(*primals), tangents[0]
+
+    return ensure_differentiable
+
+
+def ensure_that(x: Any, ok: Any, message: str, *values: Any) -> Any:
+    """Return ``x``; fail with ``message`` unless every element of ``ok`` is true.
+
+    Concrete ``ok`` raises ``ValueError`` at once. A traced one installs one host callback in
+    the program (skipped when runtime checks are off), tied to ``x`` by a data dependency; under
+    ``vmap`` it runs once for the whole batch (the largest of each value is reported).
+    ``values`` (arrays, possibly traced) fill ``{}`` fields of ``message`` when it fails, e.g.
+    ``ensure_that(y, bad == 0, "loss_fn: non-finite at {} of the probes", bad)``.
     """
     if is_concrete((ok, values)):
         if not np.all(np.asarray(ok)):
             raise ValueError(_format(message, values))
-        return
+        return x
     if not runtime_checks_enabled():
-        return
-    jax.debug.callback(
-        functools.partial(_raise_if, message), jnp.logical_not(jnp.all(ok)), *values
-    )
+        return x
+    values = tuple(jnp.asarray(v) for v in values)
+    return _vmap_safe_check(message)(x, jnp.all(jnp.asarray(ok)), values)
+
+
+def check_that(ok: Any, message: str, *values: Any) -> None:
+    """Fail with ``message`` unless every element of ``ok`` is true (see :func:`ensure_that`)."""
+    ensure_that(jnp.zeros((), jnp.int32), ok, message, *values)
 
 
 def check_finite(tree: Any, name: str) -> None:

@@ -59,7 +59,7 @@ class _Static:
             return True
         try:
             return bool(self.value == other.value)
-        except Exception:  # noqa: BLE001 - an uncomparable value is simply a different key
+        except Exception:
             return False
 
 

@@ -32,9 +32,7 @@ its input, since a NaN matrix would otherwise count as rank 0.
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -44,9 +42,8 @@ from jax.flatten_util import ravel_pytree
 from kernels._checks import (
     check_finite,
     check_positive,
-    check_that,
+    ensure_that,
     is_concrete,
-    runtime_checks_enabled,
 )
 from kernels._jit import compile_once
 
@@ -102,57 +99,9 @@ def _norm_input(x: Any, name: str) -> jax.Array:
     return x
 
 
-@functools.cache
-def _vmap_safe_check(message: str) -> Callable[..., Any]:
-    """``ensure(x, ok, values) -> x`` failing with ``message`` unless ``ok``; once under vmap.
-
-    ``check_that`` on a batched value is unrolled by ``vmap`` into one host callback per batch
-    element; projections run inside vmapped optimisation loops (``rademacher_search``) and
-    testers are vmapped over keys, so this batching rule reduces ``ok`` over the batch (and
-    each message value by its maximum) and checks once. The ``custom_jvp`` passes tangents of
-    ``x`` through unchanged (the check does not touch values).
-    """
-
-    @jax.custom_batching.custom_vmap
-    def ensure(x: Any, ok: jax.Array, values: tuple[jax.Array, ...]) -> Any:
-        check_that(ok, message, *values)
-        return x
-
-    @ensure.def_vmap
-    def _batched(axis_size: int, in_batched: Any, x: Any, ok: jax.Array, values: Any) -> Any:
-        del axis_size
-        x_batched, ok_batched, values_batched = in_batched
-        ok = jnp.all(ok) if ok_batched else ok
-        values = tuple(
-            jnp.max(v, axis=0) if b else v for v, b in zip(values, values_batched, strict=True)
-        )
-        return ensure(x, ok, values), x_batched
-
-    @jax.custom_jvp
-    def ensure_differentiable(x: Any, ok: jax.Array, values: tuple[jax.Array, ...]) -> Any:
-        return ensure(x, ok, values)
-
-    @ensure_differentiable.defjvp
-    def _jvp(primals: Any, tangents: Any) -> Any:
-        return ensure(*primals), tangents[0]
-
-    return ensure_differentiable
-
-
 def _ensure(x: Any, ok: Any, message: str, *values: Any) -> Any:
-    """Return ``x``; fail with ``message`` unless ``ok`` (eagerly, under jit, once under vmap).
-
-    Like :func:`kernels._checks.check_that` (``values`` fill ``{}`` fields of ``message``;
-    under ``vmap`` the largest value over the batch is reported), but the check is tied to
-    ``x`` by a data dependency and a ``vmap`` of it runs one host callback, not one per element.
-    """
-    if is_concrete((ok, values)):
-        check_that(ok, message, *values)
-        return x
-    if not runtime_checks_enabled():
-        return x
-    values = tuple(jnp.asarray(v) for v in values)
-    return _vmap_safe_check(message)(x, jnp.asarray(ok), values)
+    """Return ``x``; fail with ``message`` unless ``ok`` (``kernels._checks.ensure_that``)."""
+    return ensure_that(x, ok, message, *values)
 
 
 def _projection_input(v: Any, name: str) -> jax.Array:

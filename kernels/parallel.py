@@ -278,8 +278,8 @@ def sample_statistics(
 
     elementwise over the sample's shape. Sample $i$'s key is derived inside the program from
     its index, so neither the keys nor the values of all samples are ever held: the
-    ``ceil(K / chunk_size)`` chunks are split into contiguous shares, one per device (at most
-    one device per chunk); each device loops over its share, ``chunk_size`` samples vectorised
+    ``ceil(K / chunk_size)`` chunks are split into contiguous shares, one per device; each
+    device loops over its share, ``chunk_size`` samples vectorised
     at a time, merging each chunk into a running (count, mean, M2) with Chan et al.'s update;
     the devices' summaries are merged in device order. Memory is that of one chunk, and the
     result does not depend on ``chunk_size`` or the device count (up to floating-point
@@ -316,7 +316,10 @@ def sample_statistics(
     check_key(key)
     num_chunks = -(-num // chunk)
     devices = list(jax.devices()) if devices is None else list(devices)
-    devices = devices[: max(1, min(len(devices), num_chunks))]  # at most one device per chunk
+    # every given device takes a share (surplus ones get only padding, masked out), so the
+    # program's device set is the same whatever num_samples is; fn is jitted so that its shape
+    # probe and the loop share one trace.
+    fn = jax.jit(fn)
     run_share = functools.partial(
         _share_summary, fn, key, num=num, chunk=chunk, per_device=-(-num_chunks // len(devices)),
         out=_sample_shape(fn, key),
