@@ -1,4 +1,4 @@
-r"""Section ``sharpness`` of ``jaxbounds estimate``: average, worst-case and adaptive sharpness.
+r"""Section ``sharpness`` (model ``scalar``): average, worst-case and adaptive sharpness.
 
 At the trained parameters $\theta$ of the ``scalar`` model, with ``loss_fn`` the mean training
 loss, reports (all from one jitted program, see :mod:`kernels.sharpness`):
@@ -16,13 +16,15 @@ loss, reports (all from one jitted program, see :mod:`kernels.sharpness`):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from typing import Any
 
 import jax
 
-from jaxbounds.estimate import EstimateContext, Row, register_section
+from jaxbounds.report.facts import Run
+from jaxbounds.report.rows import Row
 from kernels.sharpness import (
     Perturbation,
     average_sharpness,
@@ -30,22 +32,42 @@ from kernels.sharpness import (
     worst_case_sharpness,
 )
 
-__all__ = ["RADIUS", "SIGMA", "sharpness_section"]
+__all__ = ["FULL", "QUICK", "RADIUS", "SIGMA", "SharpnessSizes", "sharpness_section"]
 
 #: Gaussian standard deviation of the average sharpness and of the decomposition.
 SIGMA = 1e-2
 #: Radius of the l2 worst-case balls (plain, and adaptive in units of |θ|).
 RADIUS = 0.05
-_QUICK = {"num_samples": 128, "num_probes": 64, "num_steps": 20}
-_FULL = {"num_samples": 1024, "num_probes": 256, "num_steps": 50}
+_SECTION = "sharpness"
 
 
-def _measure(loss_fn: Any, params: Any, key: jax.Array, *, sizes: dict[str, int]) -> dict:
+@dataclasses.dataclass(frozen=True)
+class SharpnessSizes:
+    """Monte Carlo budgets of the section.
+
+    Attributes:
+      num_samples: perturbations of the average sharpness and of the decomposition.
+      num_probes: Hutchinson probes of the trace term.
+      num_steps: APGD ascent steps of the worst-case sharpness.
+    """
+
+    num_samples: int
+    num_probes: int
+    num_steps: int
+
+
+#: Budgets of the default run.
+QUICK = SharpnessSizes(num_samples=128, num_probes=64, num_steps=20)
+#: Budgets of ``--full``.
+FULL = SharpnessSizes(num_samples=1024, num_probes=256, num_steps=50)
+
+
+def _measure(loss_fn: Any, params: Any, key: jax.Array, *, sizes: SharpnessSizes) -> dict:
     keys = jax.random.split(key, 4)
-    num, steps = sizes["num_samples"], sizes["num_steps"]
+    num, steps = sizes.num_samples, sizes.num_steps
     return {
         "decomposition": sharpness_decomposition(
-            loss_fn, params, keys[0], sigma=SIGMA, num_samples=num, num_probes=sizes["num_probes"]
+            loss_fn, params, keys[0], sigma=SIGMA, num_samples=num, num_probes=sizes.num_probes
         ),
         "adaptive_average": average_sharpness(
             loss_fn,
@@ -71,19 +93,12 @@ def _measure(loss_fn: Any, params: Any, key: jax.Array, *, sizes: dict[str, int]
     }
 
 
-@register_section("sharpness", models=("scalar",))
-def sharpness_section(ctx: EstimateContext) -> list[Row]:
-    """Theorem 6/12 terms, average and worst-case sharpness (plain and adaptive)."""
-    s = "sharpness"
-    sizes = _QUICK if ctx.quick else _FULL
-    program = jax.jit(functools.partial(_measure, ctx.loss_fn, sizes=sizes))
-    t = time.perf_counter()
-    out = jax.block_until_ready(program(ctx.params, ctx.section_key(s)))
-    seconds = time.perf_counter() - t
-    num, steps = sizes["num_samples"], sizes["num_steps"]
+def _rows(out: dict, sizes: SharpnessSizes) -> list[Row]:
+    s = _SECTION
     dec = out["decomposition"]
-    mc = f"{num} evaluations in antithetic pairs (u, -u)"
-    rows = [
+    mc = f"{sizes.num_samples} evaluations in antithetic pairs (u, -u)"
+    steps = sizes.num_steps
+    return [
         Row(s, "σ (Gaussian perturbation)", SIGMA, note="u ~ N(0, σ² I) in the rows below"),
         Row.from_estimate(
             s,
@@ -95,7 +110,7 @@ def sharpness_section(ctx: EstimateContext) -> list[Row]:
             s,
             "Thm 6/12: (σ²/2) tr H(θ)",
             dec.trace_term,
-            note=f"Hutchinson, {sizes['num_probes']} probes",
+            note=f"Hutchinson, {sizes.num_probes} probes",
         ),
         Row.from_estimate(
             s,
@@ -122,5 +137,18 @@ def sharpness_section(ctx: EstimateContext) -> list[Row]:
             note=f"u = |θ| ⊙ η, ‖η‖_2 ≤ ρ; APGD {steps} steps; lower bound",
         ),
     ]
-    ctx.extra.setdefault("meta", {})["sharpness_seconds"] = seconds
-    return rows
+
+
+def sharpness_section(run: Run, *, sizes: SharpnessSizes | None = None) -> list[Row]:
+    """Theorem 6/12 terms, average and worst-case sharpness (plain and adaptive).
+
+    Args:
+      run: the trained model and its training loss.
+      sizes: Monte Carlo budgets (default :data:`QUICK` or :data:`FULL` after ``run.quick``).
+    """
+    sizes = sizes or (QUICK if run.quick else FULL)
+    program = jax.jit(functools.partial(_measure, run.train_loss(), sizes=sizes))
+    t = time.perf_counter()
+    out = jax.block_until_ready(program(run.params, run.section_key(_SECTION)))
+    run.meta["sharpness_seconds"] = time.perf_counter() - t
+    return _rows(out, sizes)

@@ -1,6 +1,6 @@
-"""Render a :class:`jaxbounds.estimate.Report`: an aligned text table and a JSON file.
+"""Render a :class:`~jaxbounds.report.rows.Report`: an aligned text table and a JSON file.
 
-The table has one line per :class:`jaxbounds.estimate.Row`: section, quantity, value, its
+The table has one line per :class:`~jaxbounds.report.rows.Row`: section, quantity, value, its
 standard error (``± s``) for Monte Carlo estimates, a confidence interval ``[lo, hi]`` where a
 kernel gives one, ``VACUOUS`` for bounds at or above the trivial bound, and the note (method,
 assumptions, status). The JSON file is ``Report.to_dict()``: ``{"model", "meta", "rows"}``
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxbounds.estimate import Report, Row
+from jaxbounds.report.rows import Report, Row
 
 __all__ = ["format_table", "format_value", "write_json"]
 
@@ -63,7 +63,7 @@ def format_table(report: Report) -> str:
     """The report as an aligned text table with a one-line header and the timings.
 
     Args:
-      report: the result of :func:`jaxbounds.estimate.run_estimate`.
+      report: the result of :func:`jaxbounds.report.job.run_estimate`.
 
     Returns:
       The table as one string (no trailing newline).

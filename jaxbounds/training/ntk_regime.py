@@ -3,11 +3,11 @@ r"""Is a GD run in the NTK (lazy) regime? Train a model and its linearisation si
 Both start from the same $\theta_0$ and take the same full-batch GD steps on the same loss:
 the model $f(\theta; x)$ and its first-order Taylor model
 $f^{lin}(\theta; x) = f(\theta_0; x) + J_{\theta_0}(x)(\theta - \theta_0)$
-(as :func:`jaxbounds.models.ntk.linearize_model`). In the NTK regime (wide models, small steps) the
-two trajectories stay together: the weights move little relative to their size, and the
+(:func:`jaxbounds.models.ntk.linearized_apply`). In the NTK regime (wide models, small steps)
+the two trajectories stay together: the weights move little relative to their size, and the
 predictions of the trained model and of the trained linear model agree.
 
-Recorded every step (both runs share one :func:`jaxbounds.gd.train_gd` call on the pair
+Recorded every step (both runs share one :func:`~jaxbounds.training.train_gd` call on the pair
 ``{"model": theta, "linear": theta_lin}``; the loss is the sum of the two losses, whose gradient
 is the two separate gradients, so each half follows its own GD exactly):
 
@@ -17,6 +17,9 @@ is the two separate gradients, so each half follows its own GD exactly):
   (0 in the lazy limit; order 1 when the model has left the linear regime);
 - per-matrix distance from initialisation of both runs, and the relative movement
   $\|\theta_t - \theta_0\|_2 / \|\theta_0\|_2$.
+
+This module sits in ``training`` (not in ``models.ntk`` beside the linearisation) because it
+runs the training loop, and ``models`` is a floor below ``training``.
 
 References:
   Lee et al. 2019, arXiv:1902.06720; Chizat, Oyallon, Bach 2019, "On lazy training in
@@ -34,9 +37,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxbounds.gd import GDHistory, binary_cross_entropy, half_squared_error, train_gd
+from jaxbounds.models.ntk import linearized_apply
+from jaxbounds.training.loops import train_gd
+from jaxbounds.training.losses import logistic_loss, squared_loss
+from jaxbounds.training.records import TrainingRecord
+from kernels.norms import tree_norm
 
 __all__ = ["NTKRegimeResult", "ntk_regime"]
+
+#: The losses of :func:`ntk_regime`: logistic on {0, 1} labels, and the paper's
+#: Phi / N = (1 / 2N) ||f - y||^2 on real targets.
+LOSSES: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {
+    "logistic": logistic_loss,
+    "squared": lambda preds, targets: 0.5 * squared_loss(preds, targets),
+}
 
 
 @dataclasses.dataclass
@@ -46,8 +60,8 @@ class NTKRegimeResult:
     Attributes:
       params: trained model parameters.
       linear_params: trained parameters of the linearised model.
-      history: the joint :class:`~jaxbounds.gd.GDHistory` (leaf names prefixed ``model/`` and
-        ``linear/``; ``metrics`` holds the per-step losses and drifts).
+      record: the joint :class:`~jaxbounds.training.TrainingRecord` (leaf names prefixed
+        ``model/`` and ``linear/``; ``metrics`` holds the per-step losses and drifts).
       relative_movement: ||theta_T - theta_0|| / ||theta_0|| of the model.
       linear_relative_movement: the same for the linearised model.
       final_drift_train: max_n |f - f_lin| on the training inputs after training.
@@ -57,7 +71,7 @@ class NTKRegimeResult:
 
     params: Any
     linear_params: Any
-    history: GDHistory
+    record: TrainingRecord
     relative_movement: float
     linear_relative_movement: float
     final_drift_train: float
@@ -66,7 +80,7 @@ class NTKRegimeResult:
 
     def summary(self) -> dict[str, float | None]:
         """The headline numbers as a flat dict."""
-        metrics = self.history.metrics
+        metrics = self.record.metrics
         return {
             "loss_model": float(metrics["loss_model"][-1]),
             "loss_linear": float(metrics["loss_linear"][-1]),
@@ -78,8 +92,27 @@ class NTKRegimeResult:
         }
 
 
-def _norm(tree: Any) -> jax.Array:
-    return jnp.sqrt(sum(jnp.sum(leaf * leaf) for leaf in jax.tree_util.tree_leaves(tree)))
+def _metrics_fn(apply_fn: Callable, loss_of: Callable) -> Callable:
+    """``(pair, (p0, x, y, x_test)) -> {losses, drifts}`` of one GD step of the pair."""
+
+    def metrics(pair: dict[str, Any], data: tuple[Any, ...]) -> dict[str, jax.Array]:
+        p0, x, y, x_test = data
+        f_t = apply_fn(pair["model"], x)
+        g_t = linearized_apply(apply_fn, pair["linear"], p0, x)
+        moved = jnp.linalg.norm(f_t - apply_fn(p0, x))
+        out = {
+            "loss_model": loss_of(f_t, y),
+            "loss_linear": loss_of(g_t, y),
+            "drift_train": jnp.max(jnp.abs(f_t - g_t)),
+            "relative_drift_train": jnp.linalg.norm(f_t - g_t)
+            / jnp.maximum(moved, jnp.finfo(moved.dtype).tiny),
+        }
+        if x_test is not None:
+            lin_test = linearized_apply(apply_fn, pair["linear"], p0, x_test)
+            out["drift_test"] = jnp.max(jnp.abs(apply_fn(pair["model"], x_test) - lin_test))
+        return out
+
+    return metrics
 
 
 def ntk_regime(
@@ -103,76 +136,59 @@ def ntk_regime(
       test: optional held-out dict with the same keys (drift on it is recorded too).
       learning_rate: GD step size.
       num_steps: number of GD steps.
-      loss: ``"logistic"`` (cross-entropy, as in the paper's experiment) or ``"squared"``.
+      loss: ``"logistic"`` (cross-entropy, as in the paper's experiment) or ``"squared"``
+        (half the mean squared error).
       progress: progress bar on stderr.
 
     Returns:
       An :class:`NTKRegimeResult`.
 
     Raises:
-      ValueError: for an unknown ``loss`` (and see :func:`jaxbounds.gd.train_gd`).
+      ValueError: for an unknown ``loss`` (and see :func:`~jaxbounds.training.train_gd`).
     """
-    losses = {"logistic": binary_cross_entropy, "squared": half_squared_error}
-    if loss not in losses:
-        raise ValueError(f"loss: expected one of {sorted(losses)}, got {loss!r}")
-    loss_of = losses[loss]
+    if loss not in LOSSES:
+        raise ValueError(f"loss: expected one of {sorted(LOSSES)}, got {loss!r}")
+    loss_of = LOSSES[loss]
 
     # theta_0 and the data go into the compiled steps as arguments, not closed-over constants
     # (XLA would constant-fold the whole forward pass at theta_0 otherwise).
-    def apply_lin(params: Any, p0: Any, inputs: jax.Array) -> jax.Array:
-        delta = jax.tree_util.tree_map(jnp.subtract, params, p0)
-        out, tangent = jax.jvp(lambda p: apply_fn(p, inputs), (p0,), (delta,))
-        return out + tangent
-
-    def joint_loss(pair: dict[str, Any], p0: Any, x: jax.Array, y: jax.Array, _: Any) -> jax.Array:
-        return loss_of(apply_fn(pair["model"], x), y) + loss_of(apply_lin(pair["linear"], p0, x), y)
-
-    def metrics(
-        pair: dict[str, Any], p0: Any, x: jax.Array, y: jax.Array, x_test: Any
-    ) -> dict[str, jax.Array]:
-        f_t = apply_fn(pair["model"], x)
-        g_t = apply_lin(pair["linear"], p0, x)
-        moved = jnp.linalg.norm(f_t - apply_fn(p0, x))
-        out = {
-            "loss_model": loss_of(f_t, y),
-            "loss_linear": loss_of(g_t, y),
-            "drift_train": jnp.max(jnp.abs(f_t - g_t)),
-            "relative_drift_train": jnp.linalg.norm(f_t - g_t)
-            / jnp.maximum(moved, jnp.finfo(moved.dtype).tiny),
-        }
-        if x_test is not None:
-            out["drift_test"] = jnp.max(
-                jnp.abs(apply_fn(pair["model"], x_test) - apply_lin(pair["linear"], p0, x_test))
-            )
-        return out
+    def joint_loss(pair: dict[str, Any], batch: tuple[Any, ...]) -> jax.Array:
+        p0, x, y = batch
+        lin = linearized_apply(apply_fn, pair["linear"], p0, x)
+        return loss_of(apply_fn(pair["model"], x), y) + loss_of(lin, y)
 
     x_test = None if test is None else jnp.asarray(test["inputs"])
-    args = (params0, jnp.asarray(train["inputs"]), jnp.asarray(train["labels"]), x_test)
-    pair0 = {"model": params0, "linear": params0}
-    pair, history = train_gd(
+    batch = (params0, jnp.asarray(train["inputs"]), jnp.asarray(train["labels"]))
+    pair, record = train_gd(
         joint_loss,
-        pair0,
+        {"model": params0, "linear": params0},
+        batch,
         learning_rate=learning_rate,
         num_steps=num_steps,
-        args=args,
-        metrics_fn=metrics,
+        metrics_fn=_metrics_fn(apply_fn, loss_of),
+        metrics_data=(*batch, x_test),
         record_spectral=False,
         progress=progress,
         label="[ntk-regime]",
     )
-    norm0 = float(_norm(params0))
-    diff = jax.tree_util.tree_map(jnp.subtract, pair["model"], params0)
-    diff_lin = jax.tree_util.tree_map(jnp.subtract, pair["linear"], params0)
-    m = history.metrics
-    drift_test = None if x_test is None else float(m["drift_test"][-1])
+    return _result(pair, record, params0, x_test is not None)
+
+
+def _result(pair: dict[str, Any], record: TrainingRecord, params0: Any, has_test: bool):
+    norm0 = float(tree_norm(params0))
     denom = norm0 if norm0 > 0 else math.inf
+    moved = {
+        name: float(tree_norm(jax.tree_util.tree_map(jnp.subtract, pair[name], params0))) / denom
+        for name in ("model", "linear")
+    }
+    m = record.metrics
     return NTKRegimeResult(
         params=pair["model"],
         linear_params=pair["linear"],
-        history=history,
-        relative_movement=float(_norm(diff)) / denom,
-        linear_relative_movement=float(_norm(diff_lin)) / denom,
+        record=record,
+        relative_movement=moved["model"],
+        linear_relative_movement=moved["linear"],
         final_drift_train=float(m["drift_train"][-1]),
-        final_drift_test=drift_test,
+        final_drift_test=float(m["drift_test"][-1]) if has_test else None,
         final_relative_drift=float(np.asarray(m["relative_drift_train"])[-1]),
     )
