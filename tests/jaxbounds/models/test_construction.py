@@ -10,15 +10,17 @@ from jax.flatten_util import ravel_pytree
 
 from jaxbounds.data.boolean import FourierFunction, random_fourier_function, tiling_parities
 from jaxbounds.models import as_pure, set_params
+from jaxbounds.bounds.pac_bayes import construction_norm_bound
 from jaxbounds.models.construction import (
     ConstructionTransformer,
     construction,
     construction_error_bound,
-    construction_norm_bound,
     construction_norm_paper_terms,
     construction_norm_terms,
+    construction_quantities,
     jl_width,
 )
+from jaxbounds.models.ntk import ntk_diagonal
 from kernels.walsh import cube_points
 
 
@@ -98,7 +100,7 @@ def test_squared_norm_against_theorem_10():
     terms = construction_norm_terms(model)
     paper = construction_norm_paper_terms(10, 2, 20)
     assert paper["total"] == pytest.approx(1303.93, abs=5e-3)
-    assert construction_norm_bound(10, 2, 20) == pytest.approx(paper["total"], rel=1e-14)
+    assert float(construction_norm_bound(10, 2, 20)) == pytest.approx(paper["total"], rel=1e-14)
     # Terms that match the paper exactly.
     for name in ("w_qk1", "w_v1", "w_in", "w_v2"):
         assert terms[name] == pytest.approx(paper[name], rel=1e-12), name
@@ -119,7 +121,7 @@ def test_squared_norm_against_theorem_10():
 def test_squared_norm_below_bound_for_random_functions(degree, sparsity):
     f = random_fourier_function(jax.random.key(7), num_bits=9, degree=degree, sparsity=sparsity)
     terms = construction_norm_terms(construction(f, seq_len=9))
-    assert terms["total"] <= construction_norm_bound(sparsity, degree, 9)
+    assert terms["total"] <= float(construction_norm_bound(sparsity, degree, 9))
 
 
 def _jl_error(f, num_bits, p, k):
@@ -241,31 +243,23 @@ def test_bad_arguments_raise():
         jl_width(10, 1.5)
 
 
-def test_report_section_rows():
-    from jaxbounds.estimate import available_models
-    from jaxbounds.sections.construction import construction_context, construction_section
-
-    assert "construction" in available_models()
-    ctx = construction_context(seq_len=6, k=2, key=jax.random.key(0), quick=True)
-    ctx.extra["hutchpp_products"] = 12
-    rows = {r.name: r for r in construction_section(ctx)}
-    f = tiling_parities(6, 2)
-    norm = rows["squared parameter norm ||theta||^2"].value
-    assert norm == pytest.approx(construction_norm_terms(ctx.model)["total"])
-    assert rows["norm bound L(omega, D_f, T)"].value == pytest.approx(
-        construction_norm_bound(3, 2, 6)
+def test_quantities_measured_from_the_model():
+    num_bits = 5
+    f = tiling_parities(num_bits, 2)
+    model = construction(f, seq_len=num_bits)
+    apply_fn, params = as_pure(model)
+    x = cube_points(num_bits)
+    flat, unravel = ravel_pytree(params)
+    grads = jax.vmap(lambda xi: jax.grad(lambda v: apply_fn(unravel(v), xi[None])[0])(flat))(x)
+    grad_sq = np.sum(np.asarray(grads) ** 2, axis=1)
+    q = construction_quantities(
+        apply_fn, params, x, empirical_risk=0.25, function=f, seq_len=num_bits
     )
-    assert norm < rows["norm bound L(omega, D_f, T)"].value
-    err = rows["max |f_theta(x) - f(x)| over all 2^6 inputs"].value
-    assert err <= construction_error_bound(f, seq_len=6) * (1 + 1e-9)
-    # Theorem 13 (an exact identity, checked densely above) against the section's Hutch++.
-    identity = rows["2 mean_x ||grad_theta f(x)||^2 (Theorem 13, exact)"].value
-    est = rows["tr H at an interpolator (labels = model outputs), Hutch++"]
-    assert abs(est.value - identity) <= 1e-6 * identity + 5 * est.stderr
-    g_u = rows["G_u = max_x ||grad_theta f(x)||^2"].value
-    assert g_u >= identity / 2
-    assert ctx.extra["construction"]["max_error"] == err
-    assert ctx.extra["construction"]["G_u"] == g_u
-    assert ctx.loss_fn(ctx.params) == pytest.approx(
-        rows["training loss (quadratic, all inputs)"].value
-    )
+    assert float(q.G_u) == pytest.approx(grad_sq.max(), rel=1e-10)
+    assert float(q.norm_sq) == pytest.approx(float(np.sum(np.asarray(flat) ** 2)), rel=1e-12)
+    assert (q.num_examples, q.sparsity, q.degree, q.seq_len) == (32, 2, 2, 5)
+    assert float(q.empirical_risk) == 0.25
+    np.testing.assert_allclose(ntk_diagonal(apply_fn, params, x, chunk_size=7), grad_sq, rtol=1e-10)
+    given = construction_quantities(apply_fn, params, x, empirical_risk=0.0, grad_sq=grad_sq)
+    assert float(given.G_u) == grad_sq.max()
+    assert given.sparsity is None

@@ -10,7 +10,7 @@ from jaxbounds.data import positional_encoding, sparse_majority
 
 @pytest.fixture(scope="module")
 def data():
-    return sparse_majority(jax.random.key(0), num_samples=500, seq_len=12, sparsity=5, embed_dim=10)
+    return sparse_majority(jax.random.key(0), num_examples=500, seq_len=12, sparsity=5, embed_dim=10)
 
 
 def test_shapes_and_dtypes(data):
@@ -37,7 +37,7 @@ def test_labels_are_majority_of_subset(data):
 
 
 def test_even_sparsity_ties_are_zero():
-    d = sparse_majority(jax.random.key(1), num_samples=400, seq_len=6, sparsity=4, embed_dim=4)
+    d = sparse_majority(jax.random.key(1), num_examples=400, seq_len=6, sparsity=4, embed_dim=4)
     votes = np.asarray(d["bits"])[:, np.asarray(d["subset"])].sum(axis=1)
     labels = np.asarray(d["labels"])
     assert np.any(votes == 2)
@@ -67,12 +67,12 @@ def test_positional_encoding_formula():
 
 def test_subset_is_shared_and_keys_reproduce(data):
     again = sparse_majority(
-        jax.random.key(0), num_samples=500, seq_len=12, sparsity=5, embed_dim=10
+        jax.random.key(0), num_examples=500, seq_len=12, sparsity=5, embed_dim=10
     )
     np.testing.assert_array_equal(again["inputs"], data["inputs"])
     test = sparse_majority(
         jax.random.key(7),
-        num_samples=50,
+        num_examples=50,
         seq_len=12,
         sparsity=5,
         embed_dim=10,
@@ -83,14 +83,14 @@ def test_subset_is_shared_and_keys_reproduce(data):
     # Subsets are uniform: every index shows up across keys.
     seen = set()
     for s in range(40):
-        d = sparse_majority(jax.random.key(s), num_samples=1, seq_len=12, sparsity=5, embed_dim=3)
+        d = sparse_majority(jax.random.key(s), num_examples=1, seq_len=12, sparsity=5, embed_dim=3)
         seen.update(np.asarray(d["subset"]).tolist())
     assert seen == set(range(12))
 
 
 def test_float32_dtype():
     d = sparse_majority(
-        jax.random.key(0), num_samples=3, seq_len=4, sparsity=1, embed_dim=4, dtype=jnp.float32
+        jax.random.key(0), num_examples=3, seq_len=4, sparsity=1, embed_dim=4, dtype=jnp.float32
     )
     assert d["inputs"].dtype == jnp.float32
 
@@ -98,7 +98,7 @@ def test_float32_dtype():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"num_samples": 0}, "num_samples"),
+        ({"num_examples": 0}, "num_examples"),
         ({"seq_len": 0}, "seq_len"),
         ({"sparsity": 0}, "sparsity"),
         ({"sparsity": 9}, "sparsity"),
@@ -109,6 +109,6 @@ def test_float32_dtype():
     ],
 )
 def test_bad_arguments(kwargs, match):
-    args = {"num_samples": 4, "seq_len": 8, "sparsity": 3, "embed_dim": 4, **kwargs}
+    args = {"num_examples": 4, "seq_len": 8, "sparsity": 3, "embed_dim": 4, **kwargs}
     with pytest.raises(ValueError, match=match):
         sparse_majority(jax.random.key(0), **args)

@@ -141,7 +141,7 @@ def test_boolean_dataset():
     full = boolean_dataset(f, None, num_bits=6)
     assert full["inputs"].shape == (64, 6)
     np.testing.assert_allclose(full["labels"], brute_force(f, full["inputs"]))
-    sample = boolean_dataset(f, jax.random.key(0), num_bits=6, num_samples=4000)
+    sample = boolean_dataset(f, jax.random.key(0), num_bits=6, num_examples=4000)
     assert sample["inputs"].shape == (4000, 6)
     m = np.asarray(sample["inputs"]).mean()
     assert abs(m - 0.5) <= 5 * math.sqrt(0.25 / 24000)
@@ -165,4 +165,4 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="num_bits"):
         tiling_parities(20, 2).masks(10)
     with pytest.raises(ValueError, match="key"):
-        boolean_dataset(tiling_parities(4, 2), None, num_bits=4, num_samples=3)
+        boolean_dataset(tiling_parities(4, 2), None, num_bits=4, num_examples=3)

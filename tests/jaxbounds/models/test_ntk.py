@@ -1,4 +1,4 @@
-"""Empirical NTK against explicit Jacobians, tiling invariance, linearisation, alpha, NTK regime."""
+"""Empirical NTK against explicit Jacobians, tiling invariance, its diagonal, linearisation, alpha."""
 
 import itertools
 
@@ -9,12 +9,13 @@ import pytest
 from flax import nnx
 from jax.flatten_util import ravel_pytree
 
-from jaxbounds.experiments import ntk_regime
 from jaxbounds.models import ShallowTransformer, as_pure
 from jaxbounds.models.ntk import (
     empirical_ntk,
     feature_alpha,
     linearize_model,
+    linearized_apply,
+    ntk_diagonal,
     ntk_min_eigenvalue,
 )
 from jaxbounds.models.shallow import shallow_apply, shallow_features
@@ -87,6 +88,9 @@ def test_linearisation_is_exact_at_init_and_first_order(tiny):
     params, inputs = tiny
     lin = linearize_model(shallow_apply, params)
     np.testing.assert_array_equal(lin(params, inputs), shallow_apply(params, inputs))
+    np.testing.assert_array_equal(  # the closure and the argument form are one formula
+        linearized_apply(shallow_apply, params, params, inputs), lin(params, inputs)
+    )
     flat, unravel = ravel_pytree(params)
     direction = unravel(jax.random.normal(jax.random.key(7), flat.shape, flat.dtype))
     jac = explicit_jacobian(params, inputs)
@@ -132,45 +136,13 @@ def test_shallow_alpha_positive_when_wide(tiny):
     assert f.shape == (N, D_M)
 
 
-def test_ntk_regime_linear_model_has_no_drift():
-    """For a model linear in its parameters the linearisation is exact: zero drift."""
-    x = jax.random.normal(jax.random.key(0), (12, 3), jnp.float64)
-    y = (x[:, 0] > 0).astype(jnp.int32)
-
-    def apply_fn(p, inputs):
-        return inputs @ p["w"] + p["b"]
-
-    params0 = {"w": jnp.array([0.1, -0.2, 0.3]), "b": jnp.array(0.05)}
-    res = ntk_regime(apply_fn, params0, {"inputs": x, "labels": y}, num_steps=20, progress=False)
-    assert res.final_drift_train < 1e-12
-    assert res.final_relative_drift < 1e-10
-    m = res.history.metrics
-    np.testing.assert_allclose(m["loss_model"], m["loss_linear"], rtol=1e-12)
-    assert m["loss_model"][-1] < m["loss_model"][0]
-    # movement reported = ||theta_T - theta_0|| / ||theta_0||, the same for both runs here
-    diff = ravel_pytree(res.params)[0] - ravel_pytree(params0)[0]
-    expected = float(jnp.linalg.norm(diff) / jnp.linalg.norm(ravel_pytree(params0)[0]))
-    np.testing.assert_allclose(res.relative_movement, expected, rtol=1e-12)
-    np.testing.assert_allclose(res.linear_relative_movement, expected, rtol=1e-10)
-
-
-def test_ntk_regime_shallow_drift_is_second_order_in_step_size(tiny):
-    """At a fixed number of steps, weights move O(lr) and the drift is O(lr^2): lr / 4 -> ~1/16."""
+@pytest.mark.parametrize("chunk_size", [1, 3, 256])
+def test_diagonal_is_the_gram_diagonal(tiny, chunk_size):
     params, inputs = tiny
-    y = jnp.arange(N) % 2
-    train = {"inputs": inputs, "labels": y}
-    test = {"inputs": inputs[:3] + 0.1, "labels": y[:3]}
-    big, small = (
-        ntk_regime(
-            shallow_apply, params, train, test, learning_rate=lr, num_steps=10, progress=False
-        )
-        for lr in (0.0125, 0.0125 / 4)
+    jac = np.asarray(explicit_jacobian(params, inputs))
+    got = jax.jit(lambda p, x: ntk_diagonal(shallow_apply, p, x, chunk_size=chunk_size))(
+        params, inputs
     )
-    assert big.final_drift_train > 0
-    assert 12 < big.final_drift_train / small.final_drift_train < 20
-    assert big.final_drift_test is not None
-    assert small.final_drift_test is not None
-    assert 12 < big.final_drift_test / small.final_drift_test < 20
-    assert 3.5 < big.relative_movement / small.relative_movement < 4.5
-    with pytest.raises(ValueError, match="loss"):
-        ntk_regime(shallow_apply, params, train, loss="hinge", progress=False)
+    np.testing.assert_allclose(got, np.sum(jac**2, axis=1), rtol=1e-10)
+    with pytest.raises(ValueError, match="chunk_size"):
+        ntk_diagonal(shallow_apply, params, inputs, chunk_size=0)
