@@ -10,7 +10,9 @@ from jaxbounds.data import positional_encoding, sparse_majority
 
 @pytest.fixture(scope="module")
 def data():
-    return sparse_majority(jax.random.key(0), num_examples=500, seq_len=12, sparsity=5, embed_dim=10)
+    return sparse_majority(
+        jax.random.key(0), num_examples=500, seq_len=12, sparsity=5, embed_dim=10
+    )
 
 
 def test_shapes_and_dtypes(data):

@@ -8,9 +8,9 @@ import pytest
 from flax import nnx
 from jax.flatten_util import ravel_pytree
 
+from jaxbounds.bounds.pac_bayes import construction_norm_bound
 from jaxbounds.data.boolean import FourierFunction, random_fourier_function, tiling_parities
 from jaxbounds.models import as_pure, set_params
-from jaxbounds.bounds.pac_bayes import construction_norm_bound
 from jaxbounds.models.construction import (
     ConstructionTransformer,
     construction,

@@ -1,4 +1,4 @@
-"""Empirical NTK against explicit Jacobians, tiling invariance, its diagonal, linearisation, alpha."""
+"""Empirical NTK vs explicit Jacobians, tiling invariance, its diagonal, linearisation, alpha."""
 
 import itertools
 

@@ -1,14 +1,13 @@
-"""ScalarTransformer and as_pure: shapes, row projection, summed heads, pure round trip, grads."""
+"""ScalarTransformer: the T&T formula, row projection, summed heads, the bound quantities."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from jax.flatten_util import ravel_pytree
 
 from jaxbounds.models import ScalarTransformer, as_pure, set_params
-from jaxbounds.models.scalar import project_rows
+from jaxbounds.models.scalar import project_rows, scalar_quantities
 
 F64 = jnp.float64
 
@@ -110,47 +109,6 @@ def test_heads_are_summed():
     assert not np.allclose(project_rows(head_term(0)), expected)
 
 
-def test_as_pure_round_trip_and_transforms(run):
-    model = _model(num_layers=2, num_heads=2)
-    x = _inputs((5, 4, 6))
-    apply_fn, params = as_pure(model)
-    np.testing.assert_allclose(run(lambda: apply_fn(params, x)), model(x), rtol=1e-12)
-    # vmap over examples equals the batched call.
-    per_example = jax.vmap(lambda xi: apply_fn(params, xi))(x)
-    np.testing.assert_allclose(per_example, model(x), rtol=1e-12)
-    # set_params writes a modified dict back.
-    doubled = jax.tree_util.tree_map(lambda a: 2 * a, params)
-    set_params(model, doubled)
-    np.testing.assert_allclose(model(x), apply_fn(doubled, x), rtol=1e-12)
-    with pytest.raises(ValueError, match="params"):
-        apply_fn({"w": params["w"]}, x)
-
-
-def test_grad_jvp_linearize_through_as_pure():
-    model = _model(num_layers=2, num_heads=2, hidden_dim=3, d=4)
-    x = _inputs((3, 5, 4))
-    apply_fn, params = as_pure(model)
-    flat, unravel = ravel_pytree(params)
-
-    @jax.jit
-    def loss(p):
-        return jnp.sum(apply_fn(p, x) ** 2)
-
-    g = ravel_pytree(jax.jit(jax.grad(loss))(params))[0]
-    # Central finite differences along a few coordinate directions.
-    eps = 1e-6
-    for j in (0, 17, flat.size // 2, flat.size - 1):
-        e = jnp.zeros_like(flat).at[j].set(eps)
-        fd = (loss(unravel(flat + e)) - loss(unravel(flat - e))) / (2 * eps)
-        np.testing.assert_allclose(g[j], fd, rtol=1e-6, atol=1e-8)
-    v = unravel(jax.random.normal(jax.random.key(3), flat.shape, F64))
-    tangent = jax.jit(lambda p, v: jax.jvp(loss, (p,), (v,))[1])(params, v)
-    np.testing.assert_allclose(tangent, jnp.vdot(g, ravel_pytree(v)[0]), rtol=1e-10)
-    hv = jax.jit(lambda p, v: ravel_pytree(jax.linearize(jax.grad(loss), p)[1](v))[0])(params, v)
-    dense = jax.jit(jax.hessian(lambda f: loss(unravel(f))))(flat)
-    np.testing.assert_allclose(hv, dense @ ravel_pytree(v)[0], rtol=1e-9, atol=1e-10)
-
-
 def test_k_class_readout_is_linear_in_cls_features():
     model = _model(num_classes=3, num_heads=2)
     x = _inputs((4, 5, 6))
@@ -190,3 +148,26 @@ def test_bad_arguments(kwargs, match):
 def test_bad_input_shape():
     with pytest.raises(ValueError, match="inputs"):
         _model(d=4)(jnp.ones((3, 5), F64))
+
+
+def test_quantities_measured_on_weights_and_data():
+    model = _model(num_layers=2, num_heads=3, hidden_dim=4, d=5)
+    x = _inputs((7, 6, 5))
+    _, params = as_pure(model)
+    q = scalar_quantities(params, x, activation_lipschitz=0.5, loss_lipschitz=2.0)
+    assert (q.num_layers, q.num_heads, q.num_classes) == (2, 3, 1)
+    assert (q.num_examples, q.seq_len, q.embed_dim, q.hidden_dim) == (7, 6, 5, 4)
+    rows = np.asarray(x).reshape(-1, 5)
+    assert float(q.input_l2) == pytest.approx(np.linalg.norm(rows, axis=1).max(), rel=1e-12)
+    assert float(q.input_l1) == pytest.approx(np.abs(rows).sum(axis=1).max(), rel=1e-12)
+    for i in range(2):
+        for h in range(3):
+            head = q.heads[i][h]
+            for name in ("w_qk", "w_v", "w_c"):
+                np.testing.assert_array_equal(getattr(head, name), params["layers"][i][name][h])
+    np.testing.assert_array_equal(q.readout[:, 0], params["w"])
+    assert (q.activation_lipschitz, q.loss_lipschitz) == (0.5, 2.0)
+    k_class = scalar_quantities(
+        as_pure(_model(num_classes=4))[1], _inputs((2, 3, 6)), activation_lipschitz=1.0
+    )
+    assert k_class.num_classes == 4
