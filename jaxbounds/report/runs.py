@@ -128,6 +128,8 @@ def scalar_run(
 ) -> Run:
     """Sparse-majority data + a ScalarTransformer trained by Adam with the sizes ``cfg``.
 
+    Parameters are float64 when x64 is enabled, else float32 (the data's default float dtype).
+
     Args:
       key: PRNG key; split into data, init, minibatch order and Monte Carlo keys.
       cfg: the sizes.
@@ -138,7 +140,8 @@ def scalar_run(
     train, test = _scalar_data(k_data, k_test, cfg)
     model = ScalarTransformer(
         cfg.embed_dim, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
-        activation=cfg.activation, rngs=nnx.Rngs(int(jax.random.randint(k_init, (), 0, 2**31 - 1))),
+        activation=cfg.activation, param_dtype=jnp.result_type(float),
+        rngs=nnx.Rngs(int(jax.random.randint(k_init, (), 0, 2**31 - 1))),
     )  # fmt: skip
     apply_fn, init_params = as_pure(model)
 
