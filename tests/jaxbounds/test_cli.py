@@ -5,6 +5,7 @@ import dataclasses
 import io
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -69,3 +70,15 @@ def test_list_and_bad_arguments(capsys):
         with pytest.raises(SystemExit) as err:
             main(argv)
         assert err.value.code == 2
+
+
+def test_readme_api_tour_runs(capsys):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("<!-- section: api-tour -->")[1].split("<!-- /section: api-tour -->")[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "Estimate(mean=11, stderr=0, n=16)" in out
+    assert "tr H (Hutchinson, 30 probes) = " in out
