@@ -121,8 +121,7 @@ def rademacher_section(run: Run, *, sizes: RademacherSizes | None = None) -> lis
             s,
             "Rad_S linear class {<W, X>_F : ||W||_F <= 1} on the inputs",
             lin,
-            note=f"exact sups (dual norm), {cfg.linear_draws} sign vectors; 95% McDiarmid "
-            "interval",
+            note=f"exact sups (dual norm), {cfg.linear_draws} sign vectors; 95% McDiarmid interval",
         )
     )
     jensen = float(tree_norm(flat)) / flat.shape[0]

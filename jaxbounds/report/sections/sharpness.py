@@ -65,7 +65,7 @@ FULL = SharpnessSizes(num_samples=1024, num_probes=256, num_steps=50)
 def _measure(loss_fn: Any, params: Any, key: jax.Array, *, sizes: SharpnessSizes) -> dict:
     keys = jax.random.split(key, 4)
     num, steps = sizes.num_samples, sizes.num_steps
-    return {
+    out = {
         "decomposition": sharpness_decomposition(
             loss_fn, params, keys[0], sigma=SIGMA, num_samples=num, num_probes=sizes.num_probes
         ),
@@ -76,21 +76,13 @@ def _measure(loss_fn: Any, params: Any, key: jax.Array, *, sizes: SharpnessSizes
             perturbation=Perturbation("gaussian", SIGMA, adaptive=True),
             num_samples=num,
         ),
-        "worst_l2": worst_case_sharpness(
-            loss_fn,
-            params,
-            keys[2],
-            perturbation=Perturbation("l2_ball", RADIUS),
-            num_steps=steps,
-        ).value,
-        "worst_adaptive_l2": worst_case_sharpness(
-            loss_fn,
-            params,
-            keys[3],
-            perturbation=Perturbation("l2_ball", RADIUS, adaptive=True),
-            num_steps=steps,
-        ).value,
     }
+    for name, k, adaptive in (("worst_l2", keys[2], False), ("worst_adaptive_l2", keys[3], True)):
+        ball = Perturbation("l2_ball", RADIUS, adaptive=adaptive)
+        out[name] = worst_case_sharpness(
+            loss_fn, params, k, perturbation=ball, num_steps=steps
+        ).value
+    return out
 
 
 def _rows(out: dict, sizes: SharpnessSizes) -> list[Row]:
