@@ -1,10 +1,10 @@
 """The ``jaxbounds`` command (thin: parse flags, call the engine, print, write files).
 
 ``jaxbounds estimate [--model NAME] [--seed N] [--out DIR] [--sections A B ...] [--full]``
-runs :func:`jaxbounds.estimate.run_estimate`, prints the table of
+runs :func:`jaxbounds.report.run_estimate`, prints the table of
 :func:`jaxbounds.report.format_table` on stdout and writes ``DIR/report_<model>.json``
-(default ``jaxbounds_report/``). ``jaxbounds estimate --list`` prints the registered models
-and sections.
+(default ``jaxbounds_report/``). ``jaxbounds estimate --list`` prints the models and sections
+of :mod:`jaxbounds.report.registry`.
 """
 
 from __future__ import annotations
@@ -49,29 +49,27 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _estimate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    import jaxbounds.sections  # noqa: F401  (registers builders and sections)
-    from jaxbounds import estimate
-    from jaxbounds.report import format_table, write_json
+    import jaxbounds.report as report
 
     if args.list:
-        print("models:", ", ".join(estimate.available_models()))
-        for name, _, models in estimate._SECTIONS:
-            print(f"section {name}: models {', '.join(models)}")
+        print("models:", ", ".join(report.model_names()))
+        for section in report.SECTIONS:
+            print(f"section {section.name}: models {', '.join(section.models)}")
         return 0
     sections = None
     if args.sections is not None:
         sections = [s for item in args.sections for s in item.split(",") if s]
-    if args.model not in estimate.available_models():
-        parser.error(f"--model: expected one of {estimate.available_models()}, got {args.model!r}")
-    known = {name for name, _, _ in estimate._SECTIONS}
+    if args.model not in report.model_names():
+        parser.error(f"--model: expected one of {report.model_names()}, got {args.model!r}")
+    known = set(report.section_names())
     if sections is not None and not set(sections) <= known:
         parser.error(f"--sections: unknown {sorted(set(sections) - known)}; known {sorted(known)}")
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    report = estimate.run_estimate(
+    result = report.run_estimate(
         args.model, seed=args.seed, quick=not args.full, sections=sections, log=log
     )
-    print(format_table(report))
-    path = write_json(report, Path(args.out) / f"report_{args.model}.json")
+    print(report.format_table(result))
+    path = report.write_json(result, Path(args.out) / f"report_{args.model}.json")
     print(f"wrote {path}")
     return 0
 

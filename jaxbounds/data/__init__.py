@@ -1,4 +1,4 @@
-"""Data sets of the papers' experiments."""
+"""Data sets of the papers' experiments (and a synthetic stand-in for the digits)."""
 
 from jaxbounds.data.boolean import (
     FourierFunction,
@@ -11,6 +11,7 @@ from jaxbounds.data.boolean import (
 )
 from jaxbounds.data.mnist import load_binary_digits, load_mnist, read_idx, tokenize
 from jaxbounds.data.sparse_majority import positional_encoding, sparse_majority
+from jaxbounds.data.synthetic import synthetic_digits
 
 __all__ = [
     "FourierFunction",
@@ -24,6 +25,7 @@ __all__ = [
     "random_fourier_function",
     "read_idx",
     "sparse_majority",
+    "synthetic_digits",
     "tiling_parities",
     "tokenize",
 ]

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels._checks import check_positive_int
 from kernels.walsh import cube_points, walsh_spectrum
 
 __all__ = [
@@ -127,10 +128,22 @@ class FourierFunction:
         return walsh_spectrum(self.values_on_cube(num_bits))
 
 
-def _check_int(value: int, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
-    return int(value)
+def _distinct_subsets(key: jax.Array, n: int, d: int, w: int) -> tuple[tuple[int, ...], ...]:
+    """``w`` distinct ``d``-subsets of range(n), uniformly without replacement."""
+    total = math.comb(n, d)
+    if total <= 200_000:
+        combos = list(itertools.combinations(range(n), d))
+        picks = np.asarray(jax.random.choice(key, total, (w,), replace=False))
+        return tuple(combos[int(i)] for i in picks)
+    chosen: list[tuple[int, ...]] = []  # rejection sampling of distinct subsets (w << total)
+    i = 0
+    while len(chosen) < w:
+        perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, i), n))
+        cand = tuple(sorted(int(j) for j in perm[:d]))
+        if cand not in chosen:
+            chosen.append(cand)
+        i += 1
+    return tuple(chosen)
 
 
 def random_fourier_function(
@@ -166,9 +179,9 @@ def random_fourier_function(
     Raises:
       ValueError: for sizes out of range or an unknown normalization.
     """
-    n = _check_int(num_bits, "num_bits", 1)
-    d = _check_int(degree, "degree", 1)
-    w = _check_int(sparsity, "sparsity", 1)
+    n = check_positive_int(num_bits, "num_bits", 1)
+    d = check_positive_int(degree, "degree", 1)
+    w = check_positive_int(sparsity, "sparsity", 1)
     if d > n:
         raise ValueError(f"degree: expected <= num_bits={n}, got {d}")
     total = math.comb(n, d)
@@ -177,20 +190,7 @@ def random_fourier_function(
     if normalization not in ("unit_norm", "centred"):
         raise ValueError(f"normalization: expected 'unit_norm' or 'centred', got {normalization!r}")
     k_sub, k_coef = jax.random.split(key)
-    if total <= 200_000:
-        combos = list(itertools.combinations(range(n), d))
-        picks = np.asarray(jax.random.choice(k_sub, total, (w,), replace=False))
-        subsets = tuple(combos[int(i)] for i in picks)
-    else:  # rejection sampling of distinct subsets (w << total here)
-        chosen: list[tuple[int, ...]] = []
-        i = 0
-        while len(chosen) < w:
-            perm = np.asarray(jax.random.permutation(jax.random.fold_in(k_sub, i), n))
-            cand = tuple(sorted(int(j) for j in perm[:d]))
-            if cand not in chosen:
-                chosen.append(cand)
-            i += 1
-        subsets = tuple(chosen)
+    subsets = _distinct_subsets(k_sub, n, d, w)
     z = jnp.abs(jax.random.normal(k_coef, (w,), dtype=jnp.result_type(float)))
     if normalization == "unit_norm":
         c = z / jnp.linalg.norm(z)
@@ -215,8 +215,8 @@ def tiling_parities(num_bits: int, k: int) -> FourierFunction:
     >>> f.subsets, f.coefficients.tolist()
     (((0, 1), (2, 3)), [0.7071067811865475, 0.7071067811865475])
     """
-    n = _check_int(num_bits, "num_bits", 1)
-    k = _check_int(k, "k", 1)
+    n = check_positive_int(num_bits, "num_bits", 1)
+    k = check_positive_int(k, "k", 1)
     if k > n:
         raise ValueError(f"k: expected <= num_bits={n}, got {k}")
     w = n // k
@@ -230,7 +230,7 @@ def even_parity_function(num_bits: int) -> FourierFunction:
     It equals ``1 - parity(x)``; the paper's PARITY task without chain of thought is this
     single degree-T character.
     """
-    n = _check_int(num_bits, "num_bits", 1)
+    n = check_positive_int(num_bits, "num_bits", 1)
     return FourierFunction((tuple(range(n)),), jnp.ones((1,)))
 
 
@@ -297,12 +297,12 @@ def boolean_dataset(
     key: jax.Array | None,
     *,
     num_bits: int,
-    num_samples: int | None = None,
+    num_examples: int | None = None,
 ) -> dict[str, jax.Array]:
     """Inputs and labels ``{"inputs": (m, T) int32, "labels": (m,)}`` of a Fourier function.
 
-    ``num_samples=None`` enumerates all ``2^T`` inputs (index order of
-    :func:`kernels.walsh.cube_points`; ``key`` is unused); otherwise ``num_samples`` uniform
+    ``num_examples=None`` enumerates all ``2^T`` inputs (index order of
+    :func:`kernels.walsh.cube_points`; ``key`` is unused); otherwise ``num_examples`` uniform
     random bit strings are drawn with ``key``.
 
     Raises:
@@ -311,12 +311,12 @@ def boolean_dataset(
     >>> boolean_dataset(tiling_parities(2, 2), None, num_bits=2)["labels"]
     Array([1., 0., 0., 1.], dtype=float64)
     """
-    n = _check_int(num_bits, "num_bits", 1)
-    if num_samples is None:
+    n = check_positive_int(num_bits, "num_bits", 1)
+    if num_examples is None:
         inputs = cube_points(n, jnp.int32)
     else:
-        m = _check_int(num_samples, "num_samples", 1)
+        m = check_positive_int(num_examples, "num_examples", 1)
         if key is None:
-            raise ValueError("key: required when num_samples is given")
+            raise ValueError("key: required when num_examples is given")
         inputs = jax.random.bernoulli(key, 0.5, (m, n)).astype(jnp.int32)
     return {"inputs": inputs, "labels": f(inputs)}

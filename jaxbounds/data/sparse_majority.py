@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels._checks import check_positive_int
+
 __all__ = ["positional_encoding", "sparse_majority"]
 
 CLS_TOKEN = 2
@@ -57,22 +59,37 @@ def positional_encoding(num_positions: int, embed_dim: int, *, dtype: Any = None
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
 def _draw(
-    key: jax.Array, subset: jax.Array, num_samples: int, seq_len: int, embed_dim: int, dtype: Any
+    key: jax.Array, subset: jax.Array, num_examples: int, seq_len: int, embed_dim: int, dtype: Any
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Bits, labels and encoded inputs in one compiled call."""
-    bits = jax.random.bernoulli(key, 0.5, (num_samples, seq_len)).astype(jnp.int32)
+    bits = jax.random.bernoulli(key, 0.5, (num_examples, seq_len)).astype(jnp.int32)
     votes = jnp.sum(bits[:, subset], axis=1)
     labels = (2 * votes > subset.shape[0]).astype(jnp.int32)
-    tokens = jnp.concatenate([jnp.full((num_samples, 1), CLS_TOKEN, jnp.int32), bits], axis=1)
+    tokens = jnp.concatenate([jnp.full((num_examples, 1), CLS_TOKEN, jnp.int32), bits], axis=1)
     onehot = jax.nn.one_hot(tokens, embed_dim, dtype=dtype)
     inputs = onehot + positional_encoding(seq_len + 1, embed_dim, dtype=dtype)[None]
     return inputs, labels, bits
 
 
+def _check_subset(subset: Any, sparsity: int, seq_len: int) -> np.ndarray:
+    """``subset`` sorted, as int64; raise unless it holds ``sparsity`` distinct ints < T."""
+    subset_np = np.sort(np.asarray(subset).astype(np.int64).reshape(-1))
+    if (
+        subset_np.size != sparsity
+        or np.unique(subset_np).size != sparsity
+        or subset_np.min() < 0
+        or subset_np.max() >= seq_len
+    ):
+        raise ValueError(
+            f"subset: expected {sparsity} distinct ints in [0, {seq_len}), got {subset_np}"
+        )
+    return subset_np
+
+
 def sparse_majority(
     key: jax.Array,
     *,
-    num_samples: int,
+    num_examples: int,
     seq_len: int,
     sparsity: int,
     embed_dim: int,
@@ -86,7 +103,7 @@ def sparse_majority(
 
     Args:
       key: PRNG key (subset, then bits).
-      num_samples: n >= 1. Static.
+      num_examples: n >= 1. Static.
       seq_len: T >= 1 bits per sample. Static.
       sparsity: s = |I|, 1 <= s <= T. Static.
       embed_dim: d >= 3 (three orthogonal token embeddings). Static.
@@ -103,19 +120,18 @@ def sparse_majority(
       ValueError: for sizes out of range or a subset of the wrong size / range / with repeats.
 
     >>> import jax
-    >>> data = sparse_majority(jax.random.key(0), num_samples=4, seq_len=5, sparsity=3,
+    >>> data = sparse_majority(jax.random.key(0), num_examples=4, seq_len=5, sparsity=3,
     ...                        embed_dim=8)
     >>> data["inputs"].shape, data["labels"].shape, data["subset"].shape
     ((4, 6, 8), (4,), (3,))
     """
     for name, value, lo in (
-        ("num_samples", num_samples, 1),
+        ("num_examples", num_examples, 1),
         ("seq_len", seq_len, 1),
         ("sparsity", sparsity, 1),
         ("embed_dim", embed_dim, 3),
     ):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < lo:
-            raise ValueError(f"{name}: expected an int >= {lo}, got {value!r}")
+        check_positive_int(value, name, lo)
     if sparsity > seq_len:
         raise ValueError(f"sparsity: expected <= seq_len = {seq_len}, got {sparsity}")
     key_subset, key_bits = jax.random.split(key)
@@ -123,17 +139,8 @@ def sparse_majority(
         # A uniform random s-subset: the s smallest of T i.i.d. uniform scores.
         scores = np.asarray(jax.random.uniform(key_subset, (seq_len,)))
         subset = np.argsort(scores, kind="stable")[:sparsity]
-    subset_np = np.sort(np.asarray(subset).astype(np.int64).reshape(-1))
-    if (
-        subset_np.size != sparsity
-        or np.unique(subset_np).size != sparsity
-        or subset_np.min() < 0
-        or subset_np.max() >= seq_len
-    ):
-        raise ValueError(
-            f"subset: expected {sparsity} distinct ints in [0, {seq_len}), got {subset_np}"
-        )
+    subset_np = _check_subset(subset, sparsity, seq_len)
     dtype = jnp.result_type(float) if dtype is None else dtype
     subset_arr = jnp.asarray(subset_np, dtype=jnp.int32)
-    inputs, labels, bits = _draw(key_bits, subset_arr, num_samples, seq_len, embed_dim, dtype)
+    inputs, labels, bits = _draw(key_bits, subset_arr, num_examples, seq_len, embed_dim, dtype)
     return {"inputs": inputs, "labels": labels, "bits": bits, "subset": subset_arr}

@@ -1,5 +1,5 @@
-"""Reproduced experiments, one module per result."""
+"""The reproductions of ``jaxbounds reproduce``: one module per reproduced paper result.
 
-from jaxbounds.experiments.ntk_regime import NTKRegimeResult, ntk_regime
-
-__all__ = ["NTKRegimeResult", "ntk_regime"]
+Empty for now; the NTK-regime comparison that lived here is
+:func:`jaxbounds.training.ntk_regime.ntk_regime`.
+"""

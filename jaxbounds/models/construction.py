@@ -57,8 +57,9 @@ approximately exact; :func:`jl_width` gives the paper's width $p \ge 4\ln n / (\
 \epsilon^3/3)$ for $n = T+1$ points (Dasgupta & Gupta 2003).
 
 **Norm.** :func:`construction_norm_terms` gives each matrix's squared Frobenius norm;
-:func:`construction_norm_bound` is Theorem 10's $L(\omega, D, T) = 16D^2(D+1) + 8(D+1) + 1 +
-\omega + 4\omega(D+1)\ln^2 T$ [checked: 1303.93 at (10, 2, 20)]. Which terms of this
+:func:`jaxbounds.bounds.pac_bayes.construction_norm_bound` is Theorem 10's
+$L(\omega, D, T) = 16D^2(D+1) + 8(D+1) + 1 + \omega + 4\omega(D+1)\ln^2 T$
+[checked: 1303.93 at (10, 2, 20)]. Which terms of this
 construction are below their term of $L$, and why: ``w_out`` is $16D^2 \cdot \#\{k \le D
 \text{ even}\}$, not $16D^2(D+1)$ (odd grid values have output 0, so zero output weights);
 ``b_in`` is the actual sum of squared offsets, not the paper's $4(D+1)$ (entries up to
@@ -74,6 +75,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -83,14 +85,18 @@ import numpy as np
 from flax import nnx
 
 from jaxbounds.data.boolean import FourierFunction
+from jaxbounds.models.ntk import ntk_diagonal
+from kernels._checks import check_positive_int
+from kernels.norms import tree_norm
 
 __all__ = [
+    "ConstructionQuantities",
     "ConstructionTransformer",
     "construction",
     "construction_error_bound",
-    "construction_norm_bound",
     "construction_norm_paper_terms",
     "construction_norm_terms",
+    "construction_quantities",
     "jl_width",
 ]
 
@@ -155,17 +161,13 @@ class ConstructionTransformer(nnx.Module):
             ("mlp_width", mlp_width, 1),
             ("extra_dims", extra_dims, 0),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
+            check_positive_int(value, name, minimum)
         dtype = jnp.result_type(float) if dtype is None else jnp.dtype(dtype)
         num_pos = seq_len + 1
         if projection_dim is None:
             codes = jnp.eye(num_pos, dtype=dtype)
         else:
-            if isinstance(projection_dim, bool) or not isinstance(projection_dim, int):
-                raise ValueError(f"projection_dim: expected an int >= 1, got {projection_dim!r}")
-            if projection_dim < 1:
-                raise ValueError(f"projection_dim: expected an int >= 1, got {projection_dim!r}")
+            check_positive_int(projection_dim, "projection_dim")
             codes = jax.random.normal(rngs.params(), (num_pos, projection_dim), dtype)
             codes = codes / jnp.sqrt(jnp.asarray(projection_dim, dtype))
         p = codes.shape[1]
@@ -230,8 +232,7 @@ class ConstructionTransformer(nnx.Module):
 def _validate(f: FourierFunction, seq_len: int) -> tuple[int, int, np.ndarray]:
     if not isinstance(f, FourierFunction):
         raise ValueError(f"f: expected a FourierFunction, got {type(f).__name__}")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 2:
-        raise ValueError(f"seq_len: expected an int >= 2, got {seq_len!r}")
+    check_positive_int(seq_len, "seq_len", 2)
     sizes = {len(s) for s in f.subsets}
     if f.sparsity < 1 or len(sizes) != 1 or 0 in sizes:
         raise ValueError(
@@ -300,12 +301,11 @@ def construction(
     >>> bool(jnp.max(jnp.abs(model(x) - f(x))) < 1e-3)
     True
     """
-    omega, degree, c = _validate(f, seq_len)
+    _, degree, _ = _validate(f, seq_len)
     s = _scale(logit_scale, seq_len)
     if projection_dim is not None and key is None:
         raise ValueError("key: required when projection_dim is given")
-    dtype = f.coefficients.dtype
-    width = 4 * (degree + 1)
+    dtype, width = f.coefficients.dtype, 4 * (degree + 1)
 
     def abstract() -> ConstructionTransformer:
         return ConstructionTransformer(
@@ -314,45 +314,43 @@ def construction(
 
     # An abstract module (no random init is computed); every value is set below.
     model = nnx.eval_shape(abstract)
-    num_pos = seq_len + 1
-    p, d = model.bit_index, model.width
+    num_pos, p = seq_len + 1, model.bit_index
     if projection_dim is None:
         codes = np.eye(num_pos)
     else:
         codes = np.asarray(jax.random.normal(key, (num_pos, p), dtype)) / math.sqrt(p)
     model.positions.set_value(jnp.asarray(codes, dtype=dtype))
 
+    weights = _construction_weights(f, codes, s, model.bit_index, model.width, degree)
+    for name, value in weights.items():
+        getattr(model, name).set_value(jnp.asarray(value, dtype=dtype))
+    return model
+
+
+def _construction_weights(
+    f: FourierFunction, codes: np.ndarray, s: float, p: int, d: int, degree: int
+) -> dict[str, np.ndarray]:
+    """Every constructed matrix (module docstring), given the positional ``codes`` (T+1, p)."""
+    num_pos, omega = codes.shape[0], f.sparsity
+    c = np.asarray(f.coefficients, dtype=np.float64)
     m1 = np.zeros((num_pos, num_pos))
     for t, subset in enumerate(f.subsets):
         m1[t, list(subset)] = s
     m2 = np.zeros((num_pos, num_pos))
-    m2[seq_len, :omega] = s + np.log(c)
-
-    w_qk1 = np.zeros((d, d))
-    w_qk1[:p, :p] = codes.T @ m1 @ codes
-    w_qk2 = np.zeros((d, d))
-    w_qk2[:p, :p] = codes.T @ m2 @ codes
-    w_v1 = np.zeros((d, d))
-    w_v1[p, p] = 1.0
-    bias, out = _mlp_grid(degree)
-    w_in = np.zeros((d, bias.size))
-    w_in[p, :] = 1.0
-    w_out = np.zeros((bias.size, d))
-    w_out[:, p + 1] = out
-    w_v2 = np.zeros((d,))
-    w_v2[p + 1] = c.sum()
-
-    for name, value in (
-        ("w_qk1", w_qk1),
-        ("w_v1", w_v1),
-        ("w_in", w_in),
-        ("b_in", bias),
-        ("w_out", w_out),
-        ("w_qk2", w_qk2),
-        ("w_v2", w_v2),
-    ):
-        getattr(model, name).set_value(jnp.asarray(value, dtype=dtype))
-    return model
+    m2[num_pos - 1, :omega] = s + np.log(c)
+    out = {name: np.zeros((d, d)) for name in ("w_qk1", "w_v1", "w_qk2")}
+    out["w_qk1"][:p, :p] = codes.T @ m1 @ codes
+    out["w_v1"][p, p] = 1.0
+    bias, grid = _mlp_grid(degree)
+    out["w_in"] = np.zeros((d, bias.size))
+    out["w_in"][p, :] = 1.0
+    out["b_in"] = bias
+    out["w_out"] = np.zeros((bias.size, d))
+    out["w_out"][:, p + 1] = grid
+    out["w_qk2"][:p, :p] = codes.T @ m2 @ codes
+    out["w_v2"] = np.zeros((d,))
+    out["w_v2"][p + 1] = c.sum()
+    return out
 
 
 def construction_error_bound(
@@ -384,21 +382,6 @@ def construction_error_bound(
     e1 = 0.0 if eps1 <= rho else min(1.0, 2 * degree * (eps1 - rho))
     n2 = z * e + seq_len + 1 - omega
     return (seq_len + 1 - omega) * z / n2 + z * e / n2 * z * e1
-
-
-def construction_norm_bound(sparsity: float, degree: float, seq_len: float) -> float:
-    r"""Theorem 10: $L(\omega, D, T) = 16D^2(D+1) + 8(D+1) + 1 + \omega + 4\omega(D+1)\ln^2 T$.
-
-    The paper's bound on $\|\theta\|_2^2$ of the construction at logit scale $2 \ln T$
-    [checked: 1303.93 at (10, 2, 20)].
-
-    >>> round(construction_norm_bound(10, 2, 20), 2)
-    1303.93
-    """
-    d, w = float(degree), float(sparsity)
-    return (
-        16 * d**2 * (d + 1) + 8 * (d + 1) + 1 + w + 4 * w * (d + 1) * math.log(float(seq_len)) ** 2
-    )
 
 
 def construction_norm_terms(model: ConstructionTransformer) -> dict[str, float]:
@@ -444,3 +427,71 @@ def jl_width(num_points: int, eps: float) -> int:
     if num_points < 2:
         raise ValueError(f"num_points: expected >= 2, got {num_points!r}")
     return math.ceil(4 * math.log(num_points) / (eps**2 / 2 - eps**3 / 3))
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstructionQuantities:
+    r"""What the PAC-Bayes paper's semi-analytic bound takes, measured on one model and data set.
+
+    Built by :func:`construction_quantities`; read by
+    :func:`jaxbounds.bounds.from_model.construction_bounds`.
+
+    Attributes:
+      G_u: $\max_x \|\nabla_\theta f_\theta(x)\|_2^2$ over the data.
+      norm_sq: $\|\theta\|_2^2$.
+      empirical_risk: the training loss the bound is stated for.
+      num_examples: m.
+      sparsity: $\omega$ of the target (None when the target is not a sparse function).
+      degree: $D_f$ of the target (or None).
+      seq_len: T (or None).
+    """
+
+    G_u: jax.Array
+    norm_sq: jax.Array
+    empirical_risk: jax.Array
+    num_examples: int
+    sparsity: int | None = None
+    degree: int | None = None
+    seq_len: int | None = None
+
+
+def construction_quantities(
+    apply_fn: Any,
+    params: Any,
+    inputs: jax.Array,
+    *,
+    empirical_risk: Any,
+    grad_sq: jax.Array | None = None,
+    function: FourierFunction | None = None,
+    seq_len: int | None = None,
+) -> ConstructionQuantities:
+    r"""The :class:`ConstructionQuantities` of ``apply_fn`` at ``params`` on ``inputs``.
+
+    Args:
+      apply_fn: ``(params, inputs) -> (batch,)`` (``as_pure(model)[0]``).
+      params: parameters (pytree).
+      inputs: (m, T) bits (or any (m, ...) inputs).
+      empirical_risk: the training loss at ``params``.
+      grad_sq: the per-example $\|\nabla_\theta f(x)\|^2$ if already computed (else
+        :func:`jaxbounds.models.ntk.ntk_diagonal` computes them).
+      function: the target, for its sparsity and degree (optional).
+      seq_len: T (with ``function``).
+
+    >>> import jax.numpy as jnp
+    >>> x = jnp.array([[1.0, 0.0], [1.0, 2.0]])
+    >>> q = construction_quantities(lambda p, x: x @ p["w"], {"w": jnp.array([3.0, 4.0])}, x,
+    ...                             empirical_risk=0.0)
+    >>> float(q.G_u), float(q.norm_sq), q.num_examples
+    (5.0, 25.0, 2)
+    """
+    if grad_sq is None:
+        grad_sq = jax.jit(lambda p, x: ntk_diagonal(apply_fn, p, x))(params, inputs)
+    return ConstructionQuantities(
+        G_u=jnp.max(grad_sq),
+        norm_sq=tree_norm(params) ** 2,
+        empirical_risk=jnp.asarray(empirical_risk),
+        num_examples=int(inputs.shape[0]),
+        sparsity=None if function is None else function.sparsity,
+        degree=None if function is None else function.degree,
+        seq_len=seq_len,
+    )

@@ -9,9 +9,13 @@ For a scalar-output model $f(\theta; x)$ and parameters $\theta_0$:
   ``tile_size`` examples give $K_{AB} = J_A J_B^\top$ from the two tiles' per-example gradients,
   so memory holds two tiles of Jacobian rows (``2 * tile_size * num_params`` numbers), never all
   $N$ of them; only the tiles $A \le B$ are computed, $K$ is symmetric;
+- its diagonal $K_{aa} = \|\nabla_\theta f(\theta; x_a)\|^2$ alone (:func:`ntk_diagonal`);
 - $\alpha = \sigma_{\min}(F_{pre}^0)$, the smallest singular value of the (N, d_m) matrix of last
   hidden features at initialisation (Lemma 4 / Theorem 5 of the shallow-Transformer GD paper, after
   Wu et al. 2024).
+
+The NTK-regime comparison (the model and its linearisation trained side by side) runs a training
+loop, so it lives one floor up, in :mod:`jaxbounds.training.ntk_regime`.
 
 References:
   Jacot, Gabriel, Hongler 2018, "Neural tangent kernel", arXiv:1806.07572;
@@ -28,42 +32,65 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
+from kernels._checks import check_positive_int
 from kernels.parallel import map_samples
 
-__all__ = ["empirical_ntk", "feature_alpha", "linearize_model", "ntk_min_eigenvalue"]
+__all__ = [
+    "empirical_ntk",
+    "feature_alpha",
+    "linearize_model",
+    "linearized_apply",
+    "ntk_diagonal",
+    "ntk_min_eigenvalue",
+]
+
+
+def linearized_apply(
+    apply_fn: Callable[[Any, Any], jax.Array], params: Any, params0: Any, inputs: Any
+) -> jax.Array:
+    r"""The first-order Taylor model of ``apply_fn`` around ``params0``, evaluated at ``params``.
+
+    $$f^{lin}(\theta; x) = f(\theta_0; x) + J_{\theta_0}(x)(\theta - \theta_0),$$
+
+    exact at $\theta = \theta_0$ and equal to $f$ up to $O(\|\theta - \theta_0\|^2)$. Evaluated with
+    one ``jax.jvp`` (forward mode), so no Jacobian is materialised; it is linear in ``params``.
+    ``params0`` is an argument (not a closure), so inside a compiled training step it stays an
+    input of the program rather than a folded constant.
+
+    Args:
+      apply_fn: ``(params, inputs) -> outputs``; must be traceable.
+      params: where to evaluate (pytree shaped like ``params0``).
+      params0: the expansion point.
+      inputs: the model inputs.
+
+    Returns:
+      Outputs shaped like ``apply_fn(params0, inputs)``.
+
+    >>> import jax.numpy as jnp
+    >>> f = lambda p, x: p["w"] ** 2 * x
+    >>> float(linearized_apply(f, {"w": jnp.array(4.0)}, {"w": jnp.array(3.0)}, jnp.array(1.0)))
+    15.0
+    """
+    delta = jax.tree_util.tree_map(jnp.subtract, params, params0)
+    out, tangent = jax.jvp(lambda p: apply_fn(p, inputs), (params0,), (delta,))
+    return out + tangent
 
 
 def linearize_model(
     apply_fn: Callable[[Any, Any], jax.Array], params0: Any
 ) -> Callable[[Any, Any], jax.Array]:
-    r"""The first-order Taylor model of ``apply_fn`` around ``params0``.
+    r"""The Taylor model of :func:`linearized_apply` as a function ``(params, inputs) -> outputs``.
 
-    $$f^{lin}(\theta; x) = f(\theta_0; x) + J_{\theta_0}(x)(\theta - \theta_0),$$
-
-    exact at $\theta = \theta_0$ and equal to $f$ up to $O(\|\theta - \theta_0\|^2)$. Evaluated with
-    one ``jax.jvp`` (forward mode), so no Jacobian is materialised; it is linear in ``params``
-    and can be trained with the same optimiser as the model.
-
-    Args:
-      apply_fn: ``(params, inputs) -> outputs``; must be traceable.
-      params0: the expansion point (pytree).
-
-    Returns:
-      ``(params, inputs) -> outputs``, same shapes as ``apply_fn``.
+    It can be trained with the same optimiser as the model.
 
     >>> import jax.numpy as jnp
     >>> lin = linearize_model(lambda p, x: p["w"] ** 2 * x, {"w": jnp.array(3.0)})
     >>> float(lin({"w": jnp.array(4.0)}, jnp.array(1.0)))  # 9 + 2*3*(4-3)
     15.0
     """
-
-    def apply_lin(params: Any, inputs: Any) -> jax.Array:
-        delta = jax.tree_util.tree_map(jnp.subtract, params, params0)
-        out, tangent = jax.jvp(lambda p: apply_fn(p, inputs), (params0,), (delta,))
-        return out + tangent
-
-    return apply_lin
+    return lambda params, inputs: linearized_apply(apply_fn, params, params0, inputs)
 
 
 def _per_example_jacobian(apply_fn: Callable, params: Any, tile: jax.Array) -> jax.Array:
@@ -74,6 +101,29 @@ def _per_example_jacobian(apply_fn: Callable, params: Any, tile: jax.Array) -> j
         return jnp.concatenate([jnp.ravel(g) for g in jax.tree_util.tree_leaves(grads)])
 
     return jax.vmap(one)(tile)
+
+
+def _tiles(inputs: jax.Array, tile: int) -> jax.Array:
+    """(num_tiles, tile, ...) examples; the last tile padded with copies of example 0."""
+    num = inputs.shape[0]
+    num_tiles = -(-num // tile)
+    padded = num_tiles * tile
+    if padded > num:  # their rows and columns of the Gram matrix are dropped
+        filler = jnp.repeat(inputs[:1], padded - num, axis=0)
+        inputs = jnp.concatenate([inputs, filler], axis=0)
+    return inputs.reshape((num_tiles, tile, *inputs.shape[1:]))
+
+
+def _assemble_gram(
+    blocks: jax.Array, rows: np.ndarray, cols: np.ndarray, num_tiles: int
+) -> jax.Array:
+    """The symmetric Gram matrix from its upper tile blocks ``K[rows[k], cols[k]] = blocks[k]``."""
+    tile = blocks.shape[-1]
+    gram = jnp.zeros((num_tiles, num_tiles, tile, tile), dtype=blocks.dtype)
+    gram = gram.at[rows, cols].set(blocks)
+    upper = rows < cols
+    gram = gram.at[cols[upper], rows[upper]].set(jnp.swapaxes(blocks[upper], -1, -2))
+    return jnp.swapaxes(gram, 1, 2).reshape((num_tiles * tile, num_tiles * tile))
 
 
 def empirical_ntk(
@@ -120,17 +170,10 @@ def empirical_ntk(
     if jnp.ndim(inputs) < 1:
         raise ValueError(f"inputs: expected an array with a leading example axis, got {inputs!r}")
     num = inputs.shape[0]
-    if tile_size is not None and (
-        not isinstance(tile_size, int) or isinstance(tile_size, bool) or tile_size < 1
-    ):
-        raise ValueError(f"tile_size: expected a positive int or None, got {tile_size!r}")
-    tile = num if tile_size is None else min(tile_size, num)
-    num_tiles = -(-num // tile)
-    padded = num_tiles * tile
-    if padded > num:  # pad with copies of example 0; their rows/columns are dropped
-        filler = jnp.repeat(inputs[:1], padded - num, axis=0)
-        inputs = jnp.concatenate([inputs, filler], axis=0)
-    tiles = inputs.reshape((num_tiles, tile, *inputs.shape[1:]))
+    if tile_size is not None:
+        check_positive_int(tile_size, "tile_size")
+    tiles = _tiles(inputs, num if tile_size is None else min(tile_size, num))
+    num_tiles = tiles.shape[0]
     rows, cols = np.triu_indices(num_tiles)
     pairs = jnp.asarray(np.stack([rows, cols], axis=1), dtype=jnp.int32)
 
@@ -140,12 +183,45 @@ def empirical_ntk(
         return j_a @ j_b.T
 
     blocks = map_samples(block, pairs, chunk_size=1)  # (num_pairs, tile, tile)
-    gram = jnp.zeros((num_tiles, num_tiles, tile, tile), dtype=blocks.dtype)
-    gram = gram.at[rows, cols].set(blocks)
-    upper = rows < cols
-    gram = gram.at[cols[upper], rows[upper]].set(jnp.swapaxes(blocks[upper], -1, -2))
-    gram = jnp.swapaxes(gram, 1, 2).reshape((padded, padded))
-    return gram[:num, :num]
+    return _assemble_gram(blocks, rows, cols, num_tiles)[:num, :num]
+
+
+def ntk_diagonal(
+    apply_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    inputs: jax.Array,
+    *,
+    chunk_size: int = 256,
+) -> jax.Array:
+    r"""Diagonal of the empirical NTK: $K_{aa} = \|\nabla_\theta f(\theta; x_a)\|_2^2$ per example.
+
+    Exact; one per-example gradient each, ``chunk_size`` examples vectorised at a time (memory:
+    ``chunk_size * num_params`` numbers). Its maximum is the $G_u$ of the PAC-Bayes paper's
+    semi-analytic bound, its mean half the Hessian trace of the quadratic loss at an
+    interpolator (Theorem 13). Traceable.
+
+    Args:
+      apply_fn: ``(params, inputs) -> (batch,)`` scalar outputs; called on batches of one.
+      params: parameters (pytree).
+      inputs: (N, ...) examples.
+      chunk_size: examples per vectorised chunk, >= 1. Static.
+
+    Returns:
+      (N,) squared gradient norms.
+
+    >>> import jax.numpy as jnp
+    >>> x = jnp.array([[1.0, 0.0], [1.0, 2.0]])
+    >>> ntk_diagonal(lambda p, x: x @ p["w"], {"w": jnp.zeros(2)}, x)  # ||x_a||^2
+    Array([1., 5.], dtype=float64)
+    """
+    check_positive_int(chunk_size, "chunk_size")
+    flat, unravel = ravel_pytree(params)
+
+    def sq_norm(x: jax.Array) -> jax.Array:
+        g = jax.grad(lambda v: apply_fn(unravel(v), x[None])[0])(flat)
+        return jnp.sum(g**2)
+
+    return jax.lax.map(sq_norm, inputs, batch_size=chunk_size)
 
 
 def ntk_min_eigenvalue(

@@ -16,7 +16,9 @@ from typing import Any
 import jax
 from flax import nnx
 
-__all__ = ["as_pure", "set_params"]
+from kernels._checks import check_positive_int
+
+__all__ = ["apply_in_chunks", "as_pure", "set_params"]
 
 
 def as_pure(model: nnx.Module) -> tuple[Callable[[Any, Any], Any], dict[str, Any]]:
@@ -68,3 +70,27 @@ def set_params(model: nnx.Module, params: dict[str, Any]) -> nnx.Module:
     nnx.replace_by_pure_dict(state, params)
     nnx.update(model, state)
     return model
+
+
+def apply_in_chunks(
+    apply_fn: Callable[[Any, Any], Any], params: Any, inputs: jax.Array, *, chunk_size: int = 4096
+) -> Any:
+    """``apply_fn(params, inputs)`` on a large batch, ``chunk_size`` examples at a time.
+
+    Up to ``chunk_size`` examples are one call; beyond, ``lax.map`` vectorises ``apply_fn`` on
+    single examples over chunks (memory of one chunk). Traceable.
+
+    Args:
+      apply_fn: ``(params, inputs) -> outputs``, batched over the leading axis.
+      params: parameters.
+      inputs: (n, ...) examples.
+      chunk_size: examples per vectorised chunk, >= 1. Static.
+
+    >>> import jax.numpy as jnp
+    >>> apply_in_chunks(lambda p, x: x * p, 2.0, jnp.arange(5.0), chunk_size=2)
+    Array([0., 2., 4., 6., 8.], dtype=float64)
+    """
+    check_positive_int(chunk_size, "chunk_size")
+    if len(inputs) <= chunk_size:
+        return apply_fn(params, inputs)
+    return jax.lax.map(lambda x: apply_fn(params, x), inputs, batch_size=chunk_size)

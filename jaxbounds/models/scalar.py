@@ -27,7 +27,9 @@ key                                  shape              paper
 ===================================  =================  =========================================
 
 :meth:`ScalarTransformer.named_matrices` turns a parameter dict into one 2-D matrix per head
-(``"layer0.head1.W_QK"``, ...) for per-matrix norms.
+(``"layer0.head1.W_QK"``, ...) for per-matrix norms; :func:`scalar_quantities` measures what
+the papers' bounds take (:class:`ScalarQuantities`: the heads' matrices, the readout, the token
+norms of the data and the sizes).
 
 References:
   Trauger & Tewari 2024, arXiv:2310.13088, sections 2.6 and 4;
@@ -36,6 +38,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -43,7 +46,17 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-__all__ = ["ACTIVATIONS", "AttentionLayer", "ScalarTransformer", "project_rows"]
+from kernels._checks import check_positive_int
+
+__all__ = [
+    "ACTIVATIONS",
+    "AttentionHead",
+    "AttentionLayer",
+    "ScalarQuantities",
+    "ScalarTransformer",
+    "project_rows",
+    "scalar_quantities",
+]
 
 #: Built-in activations: name -> (function with sigma(0) = 0, Lipschitz constant L_sigma).
 ACTIVATIONS: dict[str, tuple[Callable[[jax.Array], jax.Array], float]] = {
@@ -189,13 +202,11 @@ class ScalarTransformer(nnx.Module):
             ("num_layers", num_layers),
             ("num_heads", num_heads),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+            check_positive_int(value, name)
         hidden_dim = embed_dim if hidden_dim is None else hidden_dim
-        if isinstance(hidden_dim, bool) or not isinstance(hidden_dim, int) or hidden_dim < 1:
-            raise ValueError(f"hidden_dim: expected an int >= 1, got {hidden_dim!r}")
-        if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 2):
-            raise ValueError(f"num_classes: expected None or an int >= 2, got {num_classes!r}")
+        check_positive_int(hidden_dim, "hidden_dim")
+        if num_classes is not None:
+            check_positive_int(num_classes, "num_classes", 2)
         fn, lip = _resolve_activation(activation, activation_lipschitz)
         self.embed_dim = embed_dim
         self.hidden_dim = hidden_dim
@@ -262,3 +273,107 @@ class ScalarTransformer(nnx.Module):
                 out[f"layer{i}.head{h}.W_c"] = layer["w_c"][h]
         out["w"] = params["w"]
         return out
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionHead:
+    """The three matrices of one head: $W_{QK}$ (d, d), $W_v$ (d, k), $W_c$ (k, d)."""
+
+    w_qk: jax.Array
+    w_v: jax.Array
+    w_c: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalarQuantities:
+    r"""What the bounds of Trauger & Tewari and Edelman et al. take, measured on one model.
+
+    Built by :func:`scalar_quantities`; read by :func:`jaxbounds.bounds.from_model.scalar_bounds`.
+
+    Attributes:
+      heads: ``heads[i][h]`` is head ``h`` of layer ``i``.
+      readout: the readout as a (d, K) matrix of columns (K = 1 for the scalar output).
+      num_examples: m, the number of training sequences.
+      seq_len: T, tokens per sequence (the [CLS] row included).
+      embed_dim: d.
+      hidden_dim: k.
+      input_l2: $B_x = \max_{i,t} \|x_{i,t}\|_2$ over all tokens of the data.
+      input_l1: $\max_{i,t} \|x_{i,t}\|_1$.
+      activation_lipschitz: $L_\sigma$.
+      loss_lipschitz: Lipschitz constant of the loss in the model output.
+    """
+
+    heads: tuple[tuple[AttentionHead, ...], ...]
+    readout: jax.Array
+    num_examples: int
+    seq_len: int
+    embed_dim: int
+    hidden_dim: int
+    input_l2: jax.Array
+    input_l1: jax.Array
+    activation_lipschitz: float
+    loss_lipschitz: float = 1.0
+
+    @property
+    def num_layers(self) -> int:
+        """L."""
+        return len(self.heads)
+
+    @property
+    def num_heads(self) -> int:
+        """H."""
+        return len(self.heads[0])
+
+    @property
+    def num_classes(self) -> int:
+        """K (1 for the scalar output)."""
+        return int(self.readout.shape[1])
+
+
+def scalar_quantities(
+    params: Mapping[str, Any],
+    inputs: jax.Array,
+    *,
+    activation_lipschitz: float,
+    loss_lipschitz: float = 1.0,
+) -> ScalarQuantities:
+    r"""The :class:`ScalarQuantities` of a :class:`ScalarTransformer`'s pure params on ``inputs``.
+
+    Args:
+      params: the pure parameter dict (``as_pure(model)[1]``).
+      inputs: (m, T, d) training sequences.
+      activation_lipschitz: $L_\sigma$ (``model.activation_lipschitz``).
+      loss_lipschitz: Lipschitz constant of the loss in the output (1 for the logistic loss).
+
+    >>> import jax.numpy as jnp
+    >>> from flax import nnx
+    >>> from jaxbounds.models import as_pure
+    >>> _, p = as_pure(ScalarTransformer(3, num_heads=2, rngs=nnx.Rngs(0)))
+    >>> q = scalar_quantities(p, jnp.ones((5, 4, 3)), activation_lipschitz=1.0)
+    >>> q.num_layers, q.num_heads, q.num_examples, q.seq_len, float(q.input_l1)
+    (1, 2, 5, 4, 3.0)
+    """
+    inputs = jnp.asarray(inputs)
+    m, seq_len, d = inputs.shape[-3:]
+    rows = inputs.reshape(-1, d)
+    layers = params["layers"]
+    heads = tuple(
+        tuple(
+            AttentionHead(layers[i]["w_qk"][h], layers[i]["w_v"][h], layers[i]["w_c"][h])
+            for h in range(int(jnp.shape(layers[i]["w_qk"])[0]))
+        )
+        for i in sorted(layers)
+    )
+    w = jnp.asarray(params["w"])
+    return ScalarQuantities(
+        heads=heads,
+        readout=w[:, None] if w.ndim == 1 else w,
+        num_examples=int(m),
+        seq_len=int(seq_len),
+        embed_dim=int(d),
+        hidden_dim=int(heads[0][0].w_v.shape[-1]),
+        input_l2=jnp.max(jnp.linalg.norm(rows, axis=1)),
+        input_l1=jnp.max(jnp.sum(jnp.abs(rows), axis=1)),
+        activation_lipschitz=float(activation_lipschitz),
+        loss_lipschitz=float(loss_lipschitz),
+    )

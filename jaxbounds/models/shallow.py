@@ -20,6 +20,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -27,7 +28,16 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-__all__ = ["PARAM_NAMES", "ShallowTransformer", "shallow_apply", "shallow_features"]
+from kernels._checks import check_positive_int
+
+__all__ = [
+    "PARAM_NAMES",
+    "ShallowQuantities",
+    "ShallowTransformer",
+    "shallow_apply",
+    "shallow_features",
+    "shallow_quantities",
+]
 
 #: Parameter names, in the paper's order theta = {W_Q, W_K, W_V, w_O}.
 PARAM_NAMES = ("W_Q", "W_K", "W_V", "w_O")
@@ -91,8 +101,7 @@ class ShallowTransformer(nnx.Module):
 
     def __init__(self, d: int, d_m: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
         for name, value in (("d", d), ("d_m", d_m)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+            check_positive_int(value, name)
         self.d = d
         self.d_m = d_m
         kq, kk, kv, ko = jax.random.split(rngs.params(), 4)
@@ -119,3 +128,67 @@ class ShallowTransformer(nnx.Module):
                 f"got {inputs.shape}"
             )
         return shallow_apply(self.params_dict(), inputs)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShallowQuantities:
+    r"""What the shallow-Transformer GD bounds (Lemma 1, Lemma 4, Theorem 5) take from a run.
+
+    Built by :func:`shallow_quantities`; read by
+    :func:`jaxbounds.bounds.from_model.shallow_bounds`.
+
+    Attributes:
+      num_examples: N.
+      d_s: tokens per input.
+      d_m: model dimension.
+      input_radius: $R_X = \max_n \|X_n\|_F / \sqrt{d_s}$.
+      init: the initial matrices keyed ``Q, K, V, O``.
+      radii: $R_*$ = the largest distance from initialisation over training, keyed ``Q, K, V, O``.
+      phi0: $\Phi(\theta^0) = \frac12\|f(\theta^0) - s\|^2$, targets $s = 2y - 1 \in \{-1, 1\}$.
+      features0: $F_{pre}^0$, the (N, d_m) last hidden features at initialisation.
+    """
+
+    num_examples: int
+    d_s: int
+    d_m: int
+    input_radius: float
+    init: dict[str, jax.Array]
+    radii: dict[str, float]
+    phi0: float
+    features0: jax.Array
+
+
+def shallow_quantities(
+    params0: Any, inputs: jax.Array, labels: jax.Array, *, radii: dict[str, float]
+) -> ShallowQuantities:
+    r"""The :class:`ShallowQuantities` of a GD run from ``params0`` on ``(inputs, labels)``.
+
+    Args:
+      params0: initial parameters ``{"W_Q", "W_K", "W_V", "w_O"}``.
+      inputs: (N, d_s, d) training inputs.
+      labels: (N,) labels in {0, 1}.
+      radii: max over training of $\|W_t - W_0\|_F$ per parameter, keyed by the names of
+        :data:`PARAM_NAMES` (e.g. ``TrainingRecord.radius``).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from flax import nnx
+    >>> p0 = ShallowTransformer(2, 4, rngs=nnx.Rngs(0)).params_dict()
+    >>> q = shallow_quantities(p0, jnp.ones((3, 4, 2), jnp.float32), jnp.array([0, 1, 1]),
+    ...                        radii=dict.fromkeys(PARAM_NAMES, 0.1))
+    >>> q.num_examples, q.d_s, q.d_m, round(q.input_radius, 6), sorted(q.init)
+    (3, 4, 4, 1.414214, ['K', 'O', 'Q', 'V'])
+    """
+    num, d_s, _ = inputs.shape
+    f0 = shallow_apply(params0, inputs)
+    signs = 2 * labels.astype(f0.dtype) - 1
+    r_x = float(jnp.max(jnp.linalg.norm(inputs.reshape(num, -1), axis=1))) / math.sqrt(d_s)
+    return ShallowQuantities(
+        num_examples=int(num),
+        d_s=int(d_s),
+        d_m=int(params0["W_Q"].shape[0]),
+        input_radius=r_x,
+        init={name[-1]: params0[name] for name in PARAM_NAMES},
+        radii={name[-1]: float(radii[name]) for name in PARAM_NAMES},
+        phi0=float(0.5 * jnp.sum((f0 - signs) ** 2)),
+        features0=shallow_features(params0, inputs),
+    )
