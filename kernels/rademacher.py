@@ -39,7 +39,7 @@ kernel                default memory of one chunk
 ===================== ======= ==================================================================
 rademacher_linear     256     $c\,n\,s$ signs + $c\,d\,s$ products (1 MiB at n = 1024, float32)
 rademacher_finite     256     $c\,n\,s$ signs + $c\,m\,s$ scores + $m\,n\,s$ outputs
-                              ($m$ = ``member_chunk``)
+                              ($m$ = ``member_chunk_size``)
 rademacher_search     8       $c\,R$ copies of the parameters and of one forward/backward pass of
                               ``apply_fn`` on all $n$ examples ($R$ = ``num_restarts``)
 rademacher_exact      4096    $c\,n\,s$ signs + what the sup object needs for $c$ sign vectors
@@ -383,15 +383,15 @@ def linear_sup(
 class FiniteSup:
     r"""Exact sup of a finite class (see :func:`finite_sup`), ``signs[..., n] -> values[...]``.
 
-    $\sup = \max_{j < M}\frac1n\langle\sigma, V_j\rangle$, members visited ``member_chunk`` at a
-    time in a ``lax.fori_loop``.
+    $\sup = \max_{j < M}\frac1n\langle\sigma, V_j\rangle$, members visited
+    ``member_chunk_size`` at a time in a ``lax.fori_loop``.
 
     Attributes:
       batch: the data ``outputs_fn`` reads (leaves).
-      outputs_fn: ``(indices[member_chunk], batch) -> [member_chunk, n]`` outputs. Static (keyed
-        by identity).
+      outputs_fn: ``(indices[member_chunk_size], batch) -> [member_chunk_size, n]`` outputs.
+        Static (keyed by identity).
       num_members: M. Static.
-      member_chunk: members per block. Static.
+      member_chunk_size: members per block. Static.
       num_examples: n. Static.
       dtype: dtype of the outputs. Static.
     """
@@ -399,21 +399,21 @@ class FiniteSup:
     batch: Any
     outputs_fn: Callable[[jax.Array, Any], jax.Array] = dataclasses.field(metadata={"static": True})
     num_members: int = dataclasses.field(metadata={"static": True})
-    member_chunk: int = dataclasses.field(metadata={"static": True})
+    member_chunk_size: int = dataclasses.field(metadata={"static": True})
     num_examples: int = dataclasses.field(metadata={"static": True})
     dtype: Any = dataclasses.field(metadata={"static": True})
 
     @property
     def num_blocks(self) -> int:
         """Number of member blocks."""
-        return -(-self.num_members // self.member_chunk)
+        return -(-self.num_members // self.member_chunk_size)
 
     def block(self, b: Any) -> tuple[jax.Array, jax.Array]:
-        """Outputs ``[member_chunk, n]`` of block ``b`` and which rows are real members.
+        """Outputs ``[member_chunk_size, n]`` of block ``b`` and which rows are real members.
 
         Indices past ``M - 1`` (last block) are clamped to ``M - 1`` and marked invalid.
         """
-        idx = b * self.member_chunk + jnp.arange(self.member_chunk, dtype=jnp.int32)
+        idx = b * self.member_chunk_size + jnp.arange(self.member_chunk_size, dtype=jnp.int32)
         vals = self.outputs_fn(jnp.minimum(idx, self.num_members - 1), self.batch)
         return vals, idx < self.num_members
 
@@ -450,7 +450,7 @@ def _finite_sup(
     outputs_fn: Callable[[jax.Array, Any], jax.Array],
     batch: Any,
     num_members: Any,
-    member_chunk: Any,
+    member_chunk_size: Any,
 ) -> tuple[FiniteSup, jax.Array]:
     """The sup object and the outputs of block 0 (computed once; they fix n and the dtype)."""
     if num_members is None:
@@ -458,8 +458,8 @@ def _finite_sup(
         if num_members is None:
             raise ValueError("num_members: required unless outputs_fn has a num_members attribute")
     m = check_positive_int(num_members, "num_members")
-    mc = min(m, 1024) if member_chunk is None else member_chunk
-    mc = min(check_positive_int(mc, "member_chunk"), m)
+    mc = min(m, 1024) if member_chunk_size is None else member_chunk_size
+    mc = min(check_positive_int(mc, "member_chunk_size"), m)
     if jax.tree_util.tree_leaves(batch):
         _check_float_tree(batch, "batch", allow_int=True)
     first = outputs_fn(jnp.arange(mc, dtype=jnp.int32), batch)
@@ -473,7 +473,7 @@ def _finite_sup(
         batch=batch,
         outputs_fn=outputs_fn,
         num_members=m,
-        member_chunk=mc,
+        member_chunk_size=mc,
         num_examples=int(shape[1]),
         dtype=dtype,
     )
@@ -485,36 +485,38 @@ def finite_sup(
     batch: Any,
     *,
     num_members: int | None = None,
-    member_chunk: int | None = None,
+    member_chunk_size: int | None = None,
 ) -> FiniteSup:
     r"""Exact sup object of a finite class, ``signs[..., n] -> values[...]``.
 
     $\sup = \max_{j < M} \frac1n \langle \sigma, V_j\rangle$ where ``outputs_fn(indices, batch)``
     returns the member outputs $V_j = (f_j(x_1), \dots, f_j(x_n))$ for an int32 index vector of
-    length ``member_chunk``. Members are visited ``member_chunk`` at a time, so memory holds
-    ``c x member_chunk`` scores and ``member_chunk x n`` outputs, never the whole output matrix.
+    length ``member_chunk_size``. Members are visited ``member_chunk_size`` at a time, so memory
+    holds ``c x member_chunk_size`` scores and ``member_chunk_size x n`` outputs, never the whole
+    output matrix.
     This evaluates ``outputs_fn`` once on the first block to learn n and the dtype.
 
     Args:
-      outputs_fn: ``(int32 indices[member_chunk], batch) -> [member_chunk, n]`` float32/float64
-        outputs; traceable. Keyed by identity when compiled: pass data through ``batch``.
+      outputs_fn: ``(int32 indices[member_chunk_size], batch) -> [member_chunk_size, n]``
+        float32/float64 outputs; traceable. Keyed by identity when compiled: pass data through
+        ``batch``.
       batch: the data ``outputs_fn`` reads (any pytree, ``None`` for none).
       num_members: M (default ``outputs_fn.num_members``). Static.
-      member_chunk: members per block (default min(M, 1024)). Static.
+      member_chunk_size: members per block (default min(M, 1024)). Static.
 
     Returns:
       :class:`FiniteSup`; its ``bound`` is $b = \max_{j,i}|V_{ji}|$ (one more pass).
 
     Raises:
       ValueError: on bad counts, non-finite or half-precision data, or if ``outputs_fn`` does
-        not return ``[member_chunk, n]`` float outputs.
+        not return ``[member_chunk_size, n]`` float outputs.
 
     >>> import jax.numpy as jnp
     >>> sup = finite_sup(lambda i, v: v[i], jnp.array([[1.0, 0.0], [0.0, 1.0]]), num_members=2)
     >>> float(sup(jnp.array([1.0, -1.0]))), float(sup.bound)
     (0.5, 1.0)
     """
-    return _finite_sup(outputs_fn, batch, num_members, member_chunk)[0]
+    return _finite_sup(outputs_fn, batch, num_members, member_chunk_size)[0]
 
 
 # --------------------------------------------------------------------------- search
@@ -884,7 +886,7 @@ def rademacher_finite(
     *,
     num_draws: int,
     num_members: int | None = None,
-    member_chunk: int | None = None,
+    member_chunk_size: int | None = None,
     chunk_size: int | None = 256,
     delta: float | None = 0.05,
 ) -> Estimate:
@@ -892,21 +894,21 @@ def rademacher_finite(
 
     $$\widehat{\mathrm{Rad}} = \frac1K\sum_k \max_{j<M}\frac1n\langle\sigma^{(k)}, V_j\rangle,$$
     unbiased for $\mathrm{Rad}_S$, with $V_j$ = ``outputs_fn(indices, batch)[row]`` produced on
-    demand ``member_chunk`` members at a time, so a class of $10^6$ members never needs its output
-    matrix in memory (see :func:`finite_sup`). ``outputs_fn`` is traced three times on a first
-    call (the first block, the bound pass, the sup pass) plus once by the Monte Carlo driver.
+    demand ``member_chunk_size`` members at a time, so a class of $10^6$ members never needs its
+    output matrix in memory (see :func:`finite_sup`). ``outputs_fn`` is traced three times on a
+    first call (the first block, the bound pass, the sup pass) plus once by the Monte Carlo driver.
 
     Args:
-      outputs_fn: ``(int32 indices[member_chunk], batch) -> [member_chunk, n]`` member outputs
-        (a plain function, keyed by identity, or a registered pytree callable such as
+      outputs_fn: ``(int32 indices[member_chunk_size], batch) -> [member_chunk_size, n]`` member
+        outputs (a plain function, keyed by identity, or a registered pytree callable such as
         :func:`kernels.maurey.wqk_cover_outputs`, whose arrays are dynamic).
       batch: the data ``outputs_fn`` reads (any pytree, ``None`` for none).
       key: PRNG key.
       num_draws: K >= 2. Static.
       num_members: M (default ``outputs_fn.num_members``). Static.
-      member_chunk: members per block (default min(M, 1024)). Static.
-      chunk_size: sign vectors per chunk (memory ``chunk_size * (n + member_chunk) * itemsize``
-        plus ``member_chunk * n`` outputs); None for one at a time. Does not change the draws.
+      member_chunk_size: members per block (default min(M, 1024)). Static.
+      chunk_size: sign vectors per chunk (memory ``chunk_size * (n + member_chunk_size) * itemsize``
+        plus ``member_chunk_size * n`` outputs); None for one at a time. Does not change the draws.
       delta: confidence of the McDiarmid interval (b = max |V|), None for none.
 
     Returns:
@@ -923,7 +925,7 @@ def rademacher_finite(
     1.0
     """
     num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
-    sup, first = _finite_sup(outputs_fn, batch, num_members, member_chunk)
+    sup, first = _finite_sup(outputs_fn, batch, num_members, member_chunk_size)
     kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, name="outputs_fn")
     return _exact_sup_estimate(sup, key, lambda: sup.bound_from(first), **kw)
 

@@ -299,12 +299,12 @@ def test_finite_matches_enumeration_and_chunks():
     rng = np.random.default_rng(5)
     v = jnp.asarray(rng.normal(size=(53, 10)))
     exact = np.mean(np.max(all_signs(10) @ np.asarray(v).T, axis=1)) / 10
-    got = rad.rademacher_exact(rad.finite_sup(take_rows, v, num_members=53, member_chunk=8))
+    got = rad.rademacher_exact(rad.finite_sup(take_rows, v, num_members=53, member_chunk_size=8))
     np.testing.assert_allclose(got.mean, exact, rtol=1e-12)
     kw = dict(num_draws=1500, num_members=53)
-    a = rad.rademacher_finite(take_rows, v, KEY, member_chunk=8, chunk_size=100, **kw)
+    a = rad.rademacher_finite(take_rows, v, KEY, member_chunk_size=8, chunk_size=100, **kw)
     b = rad.rademacher_finite(take_rows, v, KEY, **kw)
-    c = rad.rademacher_finite(take_rows, v, KEY, member_chunk=53, chunk_size=None, **kw)
+    c = rad.rademacher_finite(take_rows, v, KEY, member_chunk_size=53, chunk_size=None, **kw)
     np.testing.assert_allclose(a.mean, b.mean, rtol=1e-12)
     np.testing.assert_allclose(c.mean, b.mean, rtol=1e-12)
     assert abs(float(a.mean) - exact) <= 5 * float(a.stderr)
@@ -324,7 +324,7 @@ def test_finite_large_class_on_demand():
         return jnp.cos((idx[:, None] + 1).astype(xs.dtype) * xs[None, :])
 
     est = rad.rademacher_finite(
-        cosines, x, KEY, num_draws=8, num_members=m, member_chunk=4096, delta=None
+        cosines, x, KEY, num_draws=8, num_members=m, member_chunk_size=4096, delta=None
     )
     s = np.asarray(rad.sign_vectors(KEY, num_draws=8, num_examples=n, dtype=jnp.float64))
     best = np.full(8, -np.inf)
@@ -543,7 +543,7 @@ def test_compile_once_finite():
     rng = np.random.default_rng(11)
     v1, v2 = (jnp.asarray(rng.normal(size=(20, 6))) for _ in range(2))
     fn = TraceCounter(take_rows)
-    kw = dict(num_draws=6, num_members=20, member_chunk=8, chunk_size=4)
+    kw = dict(num_draws=6, num_members=20, member_chunk_size=8, chunk_size=4)
     rad.rademacher_finite(fn, v1, KEY, **kw)
     # outputs of the first block (n, dtype), the bound pass, one shared trace of the sup pass
     assert fn.count <= 3

@@ -43,7 +43,7 @@ SCRIPT = textwrap.dedent(
     out["linear_f32_jit"] = [float(e.mean), float(e.stderr)]
     v = jnp.asarray(rng.normal(size=(23, 50)))
     e = rad.rademacher_finite(lambda i, b: b[i], v, key, num_draws=21, num_members=23,
-                              member_chunk=5, chunk_size=4)
+                              member_chunk_size=5, chunk_size=4)
     out["finite"] = [float(e.mean), float(e.stderr), float(e.upper)]
     e = rad.rademacher_search(lambda w, xs: jnp.tanh(xs @ w), jnp.full(6, 0.1), x, key,
                               project=lambda w: norms.project_lp_ball(w, p=2, radius=1.0),

@@ -1,0 +1,120 @@
+"""The README glossary is the law for public names: a mechanical walk of the public signatures."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pathlib
+import pkgutil
+import re
+
+import pytest
+
+import jaxbounds.bounds
+import kernels
+
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+COUNT = re.compile(r"^(num_\w+|\w*chunk\w*)$")
+RETIRED = {
+    "num_points",
+    "num_iterations",
+    "Sigma",
+    "num_perturbations",
+    "draw_chunk",
+    "member_chunk",
+}
+# Words that mark a data size, and words that mark a Monte Carlo count, in an Args entry.
+DATA_WORDS = re.compile(r"\b(data|dataset|examples?|training (set|points)|inputs?)\b", re.I)
+MC_WORDS = re.compile(r"\b(Monte Carlo|probes?|draws?|perturbations?)\b", re.I)
+
+
+def glossary() -> set[str]:
+    text = README.read_text()
+    section = text.split("<!-- section: glossary -->", 1)[1].split("\n## ", 2)[1]
+    names: set[str] = set()
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            names.update(re.findall(r"`(\w+)`", line.split("|")[1]))
+    return names
+
+
+def public_functions() -> list[tuple[str, object]]:
+    found = [(f"kernels.{n}", getattr(kernels, n)) for n in kernels.__all__]
+    for info in pkgutil.iter_modules(jaxbounds.bounds.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"jaxbounds.bounds.{info.name}")
+        for n in getattr(module, "__all__", []):
+            found.append((f"{module.__name__}.{n}", getattr(module, n)))
+    return [(name, obj) for name, obj in found if callable(obj)]
+
+
+def signature(obj: object) -> inspect.Signature | None:
+    try:
+        return inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
+
+
+def args_doc(obj: object) -> dict[str, str]:
+    """Map each argument of a Google-style ``Args:`` section to its text."""
+    doc = inspect.getdoc(obj) or ""
+    if "Args:" not in doc:
+        return {}
+    body = doc.split("Args:", 1)[1]
+    body = re.split(r"\n(?:Returns|Raises|Yields|References|Examples?|Attributes):", body)[0]
+    entries: dict[str, str] = {}
+    current = None
+    for line in body.splitlines():
+        match = re.match(r"^\s{2}(\w+)(?: \(.*?\))?:\s*(.*)$", line)
+        if match:
+            current = match.group(1)
+            entries[current] = match.group(2)
+        elif current:
+            entries[current] += " " + line.strip()
+    return entries
+
+
+FUNCTIONS = public_functions()
+
+
+def test_glossary_table_is_in_the_readme():
+    names = glossary()
+    assert {"num_examples", "num_samples", "num_steps", "num_grid", "chunk_size"} <= names
+
+
+@pytest.mark.parametrize(("name", "obj"), FUNCTIONS, ids=[n for n, _ in FUNCTIONS])
+def test_public_names_follow_the_glossary(name, obj):
+    sig = signature(obj)
+    if sig is None:
+        return
+    allowed = glossary()
+    docs = args_doc(obj)
+    for param in sig.parameters.values():
+        assert param.name not in RETIRED, f"{name}: retired name {param.name!r}"
+        if COUNT.match(param.name):
+            assert param.name in allowed, f"{name}: {param.name!r} is not in the README glossary"
+        text = docs.get(param.name, "")
+        if param.name == "num_samples":
+            assert not DATA_WORDS.search(text), f"{name}: num_samples documented as a data size"
+        if param.name == "num_examples":
+            assert not MC_WORDS.search(text), f"{name}: num_examples documented as a MC count"
+        if param.name == "chunk_size":
+            default = param.default
+            assert default in (None, inspect.Parameter.empty) or (
+                isinstance(default, int) and default >= 1
+            ), name
+        if param.name == "perturbation":
+            assert "Perturbation" in str(param.annotation), f"{name}: perturbation must be a spec"
+
+
+@pytest.mark.parametrize(("name", "obj"), FUNCTIONS, ids=[n for n, _ in FUNCTIONS])
+def test_no_bare_tuple_results(name, obj):
+    sig = signature(obj)
+    if sig is None:
+        return
+    annotation = str(sig.return_annotation)
+    assert not annotation.startswith(("tuple", "Tuple")), f"{name} returns a bare tuple"
+    assert not any(
+        not k.startswith("_") for k in getattr(obj, "__dict__", {}) if k not in ("__wrapped__",)
+    ) or inspect.isclass(obj), f"{name} carries ad-hoc attributes {sorted(vars(obj))}"
