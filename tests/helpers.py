@@ -36,7 +36,8 @@ class _Collect(logging.Handler):
 def count_compiles() -> Iterator[list[str]]:
     """Collect the messages of every XLA compilation inside the block (``jax.log_compiles``)."""
     handler = _Collect()
-    loggers = [logging.getLogger(name) for name in ("jax._src.dispatch", "jax._src.interpreters.pxla", "jax")]
+    names = ("jax._src.dispatch", "jax._src.interpreters.pxla", "jax")
+    loggers = [logging.getLogger(name) for name in names]
     for logger in loggers:
         logger.addHandler(handler)
     try:
