@@ -445,6 +445,33 @@ def test_sigterm_during_the_build_writes_nothing(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["report_toy.json"]
 
 
+def _read_until(proc, text):
+    """Read the process's stderr line by line until a line holds ``text``; return the lines."""
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if text in line:
+            return lines
+    raise AssertionError(f"{text!r} never came: {lines}")
+
+
+def test_a_second_sigint_stops_at_once(tmp_path):
+    out = tmp_path / "out"
+    partial = out / "report_toy.partial.json"
+    proc = _spawn(tmp_path, ["estimate", "--model", "toy", "--out", str(out)], TOY_DELAY="6")
+    _read_until(proc, "[jaxbounds] second ...")  # the first section is saved, the second runs
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert time.monotonic() - start < 4  # did not wait for the section (6 s) to finish
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert f"stopped at once by a second SIGINT; 1 finished sections are in {partial}" in stderr
+    assert _strict_json(partial)["sections_done"] == ["first"]
+
+
 def test_signal_handlers_are_restored(toy, tmp_path):
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     assert main(["estimate", "--model", "toy", "--out", str(tmp_path), "--quiet"]) == 0
