@@ -382,7 +382,7 @@ def _estimate(args: argparse.Namespace) -> int:
         def save(part: Any) -> None:
             with stop.writing():
                 report.write_json(part, partial)
-            stop.saved = f"{len(part.sections_done)} finished sections are in {partial}"
+            stop.saved = f"finished sections ({len(part.sections_done)}) are in {partial}"
 
         show = args.progress or (not args.quiet and sys.stderr.isatty())
         with _progress_shown(show):
