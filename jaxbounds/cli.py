@@ -378,6 +378,8 @@ def _estimate(args: argparse.Namespace) -> int:
         path, partial = _output_paths(args)
         say = (lambda _msg: None) if args.quiet else _err
         resume = _saved_partial(partial, config, args, say)
+        if resume is not None:
+            stop.saved = f"finished sections ({len(resume.sections_done or [])}) are in {partial}"
 
         def save(part: Any) -> None:
             with stop.writing():
