@@ -1,40 +1,113 @@
-"""The ``jaxbounds`` command (thin: parse flags, call the engine, print, write files).
+r"""The ``jaxbounds`` command (thin: parse flags, call the engine, print, write files).
 
-``jaxbounds estimate [--model NAME] [--seed N] [--out DIR] [--sections A B ...] [--full]``
-runs :func:`jaxbounds.report.run_estimate`, prints the table of
-:func:`jaxbounds.report.format_table` on stdout and writes ``DIR/report_<model>.json``
-(default ``jaxbounds_report/``). ``jaxbounds estimate --list`` prints the models and sections
-of :mod:`jaxbounds.report.registry`.
+``jaxbounds estimate [--model NAME] [--seed N] [--out DIR | --json FILE] [--sections A B ...]
+[--full] [--quiet | --progress] [--resume | --fresh] [--debug]`` runs
+:func:`jaxbounds.report.run_estimate`, prints the table of
+:func:`jaxbounds.report.format_table` on stdout and writes the report as JSON to
+``DIR/report_<model>.json`` (default ``jaxbounds_report/``) or ``FILE``. ``--list`` prints the
+models and sections of :mod:`jaxbounds.report.registry`.
+
+``jaxbounds reproduce NAME [--scale smoke|cpu|paper] [--out DIR] [--seeds N] [--from DIR] ...``
+runs a paper's experiment with :func:`jaxbounds.experiments.runner.run_experiment`;
+``jaxbounds reproduce --list`` lists them. ``jaxbounds --version`` prints the version.
+
+What the command guarantees (``estimate``):
+
+- Every check that can fail runs before any work: the model, the sections (a selection that
+  selects nothing, such as ``--sections ,`` or ``--model construction --sections training``, is
+  an error), the seed (an integer in ``[0, 2**32)``) and the output place (``--out`` must be a
+  directory that can be created and written in; ``--json`` a file, not a directory, in an
+  existing writable directory). Usage errors exit with status 2 and one line on stderr.
+- The JSON report is standard JSON (no ``NaN``/``Infinity`` tokens: a non-finite number is
+  ``null`` and its row names it in ``"nonfinite"``; see :mod:`jaxbounds.report.render`), and
+  every file is written atomically (temporary file in the same directory, fsync, rename): a crash
+  or a full disk never leaves a truncated or missing report where a good one was.
+- SIGINT (Ctrl-C) or SIGTERM stop the job between two steps (the build, each section), never
+  inside XLA: the handlers only set a flag, and the default handlers are restored on exit. A
+  second signal stops at once. Each finished section is saved as it finishes in
+  ``<report>.partial.json``, marked ``"complete": false`` (the earlier complete report is left
+  as it was); the command exits with 130 (SIGINT) or 143 (SIGTERM) and one line on stderr, no
+  traceback. Running the same command again resumes from the partial report (by default when
+  the job matches: model, seed, scale, sections and package version; ``--resume`` insists,
+  ``--fresh`` starts over), skipping the finished sections, and ends with the same numbers as an
+  uninterrupted run.
+- Progress bars go to stderr only when it is a terminal (``--progress`` forces them, ``--quiet``
+  silences every progress message), so redirected output has no ``\r`` lines.
+- Errors from bad data (:class:`jaxbounds.data.mnist.DataError`, other ``ValueError`` and
+  ``OSError``) print one line and exit with status 1; ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
+
+from jaxbounds import __version__
 
 __all__ = ["main"]
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="jaxbounds",
-        description="Measure curvature, sharpness, Rademacher complexity and generalization "
-        "bounds of Transformers.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+
+class _UsageError(Exception):
+    """A bad option found before any work: one line, exit status 2."""
+
+
+def _seed(text: str) -> int:
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= seed < 2**32:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32), got {text}")
+    return seed
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return value
+
+
+def _estimate_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     est = commands.add_parser(
         "estimate",
+        parents=[common],
         help="train (or build) a model on its default data and report every estimate",
         description="Build the model's default data and weights, run every report section "
         "that applies to it, print the table and write it as JSON.",
     )
     est.add_argument("--model", default="scalar", help="registered model (default: scalar)")
-    est.add_argument("--seed", type=int, default=0, help="seed of every random choice")
+    est.add_argument(
+        "--seed", type=_seed, default=0, help="seed of every random choice, in [0, 2**32)"
+    )
     est.add_argument(
         "--out", default="jaxbounds_report", help="output directory (default: jaxbounds_report)"
     )
+    est.add_argument("--json", metavar="FILE", help="write the JSON report here instead")
     est.add_argument(
         "--sections",
         nargs="+",
@@ -43,34 +116,336 @@ def _parser() -> argparse.ArgumentParser:
         help="only these sections (space or comma separated; default: all that apply)",
     )
     est.add_argument("--full", action="store_true", help="the paper-sized run (slow on CPU)")
-    est.add_argument("--quiet", action="store_true", help="no progress messages")
+    shown = est.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="no progress messages at all")
+    shown.add_argument(
+        "--progress", action="store_true", help="progress bars on stderr even if not a terminal"
+    )
+    again = est.add_mutually_exclusive_group()
+    again.add_argument(
+        "--resume", action="store_true", help="resume an interrupted run (error if there is none)"
+    )
+    again.add_argument(
+        "--fresh", action="store_true", help="start over, ignoring an interrupted run's report"
+    )
     est.add_argument("--list", action="store_true", help="list models and sections, then exit")
+
+
+def _reproduce_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    rep = commands.add_parser(
+        "reproduce",
+        parents=[common],
+        help="rerun a paper's experiment (resumable; tables, figures, report.md)",
+        description="Run the units of an experiment that are not finished yet, then write "
+        "results.csv, summary.json, the figures and report.md under DIR/NAME.",
+    )
+    rep.add_argument("name", nargs="?", metavar="NAME", help="the experiment (see --list)")
+    rep.add_argument("--list", action="store_true", help="list the experiments, then exit")
+    rep.add_argument(
+        "--scale", choices=("smoke", "cpu", "paper"), default=None, help="sizes (default: cpu)"
+    )
+    rep.add_argument("--out", default=None, metavar="DIR", help="output root (default: "
+                     "jaxbounds_reproduce, or the --from run)")  # fmt: skip
+    rep.add_argument("--seeds", type=_positive_int, default=None, metavar="N", help="seeds 0..N-1")
+    rep.add_argument("--jobs", type=_positive_int, default=1, metavar="N", help="local jobs")
+    rep.add_argument(
+        "--from", dest="from_dir", default=None, metavar="DIR",
+        help="re-render tables and figures from the finished units under DIR, running nothing",
+    )  # fmt: skip
+    rep.add_argument("--process-index", type=_nonnegative_int, default=0, metavar="I")
+    rep.add_argument("--process-count", type=_positive_int, default=1, metavar="N")
+    shown = rep.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="no progress messages")
+    shown.add_argument("--progress", action="store_true", help="progress bar even if no terminal")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jaxbounds",
+        description="Measure curvature, sharpness, Rademacher complexity and generalization "
+        "bounds of Transformers.",
+    )
+    parser.add_argument("--version", action="version", version=f"jaxbounds {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    commands = parser.add_subparsers(dest="command", required=True)
+    _estimate_parser(commands, common)
+    _reproduce_parser(commands, common)
     return parser
 
 
-def _estimate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    import jaxbounds.report as report
+def _err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class _StopOnSignal:
+    """SIGINT/SIGTERM set a flag (checked between steps); a second one exits at once.
+
+    The handlers never raise, so no exception is thrown into a JAX callback or a compilation
+    (a ``KeyboardInterrupt`` there is what used to end in a traceback and, on interpreter
+    shutdown with XLA work in flight, a segmentation fault). A signal whose disposition is
+    ``SIG_IGN`` (a background job) stays ignored. The previous handlers come back on exit.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.saved = "nothing was saved"
+        self._previous: dict[int, Any] = {}
+        self._writing = 0
+        self._hard: int | None = None
+
+    def __enter__(self) -> _StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for signum in _SIGNALS:
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def requested(self) -> bool:
+        """Whether a signal asked the job to stop."""
+        return self.signum is not None
+
+    def _handle(self, signum: int, frame: object) -> None:
+        del frame
+        if self.signum is None:
+            self.signum = signum
+            if sys.stderr.isatty():
+                _err(f"\njaxbounds: {signal.Signals(signum).name}: stopping after the current "
+                     "step (send it again to stop at once)")  # fmt: skip
+            return
+        if self._writing:
+            self._hard = signum
+            return
+        self._exit_now(signum)
+
+    def _exit_now(self, signum: int) -> None:
+        _err(f"jaxbounds: stopped at once by a second {signal.Signals(signum).name}; "
+             f"{self.saved}")  # fmt: skip
+        os._exit(128 + signum)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold a second signal's immediate exit until a file is written."""
+        self._writing += 1
+        try:
+            yield
+        finally:
+            self._writing -= 1
+        if not self._writing and self._hard is not None:
+            self._exit_now(self._hard)
+
+
+class _NoBars:
+    r"""A text stream that drops progress-bar redraws (writes starting with ``\r``).
+
+    The training loops draw their bar as ``\r``-led writes closed by a lone ``"\n"``; both are
+    dropped, everything else passes through.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._in_bar = False
+
+    def write(self, text: str) -> int:
+        if text.startswith("\r"):
+            self._in_bar = True
+            return len(text)
+        if self._in_bar and text == "\n":
+            self._in_bar = False
+            return len(text)
+        self._in_bar = False
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _progress_shown(show: bool) -> Iterator[None]:
+    if show:
+        yield
+        return
+    saved, sys.stderr = sys.stderr, _NoBars(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stderr = saved
+
+
+def _split_sections(items: Sequence[str] | None) -> list[str] | None:
+    if items is None:
+        return None
+    return [s.strip() for item in items for s in item.split(",") if s.strip()]
+
+
+def _partial_path(path: Path) -> Path:
+    """``report_x.json`` -> ``report_x.partial.json``."""
+    return path.with_name(f"{path.stem}.partial{path.suffix or '.json'}")
+
+
+def _check_writable_dir(directory: Path, flag: str) -> None:
+    try:
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".jaxbounds-probe.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise _UsageError(f"{flag}: cannot write in {directory} ({err.strerror or err})") from err
+
+
+def _output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The report and partial-report paths, checked (and ``--out`` created) before any work."""
+    if args.json is not None:
+        path, flag = Path(args.json), "--json"
+        directory = path.parent
+        if not directory.is_dir():
+            what = "is not a directory" if directory.exists() else "does not exist"
+            raise _UsageError(f"--json {path}: the directory {directory} {what}")
+    else:
+        directory, flag = Path(args.out), "--out"
+        if directory.exists() and not directory.is_dir():
+            raise _UsageError(f"--out {directory}: exists and is not a directory")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise _UsageError(
+                f"--out {directory}: cannot create the directory ({err.strerror or err})"
+            ) from err
+        path = directory / f"report_{args.model}.json"
+    for target in (path, _partial_path(path)):
+        if target.exists() and not target.is_file():
+            raise _UsageError(f"{flag}: {target} exists and is not a regular file")
+    _check_writable_dir(directory, flag)
+    return path, _partial_path(path)
+
+
+def _saved_partial(path: Path, config: Any, args: argparse.Namespace, say: Callable) -> Any:
+    """The partial report to resume from, or None; ``--resume`` without one is an error."""
+    from jaxbounds.report.rows import Report
+
+    if args.fresh:
+        return None
+    problem = None
+    if not path.exists():
+        problem = f"no interrupted run's report at {path}"
+    else:
+        try:
+            report = Report.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as err:
+            report, problem = None, f"{path} is not readable as a report ({err})"
+        if report is not None:
+            diff = config.differences(report.meta.get("job"))
+            if report.complete:
+                problem = f"{path} is a complete report"
+            elif diff:
+                problem = f"{path} is of another job: {'; '.join(diff)}"
+            else:
+                return report
+    if args.resume:
+        raise _UsageError(f"--resume: {problem}")
+    if path.exists():
+        say(f"[jaxbounds] not resuming: {problem}; starting over")
+    return None
+
+
+def _list_estimate() -> int:
+    from jaxbounds.report import registry
+
+    print("models:", ", ".join(registry.model_names()))
+    for section in registry.SECTIONS:
+        print(f"section {section.name}: models {', '.join(section.models)}")
+    return 0
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    with _StopOnSignal() as stop:  # before the imports: a Ctrl-C there stops cleanly too
+        import jaxbounds.report as report
+        from jaxbounds.report.job import job_config, run_estimate
+
+        if args.list:
+            return _list_estimate()
+        try:
+            config = job_config(
+                args.model, seed=args.seed, quick=not args.full,
+                sections=_split_sections(args.sections),
+            )  # fmt: skip
+        except ValueError as err:
+            raise _UsageError(str(err)) from err
+        path, partial = _output_paths(args)
+        say = (lambda _msg: None) if args.quiet else _err
+        resume = _saved_partial(partial, config, args, say)
+        if resume is not None:
+            stop.saved = f"finished sections ({len(resume.sections_done or [])}) are in {partial}"
+
+        def save(part: Any) -> None:
+            with stop.writing():
+                report.write_json(part, partial)
+            stop.saved = f"finished sections ({len(part.sections_done)}) are in {partial}"
+
+        show = args.progress or (not args.quiet and sys.stderr.isatty())
+        with _progress_shown(show):
+            result = run_estimate(
+                config.model, seed=config.seed, quick=config.quick, sections=config.sections,
+                log=None if args.quiet else say, resume=resume, on_section=save,
+                should_stop=stop.requested,
+            )  # fmt: skip
+        if not result.complete:
+            return _stopped(stop.signum or signal.SIGINT, result, partial, report.format_table)
+        with stop.writing():
+            report.write_json(result, path)
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+    print(report.format_table(result))
+    print(f"wrote {path}")
+    return 0
+
+
+def _stopped(signum: int, result: Any, partial: Path, format_table: Callable) -> int:
+    name = signal.Signals(signum).name
+    done, total = len(result.sections_done or []), len(result.meta.get("sections", []))
+    if done:
+        print(format_table(result))
+        _err(f"jaxbounds: interrupted by {name}: {done} of {total} sections saved in {partial} "
+             "(incomplete); run the same command again to resume")  # fmt: skip
+    else:
+        _err(f"jaxbounds: interrupted by {name} before any section finished; nothing written")
+    return 128 + signum
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from jaxbounds.experiments import runner
+    from jaxbounds.experiments.registry import REGISTRY
 
     if args.list:
-        print("models:", ", ".join(report.model_names()))
-        for section in report.SECTIONS:
-            print(f"section {section.name}: models {', '.join(section.models)}")
+        print(REGISTRY.listing())
         return 0
-    sections = None
-    if args.sections is not None:
-        sections = [s for item in args.sections for s in item.split(",") if s]
-    if args.model not in report.model_names():
-        parser.error(f"--model: expected one of {report.model_names()}, got {args.model!r}")
-    known = set(report.section_names())
-    if sections is not None and not set(sections) <= known:
-        parser.error(f"--sections: unknown {sorted(set(sections) - known)}; known {sorted(known)}")
-    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    result = report.run_estimate(
-        args.model, seed=args.seed, quick=not args.full, sections=sections, log=log
-    )
-    print(report.format_table(result))
-    path = report.write_json(result, Path(args.out) / f"report_{args.model}.json")
-    print(f"wrote {path}")
+    if args.name is None:
+        raise _UsageError("give an experiment NAME, or --list to see them")
+    if args.process_index >= args.process_count:
+        raise _UsageError(f"--process-index must be < --process-count ({args.process_count})")
+    try:
+        experiment = REGISTRY.get(args.name)
+    except ValueError as err:
+        raise _UsageError(str(err)) from err
+    try:
+        summary = runner.run_experiment(
+            experiment, scale=args.scale, out_dir=args.out, seeds=args.seeds, jobs=args.jobs,
+            quiet=args.quiet, from_dir=args.from_dir, process_index=args.process_index,
+            process_count=args.process_count, progress=True if args.progress else None,
+        )  # fmt: skip
+    except runner.Interrupted as exc:
+        _err(f"jaxbounds: {exc}")
+        return exc.exit_code
+    except FileNotFoundError as err:
+        if args.from_dir is None:
+            raise
+        raise _UsageError(str(err)) from err
+    print(f"{summary.experiment}: {summary.num_finished} of {summary.num_units} units in "
+          f"{summary.out_dir}")  # fmt: skip
     return 0
 
 
@@ -81,14 +456,24 @@ def main(argv: Sequence[str] | None = None) -> int:
       argv: arguments without the program name (default ``sys.argv[1:]``).
 
     Returns:
-      The exit status (0 on success; bad flags exit with status 2 via argparse).
+      The exit status: 0 on success, 1 for an error in the data or the files (one line; the
+      traceback with ``--debug``), 2 for bad options (argparse's own errors raise
+      ``SystemExit(2)``), 128 + signal number when SIGINT (130) or SIGTERM (143) stopped it.
     """
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command == "estimate":
-        return _estimate(args, parser)
-    parser.error(f"unknown command {args.command!r}")
-    return 2
+    try:
+        if args.command == "estimate":
+            return _estimate(args)
+        return _reproduce(args)
+    except _UsageError as err:
+        _err(f"jaxbounds {args.command}: error: {err}")
+        return 2
+    except (ValueError, OSError, ImportError) as err:  # DataError is a ValueError
+        if args.debug:
+            raise
+        _err(f"jaxbounds {args.command}: error: {err} (--debug shows the traceback)")
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,16 +1,125 @@
-"""The ``jaxbounds estimate`` job: build a model's run, run its sections, collect the report."""
+"""The ``jaxbounds estimate`` job: build a model's run, run its sections, collect the report.
+
+A job is fixed by its :class:`JobConfig` (model, seed, scale, the selected sections and the
+package version). :func:`run_estimate` can stop between two steps (``should_stop``), hand each
+partial report to a callback as soon as a section is done (``on_section``, which the command
+line writes to disk), and resume from such a partial report (``resume``): the finished
+sections are kept as they are and only the others run. Every random choice derives from the
+seed and the section's name, so a resumed job ends with the same numbers as an uninterrupted
+one.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 
-from jaxbounds.report.registry import MODELS, sections_for
+from jaxbounds.report import registry
 from jaxbounds.report.rows import Report, Row
 
-__all__ = ["run_estimate"]
+__all__ = ["MAX_SEED", "JobConfig", "check_seed", "job_config", "run_estimate"]
+
+#: Seeds are integers in ``[0, MAX_SEED)`` (what ``jax.random.key`` takes in every mode).
+MAX_SEED = 2**32
+
+
+def check_seed(seed: Any) -> int:
+    """``seed`` as an int, checked to lie in ``[0, 2**32)``.
+
+    Raises:
+      ValueError: for a non-integer or out-of-range seed.
+
+    >>> check_seed(7)
+    7
+    >>> check_seed(2**32)
+    Traceback (most recent call last):
+    ...
+    ValueError: seed: expected an integer in [0, 2**32), got 4294967296
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_SEED:
+        raise ValueError(f"seed: expected an integer in [0, 2**32), got {seed!r}")
+    return seed
+
+
+def _version() -> str:
+    from jaxbounds import __version__
+
+    return __version__
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    """What fixes the numbers of a job; a saved partial report is resumed only under the same.
+
+    Attributes:
+      model: the model name.
+      seed: the seed of every random choice.
+      quick: the small default run (False: ``--full``).
+      sections: the selected sections, in report order.
+      version: the ``jaxbounds`` version.
+    """
+
+    model: str
+    seed: int
+    quick: bool
+    sections: tuple[str, ...]
+    version: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form, stored in the report's ``meta["job"]``."""
+        return {
+            "model": self.model,
+            "seed": self.seed,
+            "scale": "quick" if self.quick else "full",
+            "sections": list(self.sections),
+            "version": self.version,
+        }
+
+    def differences(self, recorded: Mapping[str, Any] | None) -> list[str]:
+        """Where a report's recorded ``meta["job"]`` differs from this job (empty: same job).
+
+        >>> job = JobConfig("scalar", 1, True, ("training",), "0.1.0")
+        >>> job.differences({**job.to_dict(), "seed": 2})
+        ['seed 2 (now 1)']
+        """
+        if not isinstance(recorded, Mapping):
+            return ["no job configuration recorded"]
+        now = self.to_dict()
+        return [
+            f"{key} {recorded.get(key)} (now {now[key]})"
+            for key in now
+            if recorded.get(key) != now[key]
+        ]
+
+
+def job_config(
+    model: str, *, seed: int = 0, quick: bool = True, sections: Sequence[str] | None = None
+) -> JobConfig:
+    """Check a job's options and fix its configuration (before any work).
+
+    Raises:
+      ValueError: for an unknown model or section, a selection that selects nothing, or a bad
+        seed.
+    """
+    chosen = registry.sections_for(model, sections)
+    names = tuple(s.name for s in chosen)
+    return JobConfig(model, check_seed(seed), bool(quick), names, _version())
+
+
+def _resumed(resume: Report | None, config: JobConfig) -> tuple[list[Row], list[str], dict]:
+    """Rows, sections and timings kept from a saved partial report of the same job."""
+    if resume is None:
+        return [], [], {}
+    diff = config.differences(resume.meta.get("job"))
+    if resume.model != config.model or diff:
+        raise ValueError(f"resume: the saved report is of another job: {'; '.join(diff)}")
+    done = [s for s in config.sections if s in (resume.sections_done or [])]
+    timings = dict(resume.meta.get("timings_s") or {})
+    return list(resume.rows), done, {k: v for k, v in timings.items() if k in done}
 
 
 def run_estimate(
@@ -20,34 +129,62 @@ def run_estimate(
     quick: bool = True,
     sections: Sequence[str] | None = None,
     log: Callable[[str], None] | None = print,
+    resume: Report | None = None,
+    on_section: Callable[[Report], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Report:
     """Build the model's run and run every applicable section, in report order.
 
     Args:
       model: a model name (see :func:`jaxbounds.report.registry.model_names`).
-      seed: seed of every random choice (data, init, Monte Carlo).
+      seed: seed of every random choice (data, init, Monte Carlo), in ``[0, 2**32)``.
       quick: the small default run.
       sections: restrict to these section names (default: all that apply).
       log: progress messages (None for silence).
+      resume: a partial report of the same job (:class:`JobConfig`); its finished sections are
+        kept and not run again.
+      on_section: called with the partial report (``complete=False``) after each section.
+      should_stop: checked before the build and between sections; when it returns True the
+        job stops there and returns the partial report.
 
     Returns:
-      The :class:`~jaxbounds.report.rows.Report`: rows and metadata (seed, timings, backend and
-      the run's own metadata).
+      The :class:`~jaxbounds.report.rows.Report`: rows and metadata (seed, timings, backend,
+      ``job`` (the :class:`JobConfig`) and the run's own metadata); ``complete`` is False when
+      ``should_stop`` stopped it.
 
     Raises:
-      ValueError: for an unknown model or section name.
+      ValueError: for an unknown model or section name, an empty selection, a bad seed, or a
+        ``resume`` report of another job (all before any work).
     """
-    chosen = sections_for(model, sections)
+    config = job_config(model, seed=seed, quick=quick, sections=sections)
+    rows, done, timings = _resumed(resume, config)
     say = log or (lambda _msg: None)
-    t0 = time.perf_counter()
-    run = MODELS[model](jax.random.key(seed), quick=quick)
-    timings = {"build": time.perf_counter() - t0}
-    rows: list[Row] = []
-    for section in chosen:
-        say(f"[jaxbounds] {section.name} ...")
-        t = time.perf_counter()
-        rows.extend(section.fn(run))
-        timings[section.name] = time.perf_counter() - t
-    meta = {"seed": seed, "quick": quick, "timings_s": timings, "backend": jax.default_backend()}
-    meta.update(run.meta)
-    return Report(model=model, rows=rows, meta=meta)
+    stop = should_stop or (lambda: False)
+    meta: dict[str, Any] = dict(resume.meta) if resume is not None else {}
+    meta.update(seed=seed, quick=quick, sections=list(config.sections), job=config.to_dict())
+    if done:
+        meta["resumed"] = list(done)
+        say(f"[jaxbounds] resuming: {', '.join(done)} done in the saved report")
+
+    def report(complete: bool) -> Report:
+        meta["timings_s"] = dict(timings)
+        return Report(config.model, list(rows), dict(meta), complete, list(done))
+
+    todo = [s for s in registry.sections_for(model, config.sections) if s.name not in done]
+    if todo and not stop():
+        t0 = time.perf_counter()
+        run = registry.MODELS[model](jax.random.key(seed), quick=quick)
+        timings = {"build": time.perf_counter() - t0, **timings}
+        meta["backend"] = jax.default_backend()
+        for section in todo:
+            if stop():
+                break
+            say(f"[jaxbounds] {section.name} ...")
+            t = time.perf_counter()
+            rows.extend(section.fn(run))
+            timings[section.name] = time.perf_counter() - t
+            done.append(section.name)
+            meta.update(run.meta)
+            if on_section is not None and len(done) < len(config.sections):
+                on_section(report(False))
+    return report(len(done) == len(config.sections))

@@ -4,12 +4,16 @@
 :data:`SECTIONS` lists every report section with the models it applies to, in the order the
 report prints them. Nothing registers itself on import: to add a section, write
 ``fn(run) -> list[Row]`` in ``jaxbounds/report/sections/`` and add one line here.
+:func:`using` swaps the whole table for the duration of a ``with`` block (tests, plug-ins):
+everything that reads the registry (:func:`sections_for`, :func:`jaxbounds.report.run_estimate`,
+the command line) sees the swapped table.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 
 from jaxbounds.report import runs
@@ -25,7 +29,15 @@ from jaxbounds.report.sections import (
     training_section,
 )
 
-__all__ = ["MODELS", "SECTIONS", "Section", "model_names", "section_names", "sections_for"]
+__all__ = [
+    "MODELS",
+    "SECTIONS",
+    "Section",
+    "model_names",
+    "section_names",
+    "sections_for",
+    "using",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,15 +94,66 @@ def sections_for(model: str, only: Sequence[str] | None = None) -> list[Section]
     """The sections that apply to ``model`` (restricted to ``only`` if given), in report order.
 
     Raises:
-      ValueError: for an unknown model or section name.
+      ValueError: for an unknown model or section name, or a selection that selects nothing
+        (``only`` empty, or none of its sections applies to ``model``).
 
     >>> [s.name for s in sections_for("construction")]
     ['construction', 'bounds']
+    >>> sections_for("construction", ["training"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: sections: training selects nothing for model 'construction' (its sections: ...)
     """
     if model not in MODELS:
         raise ValueError(f"model: expected one of {model_names()}, got {model!r}")
-    if only is not None:
-        unknown = set(only) - set(section_names())
-        if unknown:
-            raise ValueError(f"sections: unknown {sorted(unknown)}; known {section_names()}")
-    return [s for s in SECTIONS if model in s.models and (only is None or s.name in only)]
+    applicable = [s for s in SECTIONS if model in s.models]
+    if only is None:
+        return applicable
+    only = list(only)
+    unknown = set(only) - set(section_names())
+    if unknown:
+        raise ValueError(f"sections: unknown {sorted(unknown)}; known {section_names()}")
+    chosen = [s for s in applicable if s.name in only]
+    if not chosen:
+        asked = ", ".join(only) if only else "an empty list"
+        its = ", ".join(s.name for s in applicable)
+        raise ValueError(
+            f"sections: {asked} selects nothing for model {model!r} (its sections: {its})"
+        )
+    return chosen
+
+
+@contextlib.contextmanager
+def using(
+    models: Mapping[str, Callable[..., Run]] | None = None,
+    sections: Sequence[Section] | None = None,
+) -> Iterator[None]:
+    """Swap the registry's table (:data:`MODELS`, :data:`SECTIONS`) inside a ``with`` block.
+
+    Args:
+      models: model name -> builder ``build(key, *, quick) -> Run`` (default: keep).
+      sections: the sections in report order (default: keep).
+
+    Raises:
+      ValueError: if a section names a model that is not in ``models``.
+
+    >>> def build(key, *, quick=True): ...
+    >>> with using({"toy": build}, [Section("only", lambda run: [], ("toy",))]):
+    ...     model_names(), section_names()
+    (['toy'], ['only'])
+    >>> "scalar" in model_names()
+    True
+    """
+    global MODELS, SECTIONS
+    new_models = MappingProxyType(dict(models)) if models is not None else MODELS
+    new_sections = tuple(sections) if sections is not None else SECTIONS
+    for section in new_sections:
+        missing = set(section.models) - set(new_models)
+        if missing:
+            raise ValueError(f"using: section {section.name!r} names unknown models {missing}")
+    saved = MODELS, SECTIONS
+    MODELS, SECTIONS = new_models, new_sections
+    try:
+        yield
+    finally:
+        MODELS, SECTIONS = saved

@@ -2,10 +2,18 @@
 
 The table has one line per :class:`~jaxbounds.report.rows.Row`: section, quantity, value, its
 standard error (``± s``) for Monte Carlo estimates, a confidence interval ``[lo, hi]`` where a
-kernel gives one, ``VACUOUS`` for bounds at or above the trivial bound, and the note (method,
-assumptions, status). The JSON file is ``Report.to_dict()``: ``{"model", "meta", "rows"}``
-with one object per row (the :class:`Row` fields) and the run's metadata (seed, timings,
-configuration, training record).
+kernel gives one, the status of a bound (``non-vacuous``; ``VACUOUS`` at or above the trivial
+bound; ``NOT VALID`` when a hypothesis of its theorem fails on the run, and then the value
+cell reads ``not valid`` instead of a number), and the note (method, assumptions, failed
+hypotheses). The title of an interrupted run's report says ``INCOMPLETE``.
+
+The JSON file is ``Report.to_dict()``: ``{"model", "complete", "sections_done", "meta",
+"rows"}`` with one object per row (the :class:`Row` fields) and the run's metadata (seed,
+timings, configuration, training record). It is standard JSON (written with
+``allow_nan=False``): a NaN or infinite number is written as ``null``, and a row names its
+non-finite fields in ``"nonfinite"`` (e.g. ``{"value": "nan"}``); a bound's row has its
+``"status"`` string. Files are written atomically (temporary file in the same directory,
+fsync, rename): a crash or a full disk leaves the previous file, never a truncated one.
 """
 
 from __future__ import annotations
@@ -17,9 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from jaxbounds.report.rows import Report, Row
+from jaxbounds.report.rows import NOT_VALID, VACUOUS, Report, Row
 
-__all__ = ["format_table", "format_value", "write_json"]
+__all__ = ["format_table", "format_value", "to_json", "write_json"]
+
+_STATUS_CELL = {None: "", NOT_VALID: "NOT VALID", VACUOUS: "VACUOUS"}
 
 _HEADERS = ("section", "quantity", "value", "± stderr", "interval", "", "note")
 
@@ -46,15 +56,16 @@ def _cells(row: Row) -> tuple[str, ...]:
     interval = ""
     if row.lower is not None or row.upper is not None:
         interval = f"[{format_value(row.lower)}, {format_value(row.upper)}]"
-    vacuous = {None: "", True: "VACUOUS", False: "non-vacuous"}[row.vacuous]
+    status = row.bound_status
+    value = "not valid" if status == NOT_VALID else format_value(row.value)
     stderr = "" if row.stderr is None else f"± {format_value(row.stderr)}"
     return (
         row.section,
         row.name,
-        format_value(row.value),
+        value,
         stderr,
         interval,
-        vacuous,
+        _STATUS_CELL.get(status, "non-vacuous"),
         row.note,
     )
 
@@ -82,6 +93,11 @@ def format_table(report: Report) -> str:
     meta = report.meta
     mode = "quick" if meta.get("quick", True) else "full"
     title = f"jaxbounds estimate: model {report.model}, seed {meta.get('seed')}, {mode} run"
+    if not report.complete:
+        done = report.sections_done or sorted({r.section for r in report.rows})
+        total = meta.get("sections")
+        of = f" of {len(total)}" if isinstance(total, list) else ""
+        title += f" -- INCOMPLETE ({len(done)}{of} sections: {', '.join(done) or 'none'})"
     out = [title, line(_HEADERS), line(tuple("-" * w for w in widths))]
     previous = None
     for cells in rows:
@@ -97,25 +113,66 @@ def format_table(report: Report) -> str:
     return "\n".join(out)
 
 
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "tolist"):
-        return np.asarray(obj).tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    return repr(obj)
+def _jsonable(value: Any) -> Any:
+    """Plain JSON values: arrays and numpy scalars as lists/numbers, non-finite floats None."""
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _jsonable(np.asarray(value).tolist())
+    if isinstance(value, Path):
+        return str(value)
+    return repr(value)
+
+
+def to_json(report: Report) -> str:
+    """``report.to_dict()`` as indented standard JSON text (no NaN/Infinity; trailing newline).
+
+    Arrays and numpy scalars become lists / numbers (non-finite entries ``null``); anything else
+    unknown is ``repr``-ed.
+
+    >>> print(to_json(Report("m", [Row("s", "x", float("nan"))], {"seed": 0})), end="")
+    {
+      "model": "m",
+      "complete": true,
+      "meta": {
+        "seed": 0
+      },
+      "rows": [
+        {
+          "section": "s",
+          "name": "x",
+          "value": null,
+          "stderr": null,
+          "lower": null,
+          "upper": null,
+          "vacuous": null,
+          "note": "",
+          "status": null,
+          "nonfinite": {
+            "value": "nan"
+          }
+        }
+      ]
+    }
+    """
+    return json.dumps(_jsonable(report.to_dict()), indent=2, allow_nan=False) + "\n"
 
 
 def write_json(report: Report, path: str | Path) -> Path:
-    """Write ``report.to_dict()`` as indented JSON (parent directories are created).
-
-    Arrays and numpy scalars become lists / numbers; anything else unknown is ``repr``-ed.
+    """Write :func:`to_json` of the report to ``path`` atomically (parent directories created).
 
     Returns:
       The path written.
+
+    Raises:
+      OSError: if the file cannot be written (the previous file, if any, is left as it was).
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        json.dump(report.to_dict(), f, indent=2, default=_json_default)
-        f.write("\n")
-    return path
+    from jaxbounds.experiments._atomic import write_text_atomic  # no import cycle at load time
+
+    return write_text_atomic(path, to_json(report))

@@ -1,63 +1,319 @@
-"""`jaxbounds estimate` in-process on a tiny configuration; --list and bad flags."""
+"""The ``jaxbounds`` command on a toy registry: hostile inputs, signals, resume, reproduce.
 
-import contextlib
-import dataclasses
-import io
+The report sections are swapped for three toy sections (``registry.using``), so these tests
+exercise the command itself and not the real sections (``tests/jaxbounds/report/sections``).
+The acceptance test interrupts a real ``jaxbounds estimate`` process with SIGINT.
+"""
+
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+import jaxbounds
+from jaxbounds import cli
 from jaxbounds.cli import main
-from jaxbounds.report import runs
-from jaxbounds.report.render import format_value
+from jaxbounds.experiments import registry as experiments_registry
+from jaxbounds.experiments.runner import Experiment, ExperimentRegistry
+from jaxbounds.report import registry
 
-TINY = dataclasses.replace(
-    runs.SCALAR_QUICK, embed_dim=8, seq_len=6, sparsity=3, num_train=40, num_test=30,
-    num_epochs=3, batch_size=16, num_probes=40, hutchpp_matvecs=12, lanczos_steps=20, top_k=2,
-)  # fmt: skip
+ROOT = Path(__file__).resolve().parents[2]
+
+# A toy model and three toy sections; ``TOY_DELAY`` seconds of sleep per section and
+# ``TOY_BUILD_DELAY`` in the build leave time for a signal to arrive. Each section's numbers
+# derive from the seed and its name, as the real sections' do; one row is NaN on purpose.
+TOY = textwrap.dedent(
+    '''
+    import os
+    import sys
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from jaxbounds.data.mnist import DataError
+    from jaxbounds.report import registry
+    from jaxbounds.report.facts import Run
+    from jaxbounds.report.rows import Row
+    from jaxbounds.training import Progress
+
+    BUILDS = []
 
 
-@pytest.fixture(scope="module")
-def cli_run(tmp_path_factory):
-    """One in-process ``jaxbounds estimate`` run on the tiny configuration (seed 3)."""
-    out_dir = tmp_path_factory.mktemp("report")
-    argv = ["estimate", "--sections", "training,curvature", "--out", str(out_dir), "--seed", "3"]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runs, "SCALAR_QUICK", TINY)
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            code = main([*argv, "--quiet"])
-    return code, buf.getvalue(), json.loads((out_dir / "report_scalar.json").read_text())
+    def build_toy(key, *, quick=True):
+        BUILDS.append(key)
+        bar = Progress(3, True, "[toy] train", min_interval=0.0)
+        for i in range(3):
+            bar.update(i + 1, "loss 0.5")
+        bar.close()
+        if os.environ.get("TOY_MARKER"):
+            with open(os.environ["TOY_MARKER"], "w") as marker:
+                marker.write("building")
+        time.sleep(float(os.environ.get("TOY_BUILD_DELAY", "0")))
+        w = jax.random.normal(key, (8,))
+        return Run(
+            name="toy", model=None, apply_fn=lambda p, x: x, params={"w": w},
+            loss_fn=lambda p, b: jnp.sum(p["w"] ** 2), train={}, facts=None, key=key,
+            quick=quick, meta={"width": 8},
+        )
 
 
-def test_estimate_prints_table_and_writes_json(cli_run):
-    code, out, report = cli_run
+    def build_bad(key, *, quick=True):
+        raise DataError("/data/train-images-idx3-ubyte", "truncated: 10 of 784 bytes")
+
+
+    def make_section(name):
+        def section(run):
+            x = jax.random.normal(run.section_key(name), (32, 32))
+            value = jnp.linalg.eigvalsh(x @ x.T)[-1] * jnp.sum(run.params["w"] ** 2)
+            time.sleep(float(os.environ.get("TOY_DELAY", "0")))
+            return [
+                Row(name, f"{name} value", float(value), stderr=0.125),
+                Row(name, f"{name} nan", float("nan"), upper=float("inf")),
+            ]
+
+        return section
+
+
+    MODELS = {"toy": build_toy, "bad": build_bad, "other": build_toy}
+    SECTIONS = [
+        registry.Section(n, make_section(n), ("toy", "bad")) for n in ("first", "second", "third")
+    ] + [registry.Section("elsewhere", make_section("elsewhere"), ("other",))]
+    '''
+)
+
+SCRIPT = TOY + textwrap.dedent(
+    """
+    import signal
+
+    from jaxbounds.cli import main
+
+    # A background job inherits SIGINT ignored; a terminal's Ctrl-C is not.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    with registry.using(MODELS, SECTIONS):
+        sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """The toy registry for in-process runs; yields the toy module's namespace."""
+    namespace: dict = {}
+    exec(compile(TOY, "toy_registry", "exec"), namespace)
+    monkeypatch.delenv("TOY_DELAY", raising=False)
+    monkeypatch.delenv("TOY_BUILD_DELAY", raising=False)
+    with registry.using(namespace["MODELS"], namespace["SECTIONS"]):
+        yield namespace
+
+
+def _strict_json(path):
+    """Parse with a parser that refuses NaN/Infinity tokens."""
+
+    def refuse(token):
+        raise AssertionError(f"non-standard JSON token {token}")
+
+    return json.loads(Path(path).read_text(), parse_constant=refuse)
+
+
+def _run(argv, capsys):
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# --- selection, seeds, output places: all refused before any work -----------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--sections", ","],
+        ["--sections", " , ,"],
+        ["--model", "other", "--sections", "first"],
+    ],
+)
+def test_empty_selection_is_an_error_before_any_work(toy, tmp_path, capsys, argv):
+    out = tmp_path / "out"
+    code, stdout, err = _run(["estimate", "--model", "toy", "--out", str(out), *argv], capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "selects nothing" in err
+    assert toy["BUILDS"] == []
+    assert not out.exists() or not list(out.iterdir())
+    assert stdout == ""
+
+
+def test_empty_selection_of_the_real_registry(tmp_path, capsys):
+    argv = ["estimate", "--model", "construction", "--sections", "training", "--out", str(tmp_path)]
+    code, _, err = _run(argv, capsys)
+    assert code == 2
+    assert "selects nothing for model 'construction'" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("seed", ["99999999999999999999", "-1", "4294967296", "1.5", "x"])
+def test_bad_seed_is_an_argparse_error(capsys, seed):
+    with pytest.raises(SystemExit) as exit_:
+        main(["estimate", "--seed", seed])
+    assert exit_.value.code == 2
+    assert "--seed" in capsys.readouterr().err
+
+
+def test_largest_seed_is_accepted(toy, tmp_path, capsys):
+    code, _, _ = _run(["estimate", "--model", "toy", "--seed", str(2**32 - 1), "--out",
+                       str(tmp_path), "--quiet"], capsys)  # fmt: skip
+    assert code == 0
+
+
+def _bad_places(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    a_dir = tmp_path / "a_dir"
+    a_dir.mkdir()
+    return {
+        "out is a file": (["--out", str(a_file)], "not a directory"),
+        "out below a file": (["--out", str(a_file / "sub")], "--out"),
+        "json is a directory": (["--json", str(a_dir)], "not a regular file"),
+        "json in a missing directory": (["--json", str(tmp_path / "nope" / "r.json")], "does not"),
+        "json below a file": (["--json", str(a_file / "r.json")], "is not a directory"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "out is a file",
+        "out below a file",
+        "json is a directory",
+        "json in a missing directory",
+        "json below a file",
+    ],
+)
+def test_bad_output_place_is_an_error_before_any_work(toy, tmp_path, capsys, case):
+    argv, message = _bad_places(tmp_path)[case]
+    code, _, err = _run(["estimate", "--model", "toy", *argv], capsys)
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert toy["BUILDS"] == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in read-only directories")
+def test_unwritable_output_directory(toy, tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        code, _, err = _run(["estimate", "--model", "toy", "--out", str(locked)], capsys)
+    finally:
+        locked.chmod(0o700)
+    assert code == 2
+    assert "cannot write" in err
+    assert toy["BUILDS"] == []
+
+
+def test_failed_write_keeps_the_previous_report(toy, tmp_path, capsys, monkeypatch):
+    argv = ["estimate", "--model", "toy", "--out", str(tmp_path), "--quiet"]
+    assert main(argv) == 0
+    report = tmp_path / "report_toy.json"
+    before = report.read_bytes()
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    capsys.readouterr()
+    code, _, err = _run([*argv, "--seed", "1"], capsys)
+    assert code == 1
+    assert "No space left on device" in err
+    assert "Traceback" not in err
+    assert report.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report_toy.json"]
+
+
+def test_real_estimate_on_a_tiny_scalar_run(tmp_path, capsys, monkeypatch):
+    from jaxbounds.report import runs
+
+    tiny = runs.SCALAR_QUICK.__class__(
+        embed_dim=4, seq_len=3, sparsity=1, num_train=8, num_test=4, num_epochs=2, batch_size=8,
+        num_probes=4, hutchpp_matvecs=6, lanczos_steps=4, top_k=1,
+    )  # fmt: skip
+    monkeypatch.setattr(runs, "SCALAR_QUICK", tiny)
+    argv = ["estimate", "--sections", "training", "--out", str(tmp_path), "--seed", "3"]
+    code, out, err = _run(argv, capsys)
     assert code == 0
     assert "jaxbounds estimate: model scalar, seed 3, quick run" in out
-    for name in (
-        "test accuracy",
-        "Hessian trace (Hutchinson)",
-        "Hessian trace (Hutch++)",
-        "Hessian eigenvalue λ2",
-        "‖layer0.head1.W_QK‖_F",
-        "‖θ‖_1 (all weights)",
-    ):
-        assert name in out, name
-    assert re.search(r"Hessian trace \(Hutchinson\)\s+\S+\s+± \S+", out)
-    assert report["model"] == "scalar"
-    assert report["meta"]["seed"] == 3
-    assert report["meta"]["config"]["embed_dim"] == 8
-    assert report["meta"]["history"]["epoch"] == [0, 1, 2, 3]
-    rows = {r["name"]: r for r in report["rows"]}
-    assert {r["section"] for r in report["rows"]} == {"training", "curvature"}
-    # Table and JSON agree.
-    for name in ("train accuracy", "Hessian trace (Hutch++)", "Hessian eigenvalue λ1"):
-        assert format_value(rows[name]["value"]) in out
-    np.testing.assert_allclose(rows["train loss"]["value"], report["meta"]["history"]["loss"][-1])
-    assert out.rstrip().endswith("report_scalar.json")
+    assert "train accuracy" in out
+    assert "\r" not in err  # the training bar is not drawn on a redirected stderr
+    report = _strict_json(tmp_path / "report_scalar.json")
+    assert report["meta"]["config"]["embed_dim"] == 4
+    assert {r["section"] for r in report["rows"]} == {"training"}
+
+
+# --- the report: standard JSON, table, quiet ------------------------------------------------
+
+
+def test_report_is_standard_json_and_matches_the_table(toy, tmp_path, capsys):
+    code, out, err = _run(["estimate", "--model", "toy", "--out", str(tmp_path), "--seed", "3"],
+                          capsys)  # fmt: skip
+    assert code == 0
+    report = _strict_json(tmp_path / "report_toy.json")
+    assert report["complete"] is True
+    assert report["sections_done"] == ["first", "second", "third"]
+    assert report["meta"]["job"] == {
+        "model": "toy", "seed": 3, "scale": "quick", "sections": ["first", "second", "third"],
+        "version": jaxbounds.__version__,
+    }  # fmt: skip
+    nan_row = report["rows"][1]
+    assert nan_row["value"] is None
+    assert nan_row["upper"] is None
+    assert nan_row["nonfinite"] == {"value": "nan", "upper": "inf"}
+    assert "NaN" not in (tmp_path / "report_toy.json").read_text()
+    assert "first value" in out
+    assert out.rstrip().endswith("report_toy.json")
+    assert "INCOMPLETE" not in out
+    # stderr is not a terminal here: section lines, but no progress bar and no \r.
+    assert "[jaxbounds] first ..." in err
+    assert "\r" not in err
+    assert "[toy] train" not in err
+
+
+def test_quiet_is_quiet_and_progress_forces_bars(toy, tmp_path, capsys):
+    code, _, err = _run(["estimate", "--model", "toy", "--out", str(tmp_path), "--quiet"], capsys)
+    assert code == 0
+    assert err == ""
+    code, _, err = _run(["estimate", "--model", "toy", "--out", str(tmp_path), "--progress"],
+                        capsys)  # fmt: skip
+    assert code == 0
+    assert "\r[toy] train" in err
+
+
+def test_bad_data_prints_one_line_and_debug_shows_the_traceback(toy, tmp_path, capsys):
+    from jaxbounds.data.mnist import DataError
+
+    code, _out, err = _run(["estimate", "--model", "bad", "--out", str(tmp_path)], capsys)
+    assert code == 1
+    assert "/data/train-images-idx3-ubyte: truncated: 10 of 784 bytes" in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    with pytest.raises(DataError):
+        main(["estimate", "--model", "bad", "--out", str(tmp_path), "--debug"])
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"jaxbounds {jaxbounds.__version__}"
 
 
 def test_list_and_bad_arguments(capsys):
@@ -66,14 +322,233 @@ def test_list_and_bad_arguments(capsys):
     assert "models: construction, scalar, shallow" in out
     assert "section curvature: models scalar" in out
     assert "section bounds: models scalar, shallow, construction" in out
-    for argv in (["estimate", "--model", "nope"], ["estimate", "--sections", "nope"], []):
+    for argv in ([], ["estimate", "--quiet", "--progress"], ["estimate", "--resume", "--fresh"]):
         with pytest.raises(SystemExit) as err:
             main(argv)
         assert err.value.code == 2
+    for argv in (["estimate", "--model", "nope"], ["estimate", "--sections", "nope"]):
+        assert main(argv) == 2
+        assert "error:" in capsys.readouterr().err
+
+
+# --- resume -----------------------------------------------------------------------------------
+
+
+def test_resume_needs_a_matching_partial_report(toy, tmp_path, capsys):
+    base = ["estimate", "--model", "toy", "--out", str(tmp_path), "--quiet"]
+    code, _, err = _run([*base, "--resume"], capsys)
+    assert (code, toy["BUILDS"]) == (2, [])
+    assert "--resume: no interrupted run" in err
+    # A partial report of seed 0 with the first section done.
+    assert main([*base, "--sections", "first"]) == 0
+    full = json.loads((tmp_path / "report_toy.json").read_text())
+    partial = dict(full, complete=False)
+    partial["meta"]["job"]["sections"] = ["first", "second", "third"]
+    (tmp_path / "report_toy.partial.json").write_text(json.dumps(partial))
+    capsys.readouterr()
+    code, _, err = _run([*base, "--resume", "--seed", "5"], capsys)
+    assert code == 2
+    assert "another job: seed 0 (now 5)" in err
+    builds = len(toy["BUILDS"])
+    code, _out, err = _run([*base[:-1], "--resume"], capsys)
+    assert code == 0
+    assert "[jaxbounds] resuming: first done" in err
+    assert "[jaxbounds] first ..." not in err
+    assert len(toy["BUILDS"]) == builds + 1
+    assert not (tmp_path / "report_toy.partial.json").exists()
+    resumed = _strict_json(tmp_path / "report_toy.json")
+    assert resumed["complete"]
+    assert resumed["meta"]["resumed"] == ["first"]
+    assert resumed["rows"][:2] == full["rows"]
+
+
+# --- signals: the acceptance test -------------------------------------------------------------
+
+
+def _spawn(tmp_path, argv, **env):
+    script = tmp_path / "toy_cli.py"
+    script.write_text(SCRIPT)
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    return subprocess.Popen(
+        [sys.executable, str(script), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
+
+
+def _wait_for(predicate, proc, timeout=180.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"exited early: {proc.returncode} {proc.communicate()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("timed out")
+        time.sleep(0.05)
+
+
+def test_sigint_keeps_finished_sections_and_a_rerun_resumes(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    earlier = out / "report_toy.json"
+    earlier.write_text('{"an": "earlier complete report"}\n')
+    partial = out / "report_toy.partial.json"
+    argv = ["estimate", "--model", "toy", "--seed", "7", "--out", str(out)]
+    fresh = tmp_path / "fresh"  # an uninterrupted run of the same command, alongside
+    uninterrupted = _spawn(tmp_path, [*argv[:-1], str(fresh), "--quiet"])
+    proc = _spawn(tmp_path, argv, TOY_DELAY="1.5")
+    _wait_for(partial.exists, proc)  # the first section is done and saved
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    lines = [ln for ln in stderr.splitlines() if not ln.startswith("[jaxbounds]")]
+    assert len(lines) == 1, stderr
+    assert "interrupted by SIGINT" in lines[0]
+    assert earlier.read_text() == '{"an": "earlier complete report"}\n'
+    saved = _strict_json(partial)
+    assert saved["complete"] is False
+    assert saved["sections_done"][0] == "first"
+    assert len(saved["sections_done"]) < 3
+    assert "INCOMPLETE" in stdout
+    # The same command resumes and skips the finished sections.
+    proc = _spawn(tmp_path, argv)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    assert "[jaxbounds] resuming: " in stderr
+    assert "[jaxbounds] first ..." not in stderr
+    assert not partial.exists()
+    resumed = _strict_json(earlier)
+    assert resumed["complete"] is True
+    # Same numbers as the uninterrupted run.
+    assert uninterrupted.wait(timeout=180) == 0
+    assert resumed["rows"] == _strict_json(fresh / "report_toy.json")["rows"]
+
+
+def test_sigterm_during_the_build_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    earlier = out / "report_toy.json"
+    earlier.write_text("{}\n")
+    marker = tmp_path / "building"
+    argv = ["estimate", "--model", "toy", "--out", str(out)]
+    proc = _spawn(tmp_path, argv, TOY_BUILD_DELAY="3", TOY_MARKER=str(marker))
+    _wait_for(marker.exists, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    assert "interrupted by SIGTERM before any section finished; nothing written" in stderr
+    assert earlier.read_text() == "{}\n"
+    assert sorted(p.name for p in out.iterdir()) == ["report_toy.json"]
+
+
+def _read_until(proc, text):
+    """Read the process's stderr line by line until a line holds ``text``; return the lines."""
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if text in line:
+            return lines
+    raise AssertionError(f"{text!r} never came: {lines}")
+
+
+@pytest.mark.slow
+def test_a_second_sigint_stops_at_once(tmp_path):
+    out = tmp_path / "out"
+    partial = out / "report_toy.partial.json"
+    proc = _spawn(tmp_path, ["estimate", "--model", "toy", "--out", str(out)], TOY_DELAY="6")
+    _read_until(proc, "[jaxbounds] second ...")  # the first section is saved, the second runs
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert time.monotonic() - start < 4  # did not wait for the section (6 s) to finish
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert f"stopped at once by a second SIGINT; finished sections (1) are in {partial}" in stderr
+    assert _strict_json(partial)["sections_done"] == ["first"]
+
+
+def test_signal_handlers_are_restored(toy, tmp_path):
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    assert main(["estimate", "--model", "toy", "--out", str(tmp_path), "--quiet"]) == 0
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_a_signal_only_sets_a_flag(monkeypatch):
+    with cli._StopOnSignal() as stop:
+        assert not stop.requested()
+        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt
+        time.sleep(0.01)
+        assert stop.requested()
+        assert stop.signum == signal.SIGINT
+
+
+# --- the foreign ``kernels`` package ----------------------------------------------------------
+
+
+def test_foreign_kernels_package_fails_import_with_one_line(tmp_path):
+    fake = tmp_path / "kernels"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('"""The hub\'s PyTorch kernels (a stand-in)."""\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import jaxbounds"], capture_output=True, text=True, env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("jaxbounds._kernels_check.KernelsPackageError: jaxbounds: the 'kernels'")
+    assert str(fake / "__init__.py") in last
+    assert "pip uninstall kernels" in last
+
+
+# --- reproduce --------------------------------------------------------------------------------
+
+
+def _toy_experiment():
+    return Experiment(
+        "toy", "a toy experiment", "Nobody 2024", {"smoke": {"n": [1, 2]}},
+        run_unit=lambda unit: {"double": 2 * unit.config["n"] + unit.seed},
+        default_seeds=1, default_scale="smoke",
+    )  # fmt: skip
+
+
+def test_reproduce_list_unknown_and_from(tmp_path, capsys, monkeypatch):
+    assert main(["reproduce", "--list"]) == 0
+    listing = capsys.readouterr().out
+    assert "tt-sequence-length" in listing
+    assert "Trauger & Tewari 2024" in listing
+    assert "shallow-gd-table1" in listing
+    code, _, err = _run(["reproduce", "nope"], capsys)
+    assert code == 2
+    assert "unknown experiment 'nope'; known: tt-sequence-length, shallow-gd-table1" in err
+    code, _, err = _run(["reproduce"], capsys)
+    assert code == 2
+    assert "--list" in err
+    monkeypatch.setattr(experiments_registry, "REGISTRY", ExperimentRegistry([_toy_experiment()]))
+    code, _, err = _run(["reproduce", "toy", "--from", str(tmp_path / "missing")], capsys)
+    assert code == 2
+    assert "no toy/units directory" in err
+    code, out, _ = _run(["reproduce", "toy", "--out", str(tmp_path), "--quiet"], capsys)
+    assert code == 0
+    assert "toy: 2 of 2 units" in out
+    assert (tmp_path / "toy" / "results.csv").exists()
+    code, out, _ = _run(["reproduce", "toy", "--from", str(tmp_path), "--quiet"], capsys)
+    assert code == 0
+    code, _, err = _run(["reproduce", "toy", "--process-index", "2", "--process-count", "2"],
+                        capsys)  # fmt: skip
+    assert code == 2
+    assert "--process-index" in err
 
 
 def test_readme_api_tour_runs(capsys):
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     section = readme.split("<!-- section: api-tour -->")[1].split("<!-- /section: api-tour -->")[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 2

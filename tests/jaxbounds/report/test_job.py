@@ -1,35 +1,137 @@
-"""run_estimate: the applicable sections in order, metadata, selection and errors."""
+"""run_estimate on a toy registry: order, metadata, checks before work, stop, resume."""
 
-import dataclasses
-
+import jax
+import jax.numpy as jnp
 import pytest
 
-from jaxbounds.report import runs
-from jaxbounds.report.job import run_estimate
-
-TINY = dataclasses.replace(
-    runs.SCALAR_QUICK, embed_dim=4, seq_len=3, sparsity=1, num_train=8, num_test=4,
-    num_epochs=2, batch_size=8, num_probes=4, hutchpp_matvecs=6, lanczos_steps=4, top_k=1,
-)  # fmt: skip
+from jaxbounds.report import registry
+from jaxbounds.report.facts import Run
+from jaxbounds.report.job import JobConfig, check_seed, job_config, run_estimate
+from jaxbounds.report.rows import Report, Row
 
 
-def test_selected_sections_in_report_order(monkeypatch):
-    monkeypatch.setattr(runs, "SCALAR_QUICK", TINY)
+@pytest.fixture
+def toy():
+    """A toy model and three sections whose numbers derive from the seed and their names."""
+    calls = {"build": 0, "first": 0, "second": 0, "third": 0}
+
+    def build(key, *, quick=True):
+        calls["build"] += 1
+        return Run(
+            name="toy", model=None, apply_fn=lambda p, x: x, params={"w": jnp.ones(3)},
+            loss_fn=lambda p, b: jnp.sum(p["w"]), train={}, facts=None, key=key, quick=quick,
+            meta={"width": 3},
+        )  # fmt: skip
+
+    def section(name):
+        def fn(run):
+            calls[name] += 1
+            run.meta[f"{name}_seconds"] = 0.0
+            value = float(jax.random.normal(run.section_key(name)))
+            return [Row(name, f"{name} value", value), Row(name, f"{name} note", "text")]
+
+        return fn
+
+    sections = [registry.Section(n, section(n), ("toy",)) for n in ("first", "second", "third")]
+    sections.append(registry.Section("lonely", section("first"), ("other",)))
+    with registry.using({"toy": build, "other": build}, sections):
+        yield calls
+
+
+def test_selected_sections_in_report_order(toy):
     messages = []
-    report = run_estimate("scalar", seed=5, sections=["curvature", "training"], log=messages.append)
-    assert report.rows[0].section == "training"
-    assert {r.section for r in report.rows} == {"training", "curvature"}
-    assert messages == ["[jaxbounds] training ...", "[jaxbounds] curvature ..."]
+    report = run_estimate("toy", seed=5, sections=["third", "first"], log=messages.append)
+    assert [r.section for r in report.rows] == ["first", "first", "third", "third"]
+    assert messages == ["[jaxbounds] first ...", "[jaxbounds] third ..."]
     meta = report.meta
-    assert (meta["seed"], meta["quick"]) == (5, True)
-    assert list(meta["timings_s"]) == ["build", "training", "curvature"]
-    assert meta["config"]["embed_dim"] == 4  # the run's own metadata is merged in
-    assert "curvature_seconds" in meta
-    assert report.model == "scalar"
+    assert (meta["seed"], meta["quick"], meta["sections"]) == (5, True, ["first", "third"])
+    assert meta["job"]["scale"] == "quick"
+    assert list(meta["timings_s"]) == ["build", "first", "third"]
+    assert meta["width"] == 3  # the run's own metadata is merged in
+    assert "third_seconds" in meta
+    assert report.complete
+    assert report.sections_done == ["first", "third"]
+    assert toy["second"] == 0
 
 
-def test_unknown_names_raise_before_building():
-    with pytest.raises(ValueError, match="model"):
-        run_estimate("nope", log=None)
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"model": "nope"}, "model"),
+        ({"sections": ["nope"]}, "sections: unknown"),
+        ({"sections": []}, "selects nothing"),
+        ({"sections": ["lonely"]}, "selects nothing for model 'toy'"),
+        ({"seed": -1}, "seed"),
+        ({"seed": 2**32}, "seed"),
+        ({"seed": 1.0}, "seed"),
+        ({"seed": True}, "seed"),
+    ],
+)
+def test_bad_jobs_raise_before_building(toy, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        run_estimate(**{"model": "toy", **kwargs}, log=None)
+    assert toy["build"] == 0
+
+
+def test_check_seed_range():
+    assert check_seed(0) == 0
+    assert check_seed(2**32 - 1) == 2**32 - 1
+
+
+def test_stop_between_sections_keeps_what_finished(toy):
+    partials = []
+    report = run_estimate(
+        "toy", seed=1, log=None, on_section=partials.append,
+        should_stop=lambda: len(partials) >= 1,
+    )  # fmt: skip
+    assert not report.complete
+    assert report.sections_done == ["first"]
+    assert [r.section for r in report.rows] == ["first", "first"]
+    assert len(partials) == 1
+    assert not partials[0].complete
+    assert (toy["second"], toy["third"]) == (0, 0)
+    stopped = run_estimate("toy", seed=1, log=None, should_stop=lambda: True)
+    assert (stopped.complete, stopped.rows, toy["build"]) == (False, [], 1)
+
+
+def test_resume_skips_finished_sections_and_ends_with_the_same_numbers(toy):
+    whole = run_estimate("toy", seed=9, log=None)
+    partials = []
+    run_estimate("toy", seed=9, log=None, on_section=partials.append,
+                 should_stop=lambda: len(partials) >= 2)  # fmt: skip
+    saved = Report.from_dict(partials[-1].to_dict())  # as read back from its file
+    assert saved.sections_done == ["first", "second"]
+    before = dict(toy)
+    messages = []
+    resumed = run_estimate("toy", seed=9, log=messages.append, resume=saved)
+    assert resumed.complete
+    assert resumed.rows == whole.rows
+    assert resumed.meta["resumed"] == ["first", "second"]
+    assert messages == ["[jaxbounds] resuming: first, second done in the saved report",
+                        "[jaxbounds] third ..."]  # fmt: skip
+    assert (toy["first"], toy["second"]) == (before["first"], before["second"])
+    assert toy["third"] == before["third"] + 1
+    # Nothing left to run: no build at all.
+    done = Report.from_dict({**resumed.to_dict(), "complete": False})
+    builds = toy["build"]
+    assert run_estimate("toy", seed=9, log=None, resume=done).rows == whole.rows
+    assert toy["build"] == builds
+
+
+def test_resume_refuses_another_job(toy):
+    partials = []
+    run_estimate("toy", seed=2, log=None, on_section=partials.append, should_stop=lambda: True)
+    run_estimate("toy", seed=2, log=None, on_section=partials.append,
+                 should_stop=lambda: bool(partials))  # fmt: skip
+    with pytest.raises(ValueError, match=r"another job: seed 2 \(now 3\)"):
+        run_estimate("toy", seed=3, log=None, resume=partials[0])
     with pytest.raises(ValueError, match="sections"):
-        run_estimate("scalar", sections=["nope"], log=None)
+        run_estimate("toy", seed=2, sections=["first"], log=None, resume=partials[0])
+
+
+def test_job_config_fingerprint(toy):
+    config = job_config("toy", seed=4, quick=False, sections=["second"])
+    assert config == JobConfig("toy", 4, False, ("second",), config.version)
+    assert config.to_dict()["scale"] == "full"
+    assert config.differences(config.to_dict()) == []
+    assert config.differences(None) == ["no job configuration recorded"]

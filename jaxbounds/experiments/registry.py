@@ -1,0 +1,31 @@
+"""The experiments of ``jaxbounds reproduce``: an explicit, ordered table (lazy entries).
+
+Each entry names the module attribute holding the :class:`~jaxbounds.experiments.runner.Experiment`;
+the module is imported only when the experiment is run, so ``jaxbounds reproduce --list`` needs
+none of them.
+
+>>> REGISTRY.names()
+('tt-sequence-length', 'shallow-gd-table1')
+"""
+
+from __future__ import annotations
+
+from jaxbounds.experiments.runner import ExperimentRegistry
+
+__all__ = ["REGISTRY"]
+
+#: Every experiment of ``jaxbounds reproduce``, in listing order.
+REGISTRY = ExperimentRegistry(
+    [
+        (
+            "tt-sequence-length",
+            "jaxbounds.experiments.tt_sequence_length:EXPERIMENT",
+            "Trauger & Tewari 2024, Sec. 6, Figs 1-3",
+        ),
+        (
+            "shallow-gd-table1",
+            "jaxbounds.experiments.shallow_gd:EXPERIMENT",
+            "Shallow Transformer by GD, Table 1, Figs 1-3",
+        ),
+    ]
+)
