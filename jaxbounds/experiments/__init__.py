@@ -1,5 +1,9 @@
-"""The reproductions of ``jaxbounds reproduce``: one module per reproduced paper result.
+"""The reproductions of ``jaxbounds reproduce``: a resumable runner and one module per result.
 
-Empty for now; the NTK-regime comparison that lived here is
-:func:`jaxbounds.training.ntk_regime.ntk_regime`.
+``REGISTRY`` is the explicit ordered table of experiments (entries import lazily, so importing
+this package runs no experiment code); :mod:`jaxbounds.experiments.runner` runs one.
 """
+
+from jaxbounds.experiments.registry import REGISTRY
+
+__all__ = ["REGISTRY"]

@@ -11,7 +11,7 @@ from jaxbounds.report.facts import (
     ScalarFacts,
     ShallowFacts,
 )
-from jaxbounds.report.job import run_estimate
+from jaxbounds.report.job import JobConfig, job_config, run_estimate
 from jaxbounds.report.registry import (
     MODELS,
     SECTIONS,
@@ -19,14 +19,16 @@ from jaxbounds.report.registry import (
     model_names,
     section_names,
     sections_for,
+    using,
 )
-from jaxbounds.report.render import format_table, format_value, write_json
+from jaxbounds.report.render import format_table, format_value, to_json, write_json
 from jaxbounds.report.rows import Report, Row
 
 __all__ = [
     "MODELS",
     "SECTIONS",
     "ConstructionFacts",
+    "JobConfig",
     "Report",
     "Row",
     "Run",
@@ -36,9 +38,12 @@ __all__ = [
     "ShallowFacts",
     "format_table",
     "format_value",
+    "job_config",
     "model_names",
     "run_estimate",
     "section_names",
     "sections_for",
+    "to_json",
+    "using",
     "write_json",
 ]
