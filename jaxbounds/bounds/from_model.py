@@ -22,9 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
 from jaxbounds.bounds import covering, edelman, pac_bayes, shallow_gd, spectral, trauger_tewari
-from jaxbounds.bounds._result import Bound
+from jaxbounds.bounds._result import Bound, Check
 from jaxbounds.models.construction import ConstructionQuantities
 from jaxbounds.models.scalar import AttentionHead, ScalarQuantities
 from jaxbounds.models.shallow import ShallowQuantities
@@ -36,17 +37,17 @@ __all__ = ["BOUNDS_OF", "construction_bounds", "from_model", "scalar_bounds", "s
 def _gap(rad: Bound, *, num_examples: int, delta: float, lipschitz: float, loss_bound: float):
     """A Rademacher bound as a generalization-gap bound (``covering.rademacher_to_gap``)."""
     g = covering.rademacher_to_gap(
-        rademacher=rad.value, num_samples=num_examples, delta=delta, lipschitz=lipschitz,
+        rademacher=rad.value, num_examples=num_examples, delta=delta, lipschitz=lipschitz,
         loss_bound=loss_bound,
     )  # fmt: skip
     return Bound(
         value=g.value,
         terms={**g.terms, "rademacher": rad.value},
-        hypotheses=rad.hypotheses,
-        vacuous=g.vacuous,
+        hypotheses={**rad.hypotheses, **g.hypotheses},
+        trivial=g.trivial,
         name=rad.name + " -> generalization gap",
         kind="risk",
-        status=rad.status,
+        provenance=rad.provenance,
         assumed=rad.assumed + g.assumed,
     )
 
@@ -79,24 +80,37 @@ def _one_layer(q: ScalarQuantities, loss_bound: float, b_w1: Any) -> dict[str, B
                 B_Wv=group_norm(h.w_v.T, q=1, p=math.inf),  # ||W_v^T||_{1,inf}, W_v (d, k)
                 L_sigma=q.activation_lipschitz,
                 d=q.embed_dim,
-                num_samples=q.num_examples,
+                num_examples=q.num_examples,
             )
             for h in heads
         ]
         total = sum(b.value for b in per_head)
-        hyp = {
-            key: jnp.all(jnp.stack([jnp.asarray(b.hypotheses[key]) for b in per_head]))
-            for key in per_head[0].hypotheses
-        }
+        hyp = _all_heads([b.hypotheses for b in per_head])
         out[label] = Bound(
             value=total,
             terms={"per_head": jnp.stack([b.value for b in per_head])},
             hypotheses=hyp,
-            vacuous=2.0 * total >= loss_bound,
+            trivial=loss_bound / 2.0,
             name=f"Trauger & Tewari {label} (heads summed, O-constant 1)",
             kind="rademacher",
             assumed=per_head[0].assumed,
         )
+    return out
+
+
+def _all_heads(per_head: list[dict[str, Check]]) -> dict[str, Check]:
+    """Each hypothesis holds for the sum where it holds for every head (the failing heads named).
+
+    >>> h = _all_heads([{"m > d": Check.of(True, m=9)}, {"m > d": Check.of(False, m=2)}])
+    >>> bool(h["m > d"]), h["m > d"].detail
+    (False, 'head 1: m = 2')
+    """
+    out = {}
+    for key in per_head[0]:
+        checks = [hyp[key] for hyp in per_head]
+        failing = [f"head {i}: {c.detail}" for i, c in enumerate(checks) if not c and c.detail]
+        holds = np.all(np.stack([c.holds for c in checks]), axis=0)
+        out[key] = Check(holds, "; ".join(failing) if failing else checks[0].detail)
     return out
 
 
@@ -115,7 +129,7 @@ def _matrix_norms(q: ScalarQuantities) -> tuple[dict[str, float], float, float]:
     return spec, b11, b21
 
 
-def _with_head_factor(b: Bound, num_heads: int, *, status: str, head_term: bool) -> Bound:
+def _with_head_factor(b: Bound, num_heads: int, *, provenance: str, head_term: bool) -> Bound:
     """A log cover times H^3: the multi-head extension costs H^{1.5} in the complexity [rebuilt]."""
     factor = float(num_heads) ** 3
     terms = {**b.terms, "C": b.value * factor}
@@ -124,11 +138,10 @@ def _with_head_factor(b: Bound, num_heads: int, *, status: str, head_term: bool)
     return Bound(
         value=b.value * factor,
         terms=terms,
-        hypotheses={},
-        vacuous=b.vacuous,
+        hypotheses=b.hypotheses,
         name=b.name + f" (x H^3, H={num_heads})",
         kind="log_cover",
-        status=status,
+        provenance=provenance,
         assumed=b.assumed if head_term else (),
     )
 
@@ -140,21 +153,21 @@ def _multi_layer(q: ScalarQuantities, loss_bound: float, b_w2: Any) -> dict[str,
     common |= {"L_sigma": q.activation_lipschitz, "B_w": b_w2, **spec}
     tt = trauger_tewari.corollary_4_2_1(B=b11, k=q.hidden_dim, **common)
     tt = _with_head_factor(
-        tt, q.num_heads, status="paper" if q.num_heads == 1 else "rebuilt", head_term=True
+        tt, q.num_heads, provenance="paper" if q.num_heads == 1 else "rebuilt", head_term=True
     )
     ed = edelman.multi_layer_log_cover(
-        B21=b21, num_samples=q.num_examples, seq_len=q.seq_len, **common
+        B21=b21, num_examples=q.num_examples, seq_len=q.seq_len, **common
     )
-    ed = _with_head_factor(ed, q.num_heads, status="rebuilt", head_term=False)
+    ed = _with_head_factor(ed, q.num_heads, provenance="rebuilt", head_term=False)
     m = q.num_examples
     return {
         "T&T Corollary 4.2.1 log cover": tt,
         "T&T Theorem 4.2 Rademacher": trauger_tewari.multi_layer_rademacher(
-            cover=tt, B_w=b_w2, num_samples=m, loss_bound=loss_bound
+            cover=tt, B_w=b_w2, num_examples=m, loss_bound=loss_bound
         ),
         "Edelman multi-layer log cover": ed,
         "Edelman multi-layer Rademacher": edelman.rademacher(
-            cover=ed, A=b_w2, num_samples=m, loss_bound=loss_bound
+            cover=ed, radius=b_w2, num_examples=m, loss_bound=loss_bound
         ),
     }
 
@@ -190,7 +203,7 @@ def scalar_bounds(q: ScalarQuantities, *, delta: float = 0.05) -> dict[str, Boun
     ]
     L = q.activation_lipschitz
     out["spectrum-adaptive proxy"] = spectral.spectrum_adaptive_proxy(
-        layers, N=q.num_examples, L_phi=L
+        layers, num_examples=q.num_examples, L_phi=L
     )
     out["norm-based proxy"] = spectral.norm_based_proxy(layers, L_phi=L)
     return out
@@ -207,7 +220,7 @@ def shallow_bounds(q: ShallowQuantities, *, delta: float = 0.05) -> dict[str, Bo
       Name -> :class:`Bound`.
     """
     alpha = shallow_gd.alpha_from_features(jnp.asarray(q.features0))
-    common = {"num_samples": q.num_examples, "d_s": q.d_s, "d_m": q.d_m, "R_X": q.input_radius}
+    common = {"num_examples": q.num_examples, "d_s": q.d_s, "d_m": q.d_m, "R_X": q.input_radius}
     t5 = shallow_gd.theorem_5(
         alpha=alpha, phi0=q.phi0, init=q.init, radii=q.radii, delta=delta, **common
     )
@@ -239,8 +252,8 @@ def construction_bounds(
     """
     kw = {
         "G_u": q.G_u,
-        "Sigma": subgaussian_scale,
-        "num_samples": q.num_examples,
+        "subgaussian_scale": subgaussian_scale,
+        "num_examples": q.num_examples,
         "delta": delta,
         "empirical_risk": q.empirical_risk,
     }

@@ -24,7 +24,6 @@ from jaxbounds.models.construction import (
 )
 from jaxbounds.report.facts import ConstructionFacts, Run
 from jaxbounds.report.rows import Row
-from jaxbounds.training.losses import squared_loss
 from kernels.curvature import hessian_trace
 
 __all__ = ["construction_section"]
@@ -56,21 +55,22 @@ def _norm_rows(run: Run, facts: ConstructionFacts) -> list[Row]:
 
 def _trace_rows(run: Run, outputs: jax.Array, mean_grad_sq: float, num_matvecs: int) -> list:
     """Theorem 13: Hutch++ trace at an interpolator against 2 mean ||grad f||^2; true labels."""
-    s, inputs = _SECTION, run.train["inputs"]
+    s, labels = _SECTION, run.train["labels"]
     k_self, k_true = jax.random.split(run.section_key(s))
+    # both label sets in the model's output dtype: the second trace reuses the first's program
+    dtype = outputs.dtype
 
-    @jax.jit
-    def trace(params: Any, targets: jax.Array, k: jax.Array) -> Any:
-        def loss(p: Any) -> jax.Array:  # the run's quadratic loss with these targets
-            return squared_loss(run.apply_fn(p, inputs), targets)
-
+    def trace(targets: jax.Array, key: jax.Array) -> Any:
+        """Hutch++ trace of the run's quadratic loss with these targets (compiled once)."""
+        batch = {**run.train, "labels": jnp.asarray(targets, dtype)}
         return hessian_trace(
-            loss, params, k, num_probes=num_matvecs, method="hutchpp", chunk_size=8
-        )
+            run.loss_fn, run.params, batch, key, num_matvecs=num_matvecs, method="hutchpp",
+            chunk_size=8,
+        )  # fmt: skip
 
     # The model's own outputs as labels: an exact interpolator (Theorem 13 holds exactly).
-    est = trace(run.params, outputs, k_self)
-    est_true = trace(run.params, run.train["labels"], k_true)  # the Hessian of the run's loss
+    est = trace(outputs, k_self)
+    est_true = trace(labels, k_true)  # the Hessian of the run's loss
     return [
         Row.from_estimate(
             s,

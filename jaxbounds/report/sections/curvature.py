@@ -4,7 +4,8 @@ At the trained parameters, with the mean training loss: the Hessian trace by Hut
 (Rademacher probes) and Hutch++ (same budget of Hessian-vector products), the top Hessian
 eigenvalues by Lanczos with full reorthogonalisation, and the weight norms (Frobenius norm of
 every matrix, total l1 and l2 norms, distance from the initialisation). All curvature numbers
-come from one jitted program that linearises the gradient once. Budgets come from the run's
+come from one jitted program on the Hessian operator of ``run.loss_fn`` on the training batch
+(:func:`kernels.curvature.hvp`). Budgets come from the run's
 :class:`~jaxbounds.report.facts.ScalarConfig`.
 """
 
@@ -28,9 +29,13 @@ __all__ = ["curvature_section"]
 _SECTION = "curvature"
 
 
+@functools.partial(
+    jax.jit, static_argnames=("loss_fn", "num_probes", "hutchpp_matvecs", "lanczos_steps", "top_k")
+)
 def _curvature(
     loss_fn: Any,
     params: Any,
+    batch: Any,
     key: jax.Array,
     *,
     num_probes: int,
@@ -38,11 +43,16 @@ def _curvature(
     lanczos_steps: int,
     top_k: int,
 ) -> tuple[Any, Any, jax.Array]:
+    """Hutchinson, Hutch++ and Lanczos on one Hessian operator, in one program.
+
+    ``loss_fn`` is static (keyed by identity: the run's loss, built once), ``params`` and
+    ``batch`` are arguments, so a second run of the same model compiles nothing.
+    """
     k_hutch, k_pp, k_lanczos = jax.random.split(key, 3)
-    matvec = hvp(loss_fn, params)
-    hutch = hutchinson_trace(matvec, params, k_hutch, num_probes=num_probes)
-    hpp = hutchpp_trace(matvec, params, k_pp, num_matvecs=hutchpp_matvecs)
-    top = top_eigenvalues(matvec, params, k_lanczos, k=top_k, num_iterations=lanczos_steps)
+    op = hvp(loss_fn, params, batch)
+    hutch = hutchinson_trace(op, params, k_hutch, num_probes=num_probes)
+    hpp = hutchpp_trace(op, params, k_pp, num_matvecs=hutchpp_matvecs)
+    top = top_eigenvalues(op, params, k_lanczos, k=top_k, num_steps=lanczos_steps)
     return hutch, hpp, top
 
 
@@ -77,9 +87,10 @@ def curvature_section(run: Run) -> list[Row]:
         "lanczos_steps": cfg.lanczos_steps,
         "top_k": cfg.top_k,
     }
-    program = jax.jit(functools.partial(_curvature, run.train_loss(), **sizes))
     t = time.perf_counter()
-    hutch, hpp, top = jax.block_until_ready(program(run.params, run.section_key(s)))
+    hutch, hpp, top = jax.block_until_ready(
+        _curvature(run.loss_fn, run.params, run.train, run.section_key(s), **sizes)
+    )
     run.meta["curvature_seconds"] = time.perf_counter() - t
     rows = [
         Row.from_estimate(

@@ -27,7 +27,7 @@ from jaxbounds.report.rows import Row
 from kernels.norms import project_lp_ball, tree_norm
 from kernels.rademacher import rademacher_linear, rademacher_search
 
-__all__ = ["FULL", "QUICK", "RademacherSizes", "rademacher_section"]
+__all__ = ["FULL", "QUICK", "NormBallProjection", "RademacherSizes", "rademacher_section"]
 
 _SECTION = "rademacher"
 
@@ -61,39 +61,75 @@ FULL = RademacherSizes(
 )
 
 
-def _ball_projection(params: Any) -> Any:
-    """Projection onto the product of per-leaf Frobenius balls of radius ||leaf||."""
-    radii = jax.tree_util.tree_map(tree_norm, params)
+def _leaf_norm(x: jax.Array) -> jax.Array:
+    """Frobenius norm of one leaf (0 for an empty leaf, which ``tree_norm`` refuses)."""
+    x = jnp.asarray(x)
+    return tree_norm(x) if x.size > 0 else jnp.zeros((), x.dtype)
 
-    def project(p: Any) -> Any:
-        return jax.tree_util.tree_map(
-            lambda x, r: project_lp_ball(x, p=2, radius=r) if x.size > 0 else x, p, radii
-        )
 
-    return project
+def _project_leaf(x: jax.Array, r: jax.Array) -> jax.Array:
+    """``x`` projected onto the Frobenius ball of radius ``r``; the zero leaf when ``r == 0``.
+
+    Projections refuse radius 0, so a zero-norm leaf (a ball that is a point) is projected
+    with a stand-in radius 1 and the result replaced by 0.
+    """
+    if x.size == 0:
+        return x
+    positive = r > 0
+    inside = project_lp_ball(x, p=2, radius=jnp.where(positive, r, jnp.ones_like(r)))
+    return jnp.where(positive, inside, jnp.zeros_like(x))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class NormBallProjection:
+    """Projection onto the product of per-leaf Frobenius balls ``{||x_l||_F <= r_l}``.
+
+    A registered pytree whose radii are leaves: passed as ``project`` to
+    :func:`kernels.rademacher.rademacher_search`, new radii of the same structure compile
+    nothing.
+
+    Attributes:
+      radii: pytree of 0-d arrays shaped like the parameters' structure (one radius per leaf).
+
+    >>> import jax.numpy as jnp
+    >>> proj = NormBallProjection.of({"a": jnp.array([3.0, 4.0]), "b": jnp.zeros(2)})
+    >>> out = proj({"a": jnp.array([6.0, 8.0]), "b": jnp.array([1.0, 1.0])})
+    >>> out["a"].tolist(), out["b"].tolist()
+    ([3.0, 4.0], [0.0, 0.0])
+    """
+
+    radii: Any
+
+    @classmethod
+    def of(cls, params: Any) -> NormBallProjection:
+        """The ball each of whose leaves has the norm of the same leaf of ``params``."""
+        return cls(jax.tree_util.tree_map(_leaf_norm, params))
+
+    def __call__(self, params: Any) -> Any:
+        """``params`` projected leaf by leaf onto the balls."""
+        return jax.tree_util.tree_map(_project_leaf, params, self.radii)
 
 
 def _search_row(run: Run, key: jax.Array, cfg: RademacherSizes) -> Row:
     """The search lower bound on the trained-norm ball, with its McDiarmid lower end."""
     inputs = jnp.asarray(run.train["inputs"])
     m = int(inputs.shape[0])
-    total = float(tree_norm(run.params))
-    bound = float(jnp.linalg.norm(run.facts.quantities.readout))  # |f| <= ||w||_2
-
-    # params and inputs enter the compiled program as arguments, not as folded constants
-    def search(k: jax.Array, params: Any, inputs: jax.Array) -> Any:
-        return rademacher_search(
-            run.apply_fn, params, inputs, k, project=_ball_projection(params),
-            num_draws=cfg.search_draws, num_steps=cfg.search_steps, step_size=0.5 * total,
-            num_restarts=cfg.search_restarts, chunk_size=cfg.search_chunk, output_bound=bound,
-        )  # fmt: skip
-
-    est = jax.jit(search)(key, run.params, inputs)
+    total = tree_norm(run.params)
+    bound = jnp.linalg.norm(jnp.asarray(run.facts.quantities.readout))  # |f| <= ||w||_2
+    # arrays (not Python floats) for every number, so that they are arguments of the compiled
+    # program, not part of its cache key
+    est = rademacher_search(
+        run.apply_fn, run.params, inputs, key, project=NormBallProjection.of(run.params),
+        num_draws=cfg.search_draws, num_steps=cfg.search_steps, step_size=0.5 * total,
+        num_restarts=cfg.search_restarts, chunk_size=cfg.search_chunk,
+        output_bound=jnp.asarray(bound),
+    )  # fmt: skip
     note = (
         f"lower bound: projected gradient ascent over {{||theta_l||_F <= ||trained_l||_F}}, "
         f"{cfg.search_draws} sign vectors x {cfg.search_restarts} starts x "
         f"{cfg.search_steps} steps, m = {m}"
-        f"; lower: one-sided 95% McDiarmid, |f| <= ||w||_2 = {bound:.4g}"
+        f"; lower: one-sided 95% McDiarmid, |f| <= ||w||_2 = {float(bound):.4g}"
     )
     lower = None if est.lower is None else float(est.lower)
     name = "Rad_S lower bound (search, trained-norm ball)"
@@ -113,9 +149,9 @@ def rademacher_section(run: Run, *, sizes: RademacherSizes | None = None) -> lis
     rows = [_search_row(run, k_search, cfg)]
     inputs = jnp.asarray(run.train["inputs"])
     flat = inputs.reshape(inputs.shape[0], -1)
-    lin = jax.jit(
-        lambda k, x: rademacher_linear(x, k, norm=2, radius=1.0, num_draws=cfg.linear_draws)
-    )(k_linear, flat)
+    lin = rademacher_linear(
+        flat, k_linear, norm=2, radius=jnp.asarray(1.0, flat.dtype), num_draws=cfg.linear_draws
+    )
     rows.append(
         Row.from_estimate(
             s,

@@ -6,8 +6,8 @@ loss, reports (all from one jitted program, see :mod:`kernels.sharpness`):
 - the Gaussian $\sigma$ used (:data:`SIGMA`, the top of the paper's $\sigma$ mesh $10^{-2}$);
 - the Theorem 6/12 decomposition at that $\sigma$: the average sharpness
   $\mathbb E_u L(\theta+u) - L(\theta)$, $u \sim N(0, \sigma^2 I)$, with its standard error
-  (antithetic pairs), $\frac{\sigma^2}{2}\operatorname{tr}H(\theta)$ and the perturbation term
-  $P$;
+  (antithetic pairs $(u, -u)$), $\frac{\sigma^2}{2}\operatorname{tr}H(\theta)$ and the
+  remainder $P$;
 - adaptive average sharpness, $u \sim N(0, \sigma^2 \operatorname{diag}(\theta^2))$;
 - worst-case sharpness over the $\ell_2$ ball of radius :data:`RADIUS` and adaptive worst-case
   sharpness over $\{|\theta| \odot \eta : \|\eta\|_2 \le \rho\}$ (APGD ascent; lower bounds
@@ -46,7 +46,8 @@ class SharpnessSizes:
     """Monte Carlo budgets of the section.
 
     Attributes:
-      num_samples: perturbations of the average sharpness and of the decomposition.
+      num_samples: antithetic pairs $(u, -u)$ of the average sharpness and of the
+        decomposition (twice as many loss evaluations).
       num_probes: Hutchinson probes of the trace term.
       num_steps: APGD ascent steps of the worst-case sharpness.
     """
@@ -57,30 +58,33 @@ class SharpnessSizes:
 
 
 #: Budgets of the default run.
-QUICK = SharpnessSizes(num_samples=128, num_probes=64, num_steps=20)
+QUICK = SharpnessSizes(num_samples=64, num_probes=64, num_steps=20)
 #: Budgets of ``--full``.
-FULL = SharpnessSizes(num_samples=1024, num_probes=256, num_steps=50)
+FULL = SharpnessSizes(num_samples=512, num_probes=256, num_steps=50)
 
 
-def _measure(loss_fn: Any, params: Any, key: jax.Array, *, sizes: SharpnessSizes) -> dict:
+@functools.partial(jax.jit, static_argnames=("loss_fn", "sizes"))
+def _measure(
+    loss_fn: Any, params: Any, batch: Any, key: jax.Array, *, sizes: SharpnessSizes
+) -> dict:
+    """Every number of the section in one program (``loss_fn``, the run's loss, is static)."""
     keys = jax.random.split(key, 4)
     num, steps = sizes.num_samples, sizes.num_steps
+    gaussian = Perturbation("gaussian", SIGMA)
     out = {
         "decomposition": sharpness_decomposition(
-            loss_fn, params, keys[0], sigma=SIGMA, num_samples=num, num_probes=sizes.num_probes
+            loss_fn, params, batch, keys[0], perturbation=gaussian, num_samples=num,
+            num_probes=sizes.num_probes,
         ),
         "adaptive_average": average_sharpness(
-            loss_fn,
-            params,
-            keys[1],
-            perturbation=Perturbation("gaussian", SIGMA, adaptive=True),
-            num_samples=num,
+            loss_fn, params, batch, keys[1],
+            perturbation=dataclasses.replace(gaussian, adaptive=True), num_samples=num,
         ),
-    }
+    }  # fmt: skip
     for name, k, adaptive in (("worst_l2", keys[2], False), ("worst_adaptive_l2", keys[3], True)):
         ball = Perturbation("l2_ball", RADIUS, adaptive=adaptive)
         out[name] = worst_case_sharpness(
-            loss_fn, params, k, perturbation=ball, num_steps=steps
+            loss_fn, params, batch, k, perturbation=ball, num_steps=steps
         ).value
     return out
 
@@ -88,7 +92,7 @@ def _measure(loss_fn: Any, params: Any, key: jax.Array, *, sizes: SharpnessSizes
 def _rows(out: dict, sizes: SharpnessSizes) -> list[Row]:
     s = _SECTION
     dec = out["decomposition"]
-    mc = f"{sizes.num_samples} evaluations in antithetic pairs (u, -u)"
+    mc = f"{sizes.num_samples} antithetic pairs (u, -u), {2 * sizes.num_samples} loss evaluations"
     steps = sizes.num_steps
     return [
         Row(s, "σ (Gaussian perturbation)", SIGMA, note="u ~ N(0, σ² I) in the rows below"),
@@ -106,8 +110,8 @@ def _rows(out: dict, sizes: SharpnessSizes) -> list[Row]:
         ),
         Row.from_estimate(
             s,
-            "Thm 6/12: perturbation term P",
-            dec.perturbation,
+            "Thm 6/12: remainder P",
+            dec.remainder,
             note="control variate u^T H u / 2 on the same pairs",
         ),
         Row.from_estimate(
@@ -139,8 +143,9 @@ def sharpness_section(run: Run, *, sizes: SharpnessSizes | None = None) -> list[
       sizes: Monte Carlo budgets (default :data:`QUICK` or :data:`FULL` after ``run.quick``).
     """
     sizes = sizes or (QUICK if run.quick else FULL)
-    program = jax.jit(functools.partial(_measure, run.train_loss(), sizes=sizes))
     t = time.perf_counter()
-    out = jax.block_until_ready(program(run.params, run.section_key(_SECTION)))
+    out = jax.block_until_ready(
+        _measure(run.loss_fn, run.params, run.train, run.section_key(_SECTION), sizes=sizes)
+    )
     run.meta["sharpness_seconds"] = time.perf_counter() - t
     return _rows(out, sizes)

@@ -9,6 +9,7 @@ import pytest
 from flax import nnx
 
 from jaxbounds.bounds import pac_bayes, shallow_gd, trauger_tewari
+from jaxbounds.bounds._result import Check, Status
 from jaxbounds.bounds.from_model import (
     BOUNDS_OF,
     construction_bounds,
@@ -54,7 +55,7 @@ def test_scalar_one_layer_norms_measured_from_weights():
                 B_Wv=np.abs(wv).sum(axis=1).max(),
                 L_sigma=1.0,
                 d=4,
-                num_samples=40,
+                num_examples=40,
             ).value
         )
     got = out["T&T Corollary 4.1.1 Rademacher"]
@@ -63,7 +64,12 @@ def test_scalar_one_layer_norms_measured_from_weights():
     assert float(gap.rademacher) == pytest.approx(expected, rel=1e-10)
     assert float(gap.value) >= float(gap.complexity)
     loss_bound = math.log1p(math.exp(float(np.linalg.norm(w))))
-    assert bool(got.vacuous) == (2 * expected >= loss_bound)
+    assert float(got.trivial) == pytest.approx(loss_bound / 2)
+    assert bool(got.is_valid) == all(bool(c) for c in got.hypotheses.values())
+    if got.is_valid:
+        assert got.is_vacuous == (2 * expected >= loss_bound)
+    assert gap.is_valid == got.is_valid  # the gap carries the Rademacher bound's hypotheses
+    assert float(gap.trivial) == pytest.approx(loss_bound)
     assert list(out) == [
         f"T&T Corollary {c} {kind}"
         for c in ("4.1.1", "D.0.1", "D.0.2")
@@ -89,7 +95,7 @@ def test_scalar_multi_layer_cover_times_h_cubed():
     assert "T&T Corollary 4.1.1 Rademacher" not in out  # Theorem 4.1 is one-layer only
     tt = out["T&T Corollary 4.2.1 log cover"]
     assert float(tt.head_factor) == 8.0
-    assert tt.status == "rebuilt"
+    assert tt.provenance == "rebuilt"
     assert float(tt.C) == pytest.approx(float(tt.value))
     longer = scalar_quantities(
         as_pure(
@@ -117,11 +123,14 @@ def test_shallow_from_record():
     q = shallow_quantities(model.params_dict(), x, y, radii=radii)
     out = from_model(q, delta=0.1)
     ref = shallow_gd.theorem_5(
-        alpha=shallow_gd.alpha_from_features(q.features0), phi0=q.phi0, num_samples=N, d_s=d_s,
+        alpha=shallow_gd.alpha_from_features(q.features0), phi0=q.phi0, num_examples=N, d_s=d_s,
         d_m=d_m, R_X=q.input_radius, init=q.init, radii=q.radii, delta=0.1,
     )  # fmt: skip
     assert float(out["shallow Theorem 5"].value) == pytest.approx(float(ref.value))
     assert not bool(out["shallow Theorem 5"].hypotheses["d_m >= N^3"])
+    for name in ("shallow Lemma 4 empirical", "shallow Theorem 5"):  # d_m = 8 < N^3
+        assert out[name].status == Status.NOT_VALID
+        assert "d_m >= N^3 fails (d_m = 8, N^3 = 1728)" in out[name].failed
     assert list(out) == list(shallow_bounds(q))
     assert set(out) == {
         "shallow Lemma 1 Rademacher",
@@ -141,17 +150,32 @@ def test_construction_semi_analytic_from_measured_quantities():
     )
     out = construction_bounds(q, subgaussian_scale=0.02)
     ref = pac_bayes.semi_analytic(
-        G_u=q.G_u, norm_sq=q.norm_sq, Sigma=0.02, num_samples=2**T, delta=0.05,
+        G_u=q.G_u, norm_sq=q.norm_sq, subgaussian_scale=0.02, num_examples=2**T, delta=0.05,
         empirical_risk=0.01,
     )  # fmt: skip
     assert float(out["semi-analytic (measured ||theta||^2, P = 0)"].value) == float(ref.value)
     L = pac_bayes.construction_norm_bound(f.sparsity, f.degree, T)
     ref_L = pac_bayes.semi_analytic(
-        G_u=q.G_u, norm_sq=L, Sigma=0.02, num_samples=2**T, delta=0.05, empirical_risk=0.01
-    )
+        G_u=q.G_u, norm_sq=L, subgaussian_scale=0.02, num_examples=2**T, delta=0.05,
+        empirical_risk=0.01,
+    )  # fmt: skip
     assert float(out["semi-analytic (Theorem 10 L, P = 0)"].value) == float(ref_L.value)
     bare = construction_quantities(apply_fn, params, data["inputs"], empirical_risk=0.01)
     assert list(from_model(bare)) == ["semi-analytic (measured ||theta||^2, P = 0)"]
+
+
+def test_one_layer_hypotheses_hold_where_they_hold_for_every_head():
+    """A hypothesis of the summed heads fails when it fails for one head, with that head named."""
+    from jaxbounds.bounds.from_model import _all_heads
+
+    per_head = [
+        {"m > d": Check.of(True, m=40, d=4), "r": Check.of(True)},
+        {"m > d": Check.of(False, m=3, d=4), "r": Check.of(True)},
+    ]
+    hyp = _all_heads(per_head)
+    assert not hyp["m > d"]
+    assert hyp["r"]
+    assert hyp["m > d"].detail == "head 1: m = 3, d = 4"
 
 
 def test_unknown_record_type():

@@ -10,6 +10,7 @@ from jaxbounds.bounds.pac_bayes import construction_norm_bound
 from jaxbounds.data.boolean import tiling_parities
 from jaxbounds.models.construction import construction_error_bound
 from jaxbounds.report.sections import construction_section
+from tests.helpers import compiles_in, count_compiles
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +70,12 @@ def test_trace_rows_against_the_dense_hessian(construction_run, rows):
     est = rows["tr H at an interpolator (labels = model outputs), Hutch++"]
     assert abs(est.value - identity) <= 1e-6 * identity + 5 * est.stderr
     assert "12 products" in est.note
+
+
+def test_second_section_call_compiles_nothing(construction_run, rows):
+    """Both Hutch++ traces use the run's loss_fn with the labels in the batch: one program."""
+    with count_compiles() as messages:
+        again = {r.name: r for r in construction_section(construction_run, num_matvecs=12)}
+    assert compiles_in(messages) == []
+    name = "tr H at an interpolator (labels = model outputs), Hutch++"
+    assert again[name].value == rows[name].value

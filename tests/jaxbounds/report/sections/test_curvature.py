@@ -1,5 +1,7 @@
 """Section ``curvature`` against the dense Hessian and the norms of the weights."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,6 +9,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from jaxbounds.report.sections import curvature_section
+from tests.helpers import compiles_in, count_compiles
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +48,14 @@ def test_norm_rows(scalar_run, rows):
     assert rows["‖θ‖_2 (all weights)"].value == pytest.approx(np.linalg.norm(flat), rel=1e-6)
     assert rows["‖θ - θ_0‖_2"].value == pytest.approx(np.linalg.norm(flat - flat0), rel=1e-5)
     assert rows["‖w‖_F"].value == pytest.approx(float(jnp.linalg.norm(run.params["w"])))
+
+
+def test_second_section_call_compiles_nothing(scalar_run, rows):
+    """One program keyed by the run's loss_fn: new parameters of the same shapes reuse it."""
+    moved = jax.tree_util.tree_map(lambda a: 1.01 * a, scalar_run.params)
+    run = dataclasses.replace(scalar_run, params=moved, meta={})
+    jax.block_until_ready(moved)
+    with count_compiles() as messages:
+        again = {r.name: r for r in curvature_section(run)}
+    assert compiles_in(messages) == []
+    assert again["Hessian eigenvalue λ1"].value != rows["Hessian eigenvalue λ1"].value
