@@ -107,9 +107,9 @@ def free_port() -> int:
 
 
 def _base_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAXBOUNDS_", "MP_"))}
-    env.pop("XLA_FLAGS", None)
-    env.pop("JAX_COORDINATOR_ADDRESS", None)
+    """This environment without process-layout settings (ours, JAX's, cluster launchers')."""
+    drop = ("JAXBOUNDS_", "MP_", "JAX_COORDINATOR", "SLURM_", "OMPI_", "PMI", "XLA_FLAGS")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
     return env
