@@ -529,9 +529,10 @@ def _hutchpp(
     num_sketch = min(num_matvecs // 3, flat.size)
     num_hutch = num_matvecs - 2 * num_sketch
     key_sketch, key_hutch = jax.random.split(key)
-    # one program may not mix shard_maps over different device sets: use the devices that
-    # sample_statistics picks for the residual probes (no more than their chunks) throughout
-    devices = jax.devices()[: max(1, min(len(jax.devices()), -(-num_hutch // chunk)))]
+    # one program may not mix shard_maps over different device sets, and in a multi-process
+    # program a subset such as jax.devices()[:k] may leave out every device of some process
+    # (whose result would then not be addressable there): use all devices throughout
+    devices = jax.devices()
     basis, quad, bad = _sketch_basis(flat, key_sketch, num_sketch, chunk, devices)
 
     def one(k: jax.Array) -> jax.Array:

@@ -195,16 +195,7 @@ KERNELS = [
     "worst_case_sharpness",
 ]
 
-# kernels.curvature._hutchpp shards over jax.devices()[:k] with k = its number of residual
-# chunks (2 here): both devices of process 0, none of process 1, whose result then has no
-# shard on process 1. Fixed by sharding over all of jax.devices() (see the report of h-dist).
-HUTCHPP_ON_PROCESS_0_ONLY = pytest.mark.xfail(
-    strict=True, reason="hutchpp shards over jax.devices()[:k]: process 1 holds no result"
-)
-EVERY_PROCESS = [
-    pytest.param(name, marks=HUTCHPP_ON_PROCESS_0_ONLY) if name.endswith("hutchpp") else name
-    for name in KERNELS
-]
+EVERY_PROCESS = list(KERNELS)
 
 
 def test_layout(runs):
