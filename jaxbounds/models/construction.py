@@ -413,20 +413,20 @@ def construction_norm_paper_terms(sparsity: int, degree: int, seq_len: int) -> d
     return terms
 
 
-def jl_width(num_points: int, eps: float) -> int:
+def jl_width(num_vectors: int, eps: float) -> int:
     r"""Johnson-Lindenstrauss width $\lceil 4 \ln n / (\epsilon^2/2 - \epsilon^3/3) \rceil$.
 
     Dasgupta & Gupta 2003: a Gaussian projection to this width keeps all pairwise squared
-    distances of $n$ points within a factor $1 \pm \epsilon$ with positive probability.
+    distances of $n$ = ``num_vectors`` points within a factor $1 \pm \epsilon$ with positive
+    probability.
 
     >>> jl_width(21, 0.5)
     147
     """
     if not 0 < eps < 1:
         raise ValueError(f"eps: expected 0 < eps < 1, got {eps!r}")
-    if num_points < 2:
-        raise ValueError(f"num_points: expected >= 2, got {num_points!r}")
-    return math.ceil(4 * math.log(num_points) / (eps**2 / 2 - eps**3 / 3))
+    num_vectors = check_positive_int(num_vectors, "num_vectors", minimum=2)
+    return math.ceil(4 * math.log(num_vectors) / (eps**2 / 2 - eps**3 / 3))
 
 
 @dataclasses.dataclass(frozen=True)

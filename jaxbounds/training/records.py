@@ -91,7 +91,7 @@ def weight_norms(params: Any, params0: Any, *, spectral: bool) -> dict[str, jax.
 
 @dataclasses.dataclass
 class TrainingRecord:
-    """Values at every record point of a training run (arrays of length ``num_points``).
+    """Values at every record point of a training run (arrays with one entry per record point).
 
     Attributes:
       names: parameter leaf names (see :func:`leaf_names`).

@@ -164,6 +164,22 @@ def test_construction_semi_analytic_from_measured_quantities():
     assert list(from_model(bare)) == ["semi-analytic (measured ||theta||^2, P = 0)"]
 
 
+def test_float32_weights_with_float64_data_under_strict_promotion():
+    """The engine's TypePromotionError case: float32 weights, float64 data, strict promotion."""
+    model = ScalarTransformer(
+        4, num_layers=1, num_heads=2, param_dtype=jnp.float32, rngs=nnx.Rngs(0)
+    )
+    _, params = as_pure(model)
+    params64 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), params)
+    x = jax.random.normal(jax.random.key(1), (40, 5, 4), jnp.float64)
+    with jax.numpy_dtype_promotion("strict"):
+        out = from_model(scalar_quantities(params, x, activation_lipschitz=1.0))
+        ref = from_model(scalar_quantities(params64, x, activation_lipschitz=1.0))
+    for name in ("spectrum-adaptive proxy", "norm-based proxy", "T&T Theorem 4.2 gap"):
+        assert out[name].value.dtype == np.float64
+        assert float(out[name].value) == pytest.approx(float(ref[name].value), rel=1e-5), name
+
+
 def test_one_layer_hypotheses_hold_where_they_hold_for_every_head():
     """A hypothesis of the summed heads fails when it fails for one head, with that head named."""
     from jaxbounds.bounds.from_model import _all_heads

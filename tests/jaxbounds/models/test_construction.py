@@ -241,6 +241,8 @@ def test_bad_arguments_raise():
         construction(good, seq_len=4)(jnp.zeros((2, 5), dtype=jnp.int32))
     with pytest.raises(ValueError, match="eps"):
         jl_width(10, 1.5)
+    with pytest.raises(ValueError, match="num_vectors: expected an int >= 2"):
+        jl_width(1, 0.5)
 
 
 def test_quantities_measured_from_the_model():
