@@ -72,7 +72,8 @@ SCRIPT = textwrap.dedent(
         "rademacher_linear": lambda k, x: rad.rademacher_linear(
             x, k, norm=2, radius=1.0, num_draws=37, chunk_size=5),
         "rademacher_finite": lambda k, v: rad.rademacher_finite(
-            lambda i, b: b[i], v, k, num_draws=21, num_members=23, member_chunk=5, chunk_size=4),
+            lambda i, b: b[i], v, k, num_draws=21, num_members=23, member_chunk_size=5,
+            chunk_size=4),
         "rademacher_search": lambda k, p, x: rad.rademacher_search(
             apply, p, x, k, project=project, num_draws=10, num_steps=4, step_size=1.0,
             num_restarts=2, chunk_size=3),
