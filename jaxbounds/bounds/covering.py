@@ -345,7 +345,8 @@ def dudley_rademacher(
     for i in np.ndindex(C.shape):
         if C[i] == 0.0:
             value[i] = 0.0
-        elif np.isfinite(C[i]) and A[i] > 0 and n[i] >= 1 and n[i] == int(n[i]):
+        elif np.isfinite(C[i]) and C[i] > 0 and A[i] > 0 and min(c0[i], c1[i]) > 0 \
+                and n[i] >= 1 and n[i] == int(n[i]):
             value[i] = _kernel_inverse_square(
                 C[i], num_examples=int(n[i]), radius=A[i], coef_delta=c0[i], coef_integral=c1[i]
             )
