@@ -66,6 +66,7 @@ from jaxbounds.models.ntk import feature_alpha, linearized_apply
 from jaxbounds.models.shallow import PARAM_NAMES, shallow_apply, shallow_features
 from jaxbounds.training import accuracy, logistic_loss, train_gd
 from jaxbounds.training.ntk_regime import ntk_regime
+from kernels.norms import tree_norm
 
 __all__ = [
     "EXPERIMENT",
@@ -357,29 +358,33 @@ def _ntk_drifts(config: Mapping[str, Any], run: dict[str, Any]) -> list[dict[str
         _stacked_apply, p0, train, test, learning_rate=float(config["learning_rate"]) * num,
         num_steps=int(config["ntk_steps"]), loss="logistic", progress=False,
     )  # fmt: skip
-    out = [dict.fromkeys(_NTK_COLUMNS, 0.0) for _ in range(num)]
-    for split, data in (("train", train), ("test", test)):
-        f = np.asarray(_stacked_apply(result.params, data["inputs"]), np.float64)
-        g = np.asarray(
-            linearized_apply(_stacked_apply, result.linear_params, p0, data["inputs"]), np.float64
+    outputs = {
+        split: (
+            _stacked_apply(result.params, data["inputs"]),
+            linearized_apply(_stacked_apply, result.linear_params, p0, data["inputs"]),
+            _stacked_apply(p0, data["inputs"]),
         )
-        f0 = np.asarray(_stacked_apply(p0, data["inputs"]), np.float64)
-        for i in range(num):
-            out[i][f"drift_{split}"] = float(np.max(np.abs(f[i] - g[i])))
-            if split == "train":
-                out[i]["relative_drift_train"] = float(
-                    np.linalg.norm(f[i] - g[i]) / max(np.linalg.norm(f[i] - f0[i]), 1e-300)
-                )
-                out[i]["loss_model"] = float(logistic_loss(f[i], np.asarray(data["labels"])))
-                out[i]["loss_linear"] = float(logistic_loss(g[i], np.asarray(data["labels"])))
-    for i in range(num):
-        moved = [np.asarray(result.params[n][i] - p0[n][i]) for n in PARAM_NAMES]
-        size = [np.asarray(p0[n][i]) for n in PARAM_NAMES]
-        out[i]["relative_movement"] = float(
-            math.sqrt(sum(np.sum(m.astype(np.float64) ** 2) for m in moved))
-            / math.sqrt(sum(np.sum(w.astype(np.float64) ** 2) for w in size))
-        )
-    return [{f"ntk_{k}": v for k, v in row.items()} for row in out]
+        for split, data in (("train", train), ("test", test))
+    }
+    return [_ntk_row(outputs, train["labels"], result, p0, i) for i in range(num)]
+
+
+def _ntk_row(outputs: dict, labels: jax.Array, result: Any, p0: Any, i: int) -> dict[str, float]:
+    """Seed i's drift columns from the stacked outputs (model f, linearisation g, f at init)."""
+    f, g, f0 = (np.asarray(a[i], np.float64) for a in outputs["train"])
+    f_test, g_test, _ = (np.asarray(a[i], np.float64) for a in outputs["test"])
+    seed = lambda tree: jax.tree_util.tree_map(lambda a: a[i], tree)  # noqa: E731
+    moved = jax.tree_util.tree_map(jnp.subtract, seed(result.params), seed(p0))
+    return {
+        "ntk_relative_movement": float(tree_norm(moved) / tree_norm(seed(p0))),
+        "ntk_drift_train": float(np.max(np.abs(f - g))),
+        "ntk_drift_test": float(np.max(np.abs(f_test - g_test))),
+        "ntk_relative_drift_train": float(
+            np.linalg.norm(f - g) / max(float(np.linalg.norm(f - f0)), 1e-300)
+        ),
+        "ntk_loss_model": float(logistic_loss(outputs["train"][0][i], labels)),
+        "ntk_loss_linear": float(logistic_loss(outputs["train"][1][i], labels)),
+    }
 
 
 def _seed_row(config: Mapping[str, Any], run: dict[str, Any], i: int) -> dict[str, Any]:
@@ -394,8 +399,7 @@ def _seed_row(config: Mapping[str, Any], run: dict[str, Any], i: int) -> dict[st
     alpha, sigma_min = _alpha(params0, train["inputs"])
     steps = _curve_steps(int(config["num_steps"]), int(config["curve_points"]))
     row = {
-        "d_s": quantities.d_s, "token_dim_used": int(train["inputs"].shape[-1]),
-        "num_test": int(test["labels"].shape[0]),
+        "d_s": quantities.d_s, "num_test": int(test["labels"].shape[0]),
         "lowest_test_loss": float(test_curve.min()), "lowest_test_step": int(test_curve.argmin()),
         "final_train_loss": float(train_curve[-1]), "final_test_loss": float(test_curve[-1]),
         "final_train_accuracy": float(accuracy(shallow_apply(params, train["inputs"]),
@@ -582,7 +586,7 @@ def _setup_lines(rows: list[dict], meta: dict) -> list[str]:
     machine = meta.get("machine", {})
     return [
         f"- Data: {_DATA_TEXT.get(r0['data'], r0['data'])}; {r0['num_test']} test images; each "
-        f"image cut into {r0['d_s']} tokens of dimension {r0['token_dim_used']} (row-major, "
+        f"image cut into {r0['d_s']} tokens of dimension {r0['token_dim']} (row-major, "
         "last token zero-padded); pixels scaled to [0, 1] (the paper does not say how it scaled "
         "them).",
         f"- Model: ShallowTransformer, LeCun init (W_Q, W_K, W_V ~ N(0, 1/d), w_O ~ N(0, 1/d_m)); "
