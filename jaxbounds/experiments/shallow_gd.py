@@ -73,12 +73,17 @@ __all__ = [
     "N_BY_SOURCE",
     "PAPER_TABLE1",
     "SCALES",
+    "TOKEN_DIM_BY_SOURCE",
+    "figures",
+    "initial_params",
     "load_data",
     "render",
+    "report_text",
     "resolve_source",
     "run_batch",
     "run_unit",
     "shallow_units",
+    "train_seeds",
 ]
 
 #: Table 1 of the paper: (d_m, N, lowest test loss, epoch at which it was reached).
