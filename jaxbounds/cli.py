@@ -62,34 +62,24 @@ class _UsageError(Exception):
     """A bad option found before any work: one line, exit status 2."""
 
 
-def _seed(text: str) -> int:
-    try:
-        seed = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not 0 <= seed < 2**32:
-        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32), got {text}")
-    return seed
+def _bounded_int(minimum: int, limit: int | None, describe: str) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum`` and, unless None, < ``limit``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {describe}, got {text!r}") from None
+        if value < minimum or (limit is not None and value >= limit):
+            raise argparse.ArgumentTypeError(f"expected {describe}, got {text}")
+        return value
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
-    return value
-
-
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
-    return value
+_seed = _bounded_int(0, 2**32, "an integer in [0, 2**32)")
+_positive_int = _bounded_int(1, None, "an integer >= 1")
+_nonnegative_int = _bounded_int(0, None, "an integer >= 0")
 
 
 def _estimate_parser(commands: Any, common: argparse.ArgumentParser) -> None:
