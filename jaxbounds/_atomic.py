@@ -1,10 +1,11 @@
-"""Atomic file writes and SIGINT/SIGTERM handling for the experiment runner.
+"""Atomic file writes (every report and experiment output) and the runner's signal guard.
 
 Every file is written to a temporary file in its own directory, flushed and ``fsync``-ed, then
 renamed over the target with ``os.replace`` (atomic on POSIX and Windows), and the directory is
 ``fsync``-ed: a reader sees the old file or the new one, never a part of one, whatever kills the
 writer. While a :class:`SignalGuard` is active, SIGINT and SIGTERM raise :class:`Interrupted`,
-except inside a write, where they are held until the write is complete.
+except inside a write, where they are held until the write is complete. It sits on the lowest
+floor of ``jaxbounds`` (standard library only), so ``report`` and ``experiments`` both import it.
 """
 
 from __future__ import annotations

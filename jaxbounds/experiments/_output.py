@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxbounds.experiments._atomic import write_bytes_atomic
+from jaxbounds._atomic import write_bytes_atomic
 
 __all__ = ["csv_text", "machine_info", "new_figure", "save_figure", "sort_records", "versions"]
 

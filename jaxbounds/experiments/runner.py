@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxbounds.experiments._atomic import (
+from jaxbounds._atomic import (
     Interrupted,
     SignalGuard,
     critical_section,

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxbounds._atomic import write_text_atomic
 from jaxbounds.report.rows import NOT_VALID, VACUOUS, Report, Row
 
 __all__ = ["format_table", "format_value", "to_json", "write_json"]
@@ -173,6 +174,4 @@ def write_json(report: Report, path: str | Path) -> Path:
     Raises:
       OSError: if the file cannot be written (the previous file, if any, is left as it was).
     """
-    from jaxbounds.experiments._atomic import write_text_atomic  # no import cycle at load time
-
     return write_text_atomic(path, to_json(report))

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxbounds._atomic import SignalGuard, critical_section
 from jaxbounds.experiments import _output, runner
-from jaxbounds.experiments._atomic import SignalGuard, critical_section
 from jaxbounds.experiments.runner import (
     Experiment,
     ExperimentRegistry,
