@@ -99,11 +99,6 @@ def _norm_input(x: Any, name: str) -> jax.Array:
     return x
 
 
-def _ensure(x: Any, ok: Any, message: str, *values: Any) -> Any:
-    """Return ``x``; fail with ``message`` unless ``ok`` (``kernels._checks.ensure_that``)."""
-    return ensure_that(x, ok, message, *values)
-
-
 def _projection_input(v: Any, name: str) -> jax.Array:
     """``v`` as a non-empty float32/float64 array with finite entries (runtime check)."""
     v = jnp.asarray(v)
@@ -115,7 +110,7 @@ def _projection_input(v: Any, name: str) -> jax.Array:
         check_finite(v, name)
         return v
     ok = jnp.all(jnp.isfinite(v))
-    return _ensure(v, ok, f"{name}: expected finite values, found NaN or inf")
+    return ensure_that(v, ok, f"{name}: expected finite values, found NaN or inf")
 
 
 def _radius(radius: Any, dtype: Any) -> jax.Array:
@@ -126,7 +121,7 @@ def _radius(radius: Any, dtype: Any) -> jax.Array:
     r = jnp.asarray(radius, dtype=dtype)
     ok = jnp.logical_and(jnp.isfinite(radius), radius > 0)
     message = "radius: expected a finite value > 0, got a non-positive or non-finite traced value"
-    return _ensure(r, ok, message)
+    return ensure_that(r, ok, message)
 
 
 def dual_exponent(p: float) -> float:

@@ -749,22 +749,12 @@ def _draw_statistics(
     chunk_size: int | None,
     name: str,
 ) -> SampleStats:
-    """Streaming statistics of ``per_draw(signs of draw k)`` over k < num_draws, checked finite.
+    """Streaming statistics of ``per_draw(signs of draw k)`` over k < num_draws, checked finite."""
 
-    ``per_draw`` is wrapped in ``jax.jit`` so the two traces :func:`sample_statistics` makes
-    (output shape, loop body) share one trace of the user's callable. The statistics run under
-    ``jax_numpy_rank_promotion="allow"`` because their summary broadcasts ``(chunk, m) - (m,)``
-    for vector samples; ``per_draw`` itself runs under the caller's setting.
-    """
-    setting = jax.numpy_rank_promotion.value
-
-    @jax.jit
     def sample(draw_key: jax.Array) -> jax.Array:
-        with jax.numpy_rank_promotion(setting):
-            return per_draw(_draw_signs(draw_key, sup.num_examples, sup.dtype))
+        return per_draw(_draw_signs(draw_key, sup.num_examples, sup.dtype))
 
-    with jax.numpy_rank_promotion("allow"):
-        stats = sample_statistics(sample, key, num_samples=num_draws, chunk_size=chunk_size)
+    stats = sample_statistics(sample, key, num_samples=num_draws, chunk_size=chunk_size)
     check_that(
         stats.num_nonfinite == 0,
         f"{name}: non-finite value at {{}} of the {num_draws} sign vectors",

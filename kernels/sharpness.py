@@ -569,8 +569,7 @@ def average_sharpness(
     prob = _setup(loss_fn, params, batch, key, perturbation)
     base, ok = _loss_at_params(prob)
     draw = _sampler(perturbation.kind, perturbation.scale, prob)
-    # jit: sample_statistics traces its function twice (shape, loop body); this reuses one trace
-    sample = jax.jit(_increase_fn(prob, base, draw, antithetic))
+    sample = _increase_fn(prob, base, draw, antithetic)
     stats = sample_statistics(sample, key, num_samples=num, chunk_size=chunk_size)
     _check_samples(stats.num_nonfinite, ok, _pairs_text(num, antithetic))
     return stats.estimate(num_evaluations=2 * num if antithetic else None)
@@ -592,24 +591,6 @@ def _decomposition_pair(
         return jnp.stack([pair, pair - quad])
 
     return one
-
-
-def _vector_statistics(
-    fn: Callable[[jax.Array], jax.Array], key: jax.Array, **kwargs: Any
-) -> SampleStats:
-    """:func:`sample_statistics` of vector samples under any ``jax_numpy_rank_promotion``.
-
-    Its summary broadcasts ``(chunk, d) - (d,)``, which ``"raise"`` refuses; ``fn`` itself (the
-    user's loss) still runs under the user's setting, so its trace is shared with the others.
-    """
-    setting = jax.numpy_rank_promotion.value
-
-    def sample(k: jax.Array) -> jax.Array:
-        with jax.numpy_rank_promotion(setting):
-            return fn(k)
-
-    with jax.numpy_rank_promotion("allow"):
-        return sample_statistics(sample, key, **kwargs)
 
 
 def _split_estimate(stats: SampleStats, index: int, num_evaluations: int | None) -> Estimate:
@@ -706,8 +687,8 @@ def sharpness_decomposition(
         v = prob.scales * jax.random.rademacher(k, prob.scales.shape, prob.scales.dtype)
         return jnp.vdot(v, hvp(v))
 
-    pair_fn = jax.jit(_decomposition_pair(prob, base, sigma, hvp))
-    pairs = _vector_statistics(pair_fn, key_pairs, num_samples=num, chunk_size=chunk_size)
+    pair_fn = _decomposition_pair(prob, base, sigma, hvp)
+    pairs = sample_statistics(pair_fn, key_pairs, num_samples=num, chunk_size=chunk_size)
     _check_samples(pairs.num_nonfinite, ok, _pairs_text(num))
     trace = sample_statistics(probe, key_probes, num_samples=num_probes, chunk_size=chunk_size)
     _check_samples(trace.num_nonfinite, ok, f"{num_probes} Hutchinson probes (u^T H u)")
@@ -1116,7 +1097,7 @@ def sigma_search(
     base, ok = _loss_at_params(prob)
 
     def estimate(sigma: jax.Array) -> tuple[jax.Array, ...]:
-        sample = jax.jit(_increase_fn(prob, base, _sampler("gaussian", sigma, prob), True))
+        sample = _increase_fn(prob, base, _sampler("gaussian", sigma, prob), True)
         stats = sample_statistics(sample, key, num_samples=num, chunk_size=chunk_size)
         est = stats.estimate()
         return est.mean, est.stderr, stats.num_nonfinite

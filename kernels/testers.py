@@ -48,10 +48,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._checks import check_finite, check_key, check_positive_int
+from kernels._checks import check_finite, check_key, check_positive_int, ensure_that
 from kernels._jit import compile_once
 from kernels.estimate import Estimate
-from kernels.norms import _ensure
 from kernels.parallel import sample_statistics
 from kernels.walsh import _num_bits, fwht
 
@@ -187,7 +186,7 @@ def _run_trials(trial, key: jax.Array, num_trials: int, queries: int, chunk_size
     stats = sample_statistics(trial, key, num_samples=num_trials, chunk_size=chunk_size)
     estimate = stats.estimate(num_evaluations=num_trials * queries)
     accepted = stats.mean == 0  # exact: a sum of zeros (NaN compares False)
-    accepted = _ensure(
+    accepted = ensure_that(
         accepted,
         stats.num_nonfinite == 0,
         f"fn: returned NaN or inf in {{}} of the {num_trials} trials",
