@@ -115,10 +115,13 @@ def test_kl_inverse_solves_kl_and_limits():
 @FAST
 @given(q=st.floats(0.0, 0.999), c=st.floats(1e-9, 10.0), k=st.floats(1.01, 10.0))
 def test_kl_inverse_monotone_in_budget_and_risk(q, c, k):
+    # kl_inverse is exact to one float64 step (its bisection stops at adjacent floats), so
+    # monotonicity holds up to that resolution: q = 1e-192 and 3e-192 give the same p +- 1 ulp.
     p = float(pac_bayes.kl_inverse(q, c))
+    resolution = 2 * np.spacing(p)
     assert q <= p <= 1.0
-    assert float(pac_bayes.kl_inverse(q, c * k)) >= p
-    assert float(pac_bayes.kl_inverse(min(q * k, 1.0), c)) >= p
+    assert float(pac_bayes.kl_inverse(q, c * k)) >= p - resolution
+    assert float(pac_bayes.kl_inverse(min(q * k, 1.0), c)) >= p - resolution
 
 
 def test_float64_whatever_the_global_setting(x64_off):
