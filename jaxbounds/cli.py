@@ -11,6 +11,20 @@ models and sections of :mod:`jaxbounds.report.registry`.
 runs a paper's experiment with :func:`jaxbounds.experiments.runner.run_experiment`;
 ``jaxbounds reproduce --list`` lists them. ``jaxbounds --version`` prints the version.
 
+Many processes: both commands first call :func:`jaxbounds.distributed.initialize`, so the same
+command started in N processes with ``JAXBOUNDS_COORDINATOR``, ``JAXBOUNDS_NUM_PROCESSES`` and
+``JAXBOUNDS_PROCESS_ID`` set (or under SLURM and the other launchers JAX detects) runs as one
+program; with none of them set, the command runs alone and starts no distributed runtime.
+``estimate`` then runs every process through the same sections, its Monte Carlo kernels sharded
+over all processes' devices, and only process 0 prints the table and writes the report (the
+others are silent); a stop requested on any process stops all at the same step, and process 0's
+saved partial report decides what every process resumes. ``reproduce`` gives each process a
+disjoint share of the units (run on its own devices), every process waits until all units'
+files are in the shared ``--out`` directory, and process 0 alone writes the tables, figures and
+report, byte for byte those of a one-process run. ``--process-index`` / ``--process-count``
+are then optional and must agree with the runtime (exit 2 otherwise); without the runtime they
+split a run by hand as before (process 0 renders what exists when its share is done).
+
 What the command guarantees (``estimate``):
 
 - Every check that can fail runs before any work: the model, the sections (a selection that
@@ -60,6 +74,10 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 class _UsageError(Exception):
     """A bad option found before any work: one line, exit status 2."""
+
+
+class _StartError(Exception):
+    """JAX's distributed runtime did not start (e.g. no coordinator): one line, exit status 1."""
 
 
 def _bounded_int(minimum: int, limit: int | None, describe: str) -> Callable[[str], int]:
@@ -142,8 +160,14 @@ def _reproduce_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "--from", dest="from_dir", default=None, metavar="DIR",
         help="re-render tables and figures from the finished units under DIR, running nothing",
     )  # fmt: skip
-    rep.add_argument("--process-index", type=_nonnegative_int, default=0, metavar="I")
-    rep.add_argument("--process-count", type=_positive_int, default=1, metavar="N")
+    rep.add_argument(
+        "--process-index", type=_nonnegative_int, default=None, metavar="I",
+        help="this process's share (default: from the distributed runtime, else 0)",
+    )  # fmt: skip
+    rep.add_argument(
+        "--process-count", type=_positive_int, default=None, metavar="N",
+        help="processes sharing the run (default: from the distributed runtime, else 1)",
+    )  # fmt: skip
     shown = rep.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="no progress messages")
     shown.add_argument("--progress", action="store_true", help="progress bar even if no terminal")
@@ -342,6 +366,63 @@ def _saved_partial(path: Path, config: Any, args: argparse.Namespace, say: Calla
     return None
 
 
+def _start_processes() -> Any:
+    """Join the distributed runtime if the environment or a cluster launcher configures one."""
+    from jaxbounds import distributed
+
+    try:
+        info = distributed.initialize()
+    except ValueError as err:
+        raise _UsageError(str(err)) from err
+    except RuntimeError as err:
+        raise _StartError(str(err)) from err
+    if info.process_count > 1:
+        _handshake(info)
+    return info
+
+
+def _handshake(info: Any) -> None:
+    """A first collective, with file descriptor 1 sent to stderr while it runs.
+
+    Gloo prints a line on the process's standard output when it first connects the processes;
+    the command's stdout is for its own output (the table), so that line goes to stderr.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        _all_agree(info, True)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _all_agree(info: Any, ok: bool) -> bool:
+    """Whether ``ok`` holds on every process (a collective; just ``ok`` for one process)."""
+    if info.process_count == 1:
+        return ok
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    return bool(np.all(multihost_utils.process_allgather(np.int32(ok))))
+
+
+def _checked_everywhere(info: Any, check: Callable[[], Any]) -> Any:
+    """``check()`` on this process; if it or another process's check fails, all stop (exit 2).
+
+    With several processes every process must reach the same collective steps, so a usage
+    error found on one process (say, only process 0 checks the output place) stops them all
+    before any work instead of leaving the others waiting for it.
+    """
+    try:
+        value, problem = check(), None
+    except _UsageError as err:
+        value, problem = None, err
+    if not _all_agree(info, problem is None):
+        raise problem or _UsageError("another process refused its options (see its error)")
+    return value
+
+
 def _list_estimate() -> int:
     from jaxbounds.report import registry
 
@@ -365,9 +446,13 @@ def _estimate(args: argparse.Namespace) -> int:
             )  # fmt: skip
         except ValueError as err:
             raise _UsageError(str(err)) from err
-        path, partial = _output_paths(args)
+        info = _start_processes()
+        if not info.is_main:
+            return _estimate_follower(args, config, info, stop, run_estimate)
+        path, partial = _checked_everywhere(info, lambda: _output_paths(args))
         say = (lambda _msg: None) if args.quiet else _err
-        resume = _saved_partial(partial, config, args, say)
+        resume = _checked_everywhere(info, lambda: _saved_partial(partial, config, args, say))
+        _share_resumed(info, config, resume)
         if resume is not None:
             stop.saved = f"finished sections ({len(resume.sections_done or [])}) are in {partial}"
 
@@ -381,7 +466,7 @@ def _estimate(args: argparse.Namespace) -> int:
             result = run_estimate(
                 config.model, seed=config.seed, quick=config.quick, sections=config.sections,
                 log=None if args.quiet else say, resume=resume, on_section=save,
-                should_stop=stop.requested,
+                should_stop=_stop_everywhere(info, stop),
             )  # fmt: skip
         if not result.complete:
             return _stopped(stop.signum or signal.SIGINT, result, partial, report.format_table)
@@ -391,6 +476,42 @@ def _estimate(args: argparse.Namespace) -> int:
                 partial.unlink()
     print(report.format_table(result))
     print(f"wrote {path}")
+    return 0
+
+
+def _stop_everywhere(info: Any, stop: _StopOnSignal) -> Callable[[], bool]:
+    """``should_stop`` of the job: a stop requested on any process stops every process."""
+    if info.process_count == 1:
+        return stop.requested
+    return lambda: not _all_agree(info, not stop.requested())
+
+
+def _share_resumed(info: Any, config: Any, resume: Any) -> list[str]:
+    """Process 0's resumed sections, sent to every process (a collective when several)."""
+    done = [] if resume is None else list(resume.sections_done or [])
+    if info.process_count == 1:
+        return done
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    mask = np.array([name in done for name in config.sections], np.int32)
+    mask = multihost_utils.broadcast_one_to_all(mask)
+    return [name for name, flag in zip(config.sections, mask, strict=True) if flag]
+
+
+def _estimate_follower(
+    args: argparse.Namespace, config: Any, info: Any, stop: _StopOnSignal, run_estimate: Callable
+) -> int:
+    """A process other than 0: the same steps (every kernel is collective), silently."""
+    _checked_everywhere(info, lambda: None)  # process 0 checks the output place
+    _checked_everywhere(info, lambda: None)  # and the report to resume from
+    done = _share_resumed(info, config, None)
+    todo = [name for name in config.sections if name not in done]
+    with _progress_shown(False):
+        run_estimate(
+            config.model, seed=config.seed, quick=config.quick, sections=todo, log=None,
+            should_stop=_stop_everywhere(info, stop),
+        )  # fmt: skip
     return 0
 
 
@@ -415,17 +536,27 @@ def _reproduce(args: argparse.Namespace) -> int:
         return 0
     if args.name is None:
         raise _UsageError("give an experiment NAME, or --list to see them")
-    if args.process_index >= args.process_count:
-        raise _UsageError(f"--process-index must be < --process-count ({args.process_count})")
+    index = 0 if args.process_index is None else args.process_index
+    count = 1 if args.process_count is None else args.process_count
+    if index >= count:
+        raise _UsageError(f"--process-index must be < --process-count ({count})")
     try:
         experiment = REGISTRY.get(args.name)
     except ValueError as err:
         raise _UsageError(str(err)) from err
+    info = _start_processes()
+    many = info.process_count > 1
+    if many:
+        _checked_everywhere(info, lambda: _agrees_with_runtime(args, info))
+        index, count = info.process_index, info.process_count
+        if args.from_dir is not None and not info.is_main:
+            return 0  # re-rendering runs nothing: process 0 does it alone
     try:
         summary = runner.run_experiment(
             experiment, scale=args.scale, out_dir=args.out, seeds=args.seeds, jobs=args.jobs,
-            quiet=args.quiet, from_dir=args.from_dir, process_index=args.process_index,
-            process_count=args.process_count, progress=True if args.progress else None,
+            quiet=args.quiet or not info.is_main, from_dir=args.from_dir, process_index=index,
+            process_count=count, progress=True if args.progress else None,
+            wait_for_shares=many,
         )  # fmt: skip
     except runner.Interrupted as exc:
         _err(f"jaxbounds: {exc}")
@@ -434,9 +565,24 @@ def _reproduce(args: argparse.Namespace) -> int:
         if args.from_dir is None:
             raise
         raise _UsageError(str(err)) from err
-    print(f"{summary.experiment}: {summary.num_finished} of {summary.num_units} units in "
-          f"{summary.out_dir}")  # fmt: skip
+    if info.is_main:
+        print(f"{summary.experiment}: {summary.num_finished} of {summary.num_units} units in "
+              f"{summary.out_dir}")  # fmt: skip
     return 0
+
+
+def _agrees_with_runtime(args: argparse.Namespace, info: Any) -> None:
+    """Explicit --process-index/--process-count must be the distributed runtime's own."""
+    for flag, given, running in (
+        ("--process-count", args.process_count, info.process_count),
+        ("--process-index", args.process_index, info.process_index),
+    ):
+        if given is not None and given != running:
+            raise _UsageError(
+                f"{flag} {given}: this process runs as process {info.process_index} of "
+                f"{info.process_count} under JAX's distributed runtime (JAXBOUNDS_* variables "
+                "or a cluster launcher); leave the flag out or give the runtime's value"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -459,6 +605,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as err:
         _err(f"jaxbounds {args.command}: error: {err}")
         return 2
+    except _StartError as err:
+        _err(f"jaxbounds {args.command}: error: {err}")
+        return 1
     except (ValueError, OSError, ImportError) as err:  # DataError is a ValueError
         if args.debug:
             raise

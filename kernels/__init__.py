@@ -68,6 +68,7 @@ from kernels.parallel import (
     map_chunked,
     map_samples,
     sample_statistics,
+    using_devices,
 )
 from kernels.rademacher import (
     FiniteSup,
@@ -205,6 +206,7 @@ __all__ = [
     "tree_operator_norms",
     "tree_project_lp_ball",
     "tree_schatten_norms",
+    "using_devices",
     "vector_norm",
     "walsh_spectrum",
     "worst_case_sharpness",

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import jax
 import numpy as np
 
-from kernels import _checks
+from kernels import _checks, _devices
 
 __all__ = ["compile_once"]
 
@@ -64,8 +64,8 @@ class _Static:
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _run(fn: Callable[..., Any], treedef: Any, mask: tuple, static: tuple, checks: bool, dynamic):
-    del checks  # part of the cache key only: the checks read the switch while tracing
+def _run(fn: Callable[..., Any], treedef: Any, mask: tuple, static: tuple, checks: tuple, dynamic):
+    del checks  # cache key only: the checks and the device scope are read while tracing
     dyn = iter(dynamic)
     stat = iter(static)
     leaves = [next(dyn) if is_dyn else next(stat).value for is_dyn in mask]
@@ -92,12 +92,12 @@ def compile_once(fn: F) -> F:
         static = tuple(
             _Static(leaf) for leaf, is_dyn in zip(leaves, mask, strict=True) if not is_dyn
         )
-        checks = _checks.runtime_checks_enabled()
+        checks = (_checks.runtime_checks_enabled(), _devices.devices_cache_key())
         if not _concrete(dynamic):
             return _run(fn, treedef, mask, static, checks, dynamic)
         try:
             out = _run(fn, treedef, mask, static, checks, dynamic)
-            return jax.block_until_ready(out) if checks else out
+            return jax.block_until_ready(out) if checks[0] else out
         except jax.errors.JaxRuntimeError as err:
             message = _checks.failed_check_message(err)
             if message is None:

@@ -46,7 +46,7 @@ from jax.flatten_util import ravel_pytree
 from kernels._checks import check_finite, check_key, check_positive, check_positive_int, check_that
 from kernels._jit import compile_once
 from kernels.estimate import Estimate
-from kernels.parallel import map_samples, num_leading, sample_statistics
+from kernels.parallel import map_samples, num_leading, sample_devices, sample_statistics
 
 __all__ = [
     "DatasetHessianOperator",
@@ -361,6 +361,7 @@ def _template(like: Any) -> Any:
 def _linear(matvec: Any, like: Any) -> tuple[Matvec, jax.Array, str]:
     """Linearise a loss operator once (checking ``like`` against it); pass a callable through."""
     if isinstance(matvec, _LossOperator):
+
         def shapes(tree: Any) -> tuple[Any, list[tuple[int, ...]]]:
             leaves, treedef = jax.tree_util.tree_flatten(tree)
             return treedef, [jnp.shape(leaf) for leaf in leaves]
@@ -532,7 +533,7 @@ def _hutchpp(
     # one program may not mix shard_maps over different device sets, and in a multi-process
     # program a subset such as jax.devices()[:k] may leave out every device of some process
     # (whose result would then not be addressable there): use all devices throughout
-    devices = jax.devices()
+    devices = sample_devices()
     basis, quad, bad = _sketch_basis(flat, key_sketch, num_sketch, chunk, devices)
 
     def one(k: jax.Array) -> jax.Array:

@@ -17,8 +17,10 @@ the devices of all hosts and the mesh built here spans them. Call the kernel ins
 sample indices or keys are then created inside the program and sharded over the global mesh,
 each host computes its share, and reductions of the output are cross-host collectives, so every
 process receives the same replicated result. (Outside ``jit``, a process-local array cannot be
-passed to a multi-host ``shard_map``.) Tested with forced host devices on one host only
-(``tests/kernels/test_sharding.py``, ``tests/kernels/test_parallel.py``).
+passed to a multi-host ``shard_map``.) Tested with 2 processes x 2 forced CPU devices on one
+host (``tests/kernels/test_multiprocess.py``). Work that one process does alone in such a
+program runs inside ``with using_devices(jax.local_devices()):``, which makes the kernels traced
+in the block shard over those devices instead of ``jax.devices()``.
 """
 
 from __future__ import annotations
@@ -34,9 +36,18 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from kernels._checks import check_key, check_positive_int
+from kernels._devices import sample_devices, using_devices
 from kernels.estimate import Estimate
 
-__all__ = ["SampleStats", "map_chunked", "map_samples", "num_leading", "sample_statistics"]
+__all__ = [
+    "SampleStats",
+    "map_chunked",
+    "map_samples",
+    "num_leading",
+    "sample_devices",
+    "sample_statistics",
+    "using_devices",
+]
 
 
 def num_leading(xs: Any) -> int:
@@ -112,7 +123,8 @@ def map_samples(
       xs: pytree whose leaves share a leading axis (e.g. ``jnp.arange(n)``).
       chunk_size: samples per vectorised batch on each device, an int >= 1 (static); ``None``:
         one at a time.
-      devices: devices to shard over; default ``jax.devices()``.
+      devices: devices to shard over; default ``jax.devices()`` (or the innermost
+        :func:`using_devices` scope).
 
     Returns:
       The stacked outputs, leading axis as ``xs``.
@@ -126,7 +138,7 @@ def map_samples(
     ()
     """
     _chunk_size(chunk_size)
-    devices = list(jax.devices()) if devices is None else list(devices)
+    devices = sample_devices() if devices is None else list(devices)
     if len(devices) <= 1:
         return map_chunked(fn, xs, chunk_size=chunk_size)
     num = num_leading(xs)
@@ -293,7 +305,8 @@ def sample_statistics(
       num_samples: $K \ge 1$. Static.
       chunk_size: samples per vectorised batch, an int >= 1 (static); ``None`` runs them one
         at a time.
-      devices: devices to spread chunks over; default ``jax.devices()``.
+      devices: devices to spread chunks over; default ``jax.devices()`` (or the innermost
+        :func:`using_devices` scope).
 
     Returns:
       SampleStats(count, mean, m2, num_nonfinite), elementwise over the sample's shape;
@@ -315,7 +328,7 @@ def sample_statistics(
     chunk = min(_chunk_size(chunk_size), num)
     check_key(key)
     num_chunks = -(-num // chunk)
-    devices = list(jax.devices()) if devices is None else list(devices)
+    devices = sample_devices() if devices is None else list(devices)
     # every given device takes a share (surplus ones get only padding, masked out), so the
     # program's device set is the same whatever num_samples is; fn is jitted so that its shape
     # probe and the loop share one trace.

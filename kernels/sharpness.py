@@ -75,7 +75,7 @@ from kernels._checks import (
 from kernels._jit import compile_once
 from kernels.estimate import Estimate, estimate_from_samples
 from kernels.norms import project_lp_ball, tree_norm
-from kernels.parallel import SampleStats, map_samples, sample_statistics
+from kernels.parallel import SampleStats, map_samples, sample_devices, sample_statistics
 
 __all__ = [
     "Perturbation",
@@ -179,9 +179,7 @@ class Perturbation:
     Perturbation(kind='gaussian', scale=0.01, adaptive=False, mask=None)
     """
 
-    kind: Literal["gaussian", "l2_ball", "linf_ball"] = dataclasses.field(
-        metadata={"static": True}
-    )
+    kind: Literal["gaussian", "l2_ball", "linf_ball"] = dataclasses.field(metadata={"static": True})
     scale: Any
     adaptive: bool = dataclasses.field(default=False, metadata={"static": True})
     mask: Any = dataclasses.field(default=None, metadata={"static": True})
@@ -721,7 +719,7 @@ def _trace_at(
 
         # probes of one perturbation run one at a time on its device (perturbations shard)
         stats = sample_statistics(
-            probe, k_probe, num_samples=num_probes, devices=jax.devices()[:1]
+            probe, k_probe, num_samples=num_probes, devices=sample_devices()[:1]
         )
         est = stats.estimate()
         bad = jnp.logical_or(jnp.logical_not(jnp.isfinite(value)), stats.num_nonfinite > 0)

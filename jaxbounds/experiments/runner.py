@@ -37,7 +37,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -436,9 +436,33 @@ def _store(units_dir: Path, experiment: Experiment, version: str, group: list, r
             write_json_atomic(_unit_path(units_dir, key), record)
 
 
+@contextlib.contextmanager
+def _alone_on_local_devices() -> Iterator[None]:
+    """Kernels shard over this process's devices only (its units are its own, not collective).
+
+    In a one-process program (or without JAX's distributed runtime) the local devices are all
+    devices and nothing changes.
+    """
+    import jax
+
+    if jax.process_count() == 1:
+        yield
+        return
+    import kernels
+
+    with kernels.using_devices(jax.local_devices()):
+        yield
+
+
 def _run_share(experiment: Experiment, share: list, units_dir: Path, version: str, log: _Log,
                show_bar: bool) -> int:  # fmt: skip
     """Compute the units of ``share`` that have no file yet; return how many were computed."""
+    with _alone_on_local_devices():
+        return _run_pending(experiment, share, units_dir, version, log, show_bar)
+
+
+def _run_pending(experiment: Experiment, share: list, units_dir: Path, version: str, log: _Log,
+                 show_bar: bool) -> int:  # fmt: skip
     pending = [(k, u) for k, u in share if _load_unit(units_dir, k, u, log) is None]
     done = len(share) - len(pending)
     if done:
@@ -463,6 +487,20 @@ def _run_share(experiment: Experiment, share: list, units_dir: Path, version: st
     finally:
         bar.close()
     return len(pending)
+
+
+_POLL_S = 0.25
+
+
+def _wait_for_units(experiment: Experiment, plan: list, units_dir: Path, log: _Log) -> None:
+    """Wait until every unit of ``plan`` has its file (written by whichever process ran it)."""
+    missing = [key for key, _ in plan if not _unit_path(units_dir, key).exists()]
+    if missing:
+        log.info(f"{experiment.name}: waiting for {len(missing)} units of the other processes "
+                 f"in {units_dir}")  # fmt: skip
+    while missing:
+        time.sleep(_POLL_S)
+        missing = [key for key in missing if not _unit_path(units_dir, key).exists()]
 
 
 def _columns(keys: Iterable[Iterable[str]]) -> list[str]:
@@ -546,6 +584,7 @@ def run_experiment(
     process_index: int = 0,
     process_count: int = 1,
     progress: bool | None = None,
+    wait_for_shares: bool = False,
 ) -> RunSummary:
     """Run the unfinished units of an experiment, then write results, summary and report.
 
@@ -566,9 +605,16 @@ def run_experiment(
       process_index: this process's share of the units (``0 <= process_index < process_count``).
       process_count: number of processes sharing the run: unit i goes to process
         ``i % process_count`` (with ``run_batch``: batch i, so seeds stay together). Only
-        process 0 writes results and renders, from the units that exist when its share is done.
+        process 0 writes results and renders, from the units that exist when its share is done
+        (or, with ``wait_for_shares``, when every unit is done).
       progress: force the progress bar on (True) or off (False); default: on a terminal
         unless ``quiet``.
+      wait_for_shares: after its own share, every process waits until each unit of the grid has
+        its file in the units directory (the processes share ``out_dir``: one machine or a
+        shared filesystem), so that process 0 renders the complete tables, byte for byte those
+        of a one-process run. ``jaxbounds reproduce`` sets it under JAX's distributed runtime
+        (:func:`jaxbounds.distributed.initialize`), where the units run on each process's own
+        devices (:func:`kernels.using_devices`).
 
     Returns:
       A :class:`RunSummary`.
@@ -595,6 +641,8 @@ def run_experiment(
             share = _share(experiment, plan, process_index, process_count)
             show_bar = progress if progress is not None else (not quiet and sys.stderr.isatty())
             num_run = _run_share(experiment, share, units_dir, version, log, show_bar)
+            if wait_for_shares:
+                _wait_for_units(experiment, plan, units_dir, log)
         if source is not None or process_index == 0:
             rendered = _write_outputs(
                 experiment, scale, seeds, version, plan, units_dir, run_dir, log
