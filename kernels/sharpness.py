@@ -179,7 +179,9 @@ class Perturbation:
     Perturbation(kind='gaussian', scale=0.01, adaptive=False, mask=None)
     """
 
-    kind: Literal["gaussian", "l2_ball", "linf_ball"] = dataclasses.field(metadata={"static": True})
+    kind: Literal["gaussian", "l2_ball", "linf_ball"] = dataclasses.field(
+        metadata={"static": True}
+    )
     scale: Any
     adaptive: bool = dataclasses.field(default=False, metadata={"static": True})
     mask: Any = dataclasses.field(default=None, metadata={"static": True})
