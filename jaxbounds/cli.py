@@ -508,11 +508,11 @@ def _estimate_follower(
     done = _share_resumed(info, config, None)
     todo = [name for name in config.sections if name not in done]
     with _progress_shown(False):
-        run_estimate(
+        result = run_estimate(
             config.model, seed=config.seed, quick=config.quick, sections=todo, log=None,
             should_stop=_stop_everywhere(info, stop),
         )  # fmt: skip
-    return 0
+    return 0 if result.complete else 128 + (stop.signum or signal.SIGINT)
 
 
 def _stopped(signum: int, result: Any, partial: Path, format_table: Callable) -> int:

@@ -116,12 +116,14 @@ def _base_env() -> dict[str, str]:
     return env
 
 
-def run_processes(script: str, envs: list[dict[str, str]], timeout: float = TIMEOUT_S) -> list:
-    """Run ``script`` once per entry of ``envs`` (extra environment variables), all at once.
+def launch(
+    argv: list[str], envs: list[dict[str, str]], timeout: float = TIMEOUT_S
+) -> list[tuple[int | None, str, str]]:
+    """Run ``python *argv`` once per entry of ``envs`` (extra environment variables), all at once.
 
-    Returns each process's JSON line printed after ``RESULT``. If one process fails, the others
-    are killed (they would wait for it until JAX's connection timeout) and the test fails with
-    the failed process's stderr.
+    Returns each process's (exit code, stdout, stderr); the code is None for a process killed
+    at the timeout. When one process fails, the others are killed (they would wait for it
+    until JAX's connection timeout).
     """
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
@@ -129,7 +131,7 @@ def run_processes(script: str, envs: list[dict[str, str]], timeout: float = TIME
             out = open(Path(tmp) / f"out{i}", "w+")  # noqa: SIM115 (closed below)
             err = open(Path(tmp) / f"err{i}", "w+")  # noqa: SIM115
             proc = subprocess.Popen(
-                [sys.executable, "-c", script],
+                [sys.executable, *argv],
                 env={**_base_env(), **extra},
                 cwd=ROOT,
                 stdout=out,
@@ -142,25 +144,37 @@ def run_processes(script: str, envs: list[dict[str, str]], timeout: float = TIME
             if None not in codes or any(code not in (None, 0) for code in codes):
                 break  # all done, or one failed: the others would wait for it
             time.sleep(0.1)
+        if any(proc.poll() not in (None, 0) for proc, _, _ in procs):
+            time.sleep(2.0)  # let the others end on their own first (e.g. a shared usage error)
         codes = [proc.poll() for proc, _, _ in procs]
-        crashed = [i for i, code in enumerate(codes) if code not in (None, 0)]
-        failed = (crashed or [i for i, code in enumerate(codes) if code is None] or [None])[0]
-        for proc, _, _ in procs:
+        texts = []
+        for proc, out, err in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        texts = []
-        for _, out, err in procs:
             out.seek(0)
             err.seek(0)
             texts.append((out.read(), err.read()))
             out.close()
             err.close()
+    return [(code, out, err) for code, (out, err) in zip(codes, texts, strict=True)]
+
+
+def run_processes(script: str, envs: list[dict[str, str]], timeout: float = TIMEOUT_S) -> list:
+    """Run ``script`` once per entry of ``envs`` (see :func:`launch`); their ``RESULT`` lines.
+
+    Returns each process's JSON line printed after ``RESULT``. If one process fails or times
+    out, the test fails with that process's stderr.
+    """
+    runs = launch(["-c", script], envs, timeout)
+    codes = [code for code, _, _ in runs]
+    crashed = [i for i, code in enumerate(codes) if code not in (None, 0)]
+    failed = (crashed or [i for i, code in enumerate(codes) if code is None] or [None])[0]
     if failed is not None:
         state = "timed out" if codes[failed] is None else f"exited with {codes[failed]}"
-        pytest.fail(f"process {failed} {state} (of {codes}): {texts[failed][1][-4000:]}")
+        pytest.fail(f"process {failed} {state} (of {codes}): {runs[failed][2][-4000:]}")
     results = []
-    for stdout, stderr in texts:
+    for _, stdout, stderr in runs:
         lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
         assert lines, stderr[-4000:]
         results.append(json.loads(lines[-1][len("RESULT ") :]))
@@ -173,9 +187,7 @@ def multi_envs(
     """Each process's environment: a fresh 127.0.0.1 coordinator address, its id (and count)."""
     address = f"127.0.0.1:{free_port()}"
     count = {} if num is None else {num: str(num_processes)}
-    return [
-        {coordinator: address, process_id: str(i), **count} for i in range(num_processes)
-    ]
+    return [{coordinator: address, process_id: str(i), **count} for i in range(num_processes)]
 
 
 @pytest.fixture(scope="module")
