@@ -210,8 +210,8 @@ CLI = (
 
 @pytest.mark.slow
 def test_real_experiment_on_two_processes_gives_the_same_bytes(tmp_path):
-    # tt-sequence-length at smoke scale (4 units); measured: the three processes together
-    # take about 3 minutes on a loaded 2-core machine (one process alone: about 70 s)
+    # tt-sequence-length at smoke scale (4 units); measured: 236 s for the three processes
+    # together (2 + the reference) on a 2-core machine at load average 13 (alone: about 70 s)
     def argv(out):
         cmd = ["reproduce", "tt-sequence-length", "--scale", "smoke", "--out", str(out)]
         return json.dumps([*cmd, "--quiet"])

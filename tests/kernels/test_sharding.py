@@ -10,8 +10,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
+
+import kernels
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,6 +60,18 @@ SCRIPT = textwrap.dedent(
                                     perturbation=sharpness.Perturbation("gaussian", 0.1),
                                     num_samples=13, chunk_size=2)
     out["average_sharpness"] = [float(e.mean), float(e.stderr)]
+    # kernels.using_devices: a kernel traced inside the scope shards over its devices only,
+    # and one traced after it over all devices again (the scope is in the compilation key)
+    from kernels import using_devices
+
+    def scoped_linear():
+        e = rad.rademacher_linear(x, key, norm=2, radius=1.0, num_draws=37, chunk_size=5)
+        return [float(e.mean), float(e.stderr)], len(e.mean.sharding.device_set)
+
+    with using_devices(jax.devices()[-2:]):
+        out["linear_l2_scoped"], scoped = scoped_linear()
+    _, after = scoped_linear()
+    out["scoped_device_counts"] = [scoped, after]
     keys = jax.random.split(key, 9)
     out["map_samples"] = np.asarray(
         map_samples(lambda k: jax.random.normal(k), keys, chunk_size=2)).tolist()
@@ -93,6 +108,29 @@ def test_device_counts(results):
     single, sharded = results
     assert single["num_devices"] == 1
     assert sharded["num_devices"] == 4
+
+
+def test_using_devices_scopes_the_sharding(results):
+    single, sharded = results
+    assert single["scoped_device_counts"] == [1, 1]
+    assert sharded["scoped_device_counts"] == [2, 4]  # 2 in the scope, all 4 after it
+    np.testing.assert_allclose(sharded["linear_l2_scoped"], single["linear_l2"][:2], rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("devices", "match"),
+    [([], "non-empty"), ("cpu", "sequence of jax devices"), ([0], "non-empty"), (None, "sequence")],
+)
+def test_using_devices_bad_arguments(devices, match):
+    with pytest.raises(ValueError, match=f"devices: .*{match}"), kernels.using_devices(devices):
+        pass
+
+
+def test_using_devices_repeated_device():
+    device = jax.devices()[0]
+    with pytest.raises(ValueError, match="listed twice"), kernels.using_devices([device, device]):
+        pass
+    assert kernels.parallel.sample_devices() == jax.devices()  # the scope was not left set
 
 
 @pytest.mark.parametrize(
