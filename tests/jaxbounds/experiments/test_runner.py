@@ -7,6 +7,7 @@ with ``Interrupted.exit_code`` (130 for SIGINT, 143 for SIGTERM) when interrupte
 
 from __future__ import annotations
 
+import concurrent.futures
 import csv
 import json
 import os
@@ -313,6 +314,30 @@ def test_process_shares_are_disjoint_and_process_0_renders(tmp_path, capsys):
     assert summary.num_missing == 0
     csv_bytes = (shared / "toy" / "results.csv").read_bytes()
     assert csv_bytes == (single / "toy" / "results.csv").read_bytes()
+
+
+def test_wait_for_shares_renders_once_every_unit_is_there(tmp_path, capsys):
+    # process 0 of 2 waits (in a thread here) for process 1's share, then renders everything
+    single, shared = tmp_path / "single", tmp_path / "shared"
+    _run(single)
+    first = concurrent.futures.ThreadPoolExecutor(1)
+    waiting = first.submit(
+        _run, shared, process_index=0, process_count=2, wait_for_shares=True, quiet=False
+    )
+    deadline = time.monotonic() + 30
+    while "waiting for 6 units" not in capsys.readouterr().err:
+        assert not waiting.done(), waiting.result()
+        assert time.monotonic() < deadline, "process 0 did not reach the wait"
+        time.sleep(0.05)
+    assert not (shared / "toy" / "results.csv").exists()
+    other = _run(shared, process_index=1, process_count=2, wait_for_shares=True)
+    summary = waiting.result(timeout=30)
+    first.shutdown()
+    assert not other.rendered  # process 1 waited too, but only process 0 writes the tables
+    assert summary.rendered
+    assert (summary.num_run, other.num_run, summary.num_missing) == (6, 6, 0)
+    for name in ("results.csv", "report.md"):
+        assert (shared / "toy" / name).read_bytes() == (single / "toy" / name).read_bytes()
 
 
 def test_run_batch_gets_the_seeds_of_one_configuration(tmp_path):
