@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxbounds.cli import main
 from tests.kernels.test_multiprocess import launch, multi_envs
 
 ENV_NAMES = ("JAXBOUNDS_COORDINATOR", "JAXBOUNDS_PROCESS_ID", "JAXBOUNDS_NUM_PROCESSES")
@@ -199,6 +200,21 @@ def test_process_flags_that_contradict_the_runtime_stop_every_process(tmp_path):
     assert "another process refused its options" in runs[0][2]
     assert "--process-index 0: this process runs as process 1 of 2" in runs[1][2]
     assert not (tmp_path / "calls").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("command", ["estimate", "reproduce"])
+def test_a_malformed_layout_variable_is_a_usage_error(command, tmp_path, capsys, monkeypatch):
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JAXBOUNDS_NUM_PROCESSES", "two")
+    argv = {"estimate": ["estimate"], "reproduce": ["reproduce", "tt-sequence-length"]}[command]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"jaxbounds {command}: error: num_processes (from JAXBOUNDS_NUM_PROCESSES='two'):"
+        " expected an integer\n"
+    )
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing written
 
 
 # ``jaxbounds ARGV`` with ARGV (a JSON list) from MP_ARGV, so that each process has its own
