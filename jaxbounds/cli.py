@@ -112,10 +112,13 @@ def _estimate_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     est.add_argument(
         "--seed", type=_seed, default=0, help="seed of every random choice, in [0, 2**32)"
     )
-    est.add_argument(
+    where = est.add_mutually_exclusive_group()
+    where.add_argument(
         "--out", default="jaxbounds_report", help="output directory (default: jaxbounds_report)"
     )
-    est.add_argument("--json", metavar="FILE", help="write the JSON report here instead")
+    where.add_argument(
+        "--json", metavar="FILE", help="write the JSON report to this file instead of --out"
+    )
     est.add_argument(
         "--sections",
         nargs="+",

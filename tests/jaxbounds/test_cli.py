@@ -207,6 +207,16 @@ def test_bad_output_place_is_an_error_before_any_work(toy, tmp_path, capsys, cas
     assert toy["BUILDS"] == []
 
 
+def test_out_and_json_together_is_a_usage_error(toy, tmp_path, capsys):
+    argv = ["estimate", "--model", "toy", "--out", str(tmp_path), "--json", str(tmp_path / "r.json")]
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert "argument --json: not allowed with argument --out" in capsys.readouterr().err
+    assert toy["BUILDS"] == []
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_unwritable_output_directory(toy, tmp_path, capsys, monkeypatch):
     locked = tmp_path / "locked"
     locked.mkdir()
