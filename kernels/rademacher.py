@@ -87,7 +87,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._checks import check_finite, check_key, check_positive, check_positive_int, check_that
+from kernels._checks import (
+    check_finite,
+    check_key,
+    check_positive,
+    check_positive_int,
+    check_that,
+    runtime_checks,
+)
 from kernels._jit import compile_once
 from kernels.estimate import Estimate
 from kernels.norms import dual_exponent, tree_norm, vector_norm
@@ -553,8 +560,14 @@ def _ascend(sup: Any, signs: jax.Array, theta0: Any) -> tuple[jax.Array, jax.Arr
     etas = sup.step_size.astype(sup.dtype) * jnp.asarray(_ascent_decay(sup.num_steps), sup.dtype)
     init = (theta0, jnp.full((), -jnp.inf, sup.dtype), jnp.zeros((), sup.dtype))
     # one extra scan step evaluates the last iterate (its update is discarded): the
-    # compiled program holds one copy of the model's forward and backward pass, not two
-    (_, best, top), _ = jax.lax.scan(step, init, etas)
+    # compiled program holds one copy of the model's forward and backward pass, not two.
+    # The loop body is traced without runtime checks: a check is a host callback, and one per
+    # step (e.g. the finiteness check of kernels.norms' projections) costs more than the step
+    # itself on CPU. Nothing goes unchecked: the starts were projected with checks on, and a
+    # NaN iterate makes its value NaN (max propagates NaN), which the Monte Carlo driver counts
+    # and reports as a non-finite sup.
+    with runtime_checks(False):
+        (_, best, top), _ = jax.lax.scan(step, init, etas)
     return best, top
 
 
