@@ -227,7 +227,9 @@ def run_interleaved(variants, arg, reps):
     return compile_s, {k: float(np.median(v)) for k, v in times.items()}, values
 
 
-def bench_search(num_signs, reps, n, d, h, chunks, kinds=("plain", "readout")):
+def bench_search(
+    num_signs, reps, n, d, h, chunks, kinds=("plain", "readout"), with_loop_checks=True
+):
     """Each kind: one call over ``num_signs`` sign vectors vs a Python loop of a jitted ascent."""
     steps = 20
     x, specs = search_problem(n, d, h)
@@ -246,11 +248,35 @@ def bench_search(num_signs, reps, n, d, h, chunks, kinds=("plain", "readout")):
             return np.mean([float(single(signs[i])) for i in range(num_signs)])
 
         variants[f"{kind}_python_loop_of_jitted_ascent"] = loop
+    if with_loop_checks:
+        # the behaviour before the ascent's loop body was traced without runtime checks: a
+        # host callback per step (project_lp_ball's finiteness check), on both sides; fresh
+        # callables so that nothing compiled above is reused, traced here with the checks on
+        x2, specs2 = search_problem(n, d, h)
+        call = search_call("plain", specs2["plain"], x2, num_signs, steps, 8)
+        sup = search_sup_of("plain", specs2["plain"], x2, key, steps)
+        single = jax.jit(lambda s, sup=sup: sup(s[None])[0])
+        rad._CHECKS_IN_ASCENT = True
+        try:
+            traced = {
+                "plain_checks_in_loop_one_call_chunk8": timed(lambda k: call(k)[0], key),
+                "plain_checks_in_loop_python_loop": timed(single, signs[0]),
+            }
+        finally:
+            rad._CHECKS_IN_ASCENT = False
+        variants["plain_checks_in_loop_one_call_chunk8"] = lambda k, call=call: call(k)[0]
+        variants["plain_checks_in_loop_python_loop"] = lambda _, single=single: np.mean(
+            [float(single(signs[i])) for i in range(num_signs)]
+        )
     compile_s, med, values = run_interleaved(variants, key, reps)
+    if with_loop_checks:
+        compile_s.update(traced)
     out = {}
     for name in variants:
         kind = name.split("_", 1)[0]
         loop_s = med[f"{kind}_python_loop_of_jitted_ascent"]
+        if "checks_in_loop" in name:
+            loop_s = med["plain_checks_in_loop_python_loop"]
         rec = {
             "bench": "search",
             "variant": name,

@@ -12,10 +12,15 @@ arrays are pytree leaves and whose configuration (callables, sizes) is static:
 - :class:`FiniteSup` (:func:`finite_sup`): exact sup of a finite class whose outputs
   ``outputs_fn(indices, batch)`` are produced on demand;
 - :class:`SearchSup` (:func:`search_sup`): a *lower bound* of the sup over a constrained
-  parameter set (projected gradient ascent).
+  parameter set (projected gradient ascent);
+- :class:`ReadoutSearchSup` (:func:`readout_search_sup`): the same lower bound for a class
+  ending in a norm-bounded linear readout $w^\top\phi_V(x)$, $\|w\|_q \le B$, whose sup over
+  $w$ is closed-form ($\frac Bn\|\sum_i\sigma_i\phi_V(x_i)\|_{q^*}$): the ascent runs over
+  the inner parameters $V$ only.
 
-:func:`rademacher_linear`, :func:`rademacher_finite` and :func:`rademacher_search` average them
-over ``num_draws`` random sign vectors; :func:`rademacher_exact` enumerates all $2^n$.
+:func:`rademacher_linear`, :func:`rademacher_finite`, :func:`rademacher_search` and
+:func:`rademacher_readout_search` average them over ``num_draws`` random sign vectors;
+:func:`rademacher_exact` enumerates all $2^n$.
 
 Sign vectors and determinism
 ----------------------------
@@ -34,16 +39,21 @@ Draws are processed ``chunk_size`` at a time (vectorised), each chunk reduced at
 runs one draw at a time (least memory). Chunks are spread over ``jax.devices()``. Defaults and
 the memory of one chunk ($c$ = ``chunk_size``, $n$ examples, $d$ features, $s$ = itemsize):
 
-===================== ======= ==================================================================
-kernel                default memory of one chunk
-===================== ======= ==================================================================
-rademacher_linear     256     $c\,n\,s$ signs + $c\,d\,s$ products (1 MiB at n = 1024, float32)
-rademacher_finite     256     $c\,n\,s$ signs + $c\,m\,s$ scores + $m\,n\,s$ outputs
-                              ($m$ = ``member_chunk_size``)
-rademacher_search     8       $c\,R$ copies of the parameters and of one forward/backward pass of
-                              ``apply_fn`` on all $n$ examples ($R$ = ``num_restarts``)
-rademacher_exact      4096    $c\,n\,s$ signs + what the sup object needs for $c$ sign vectors
-===================== ======= ==================================================================
+========================= ======= ==============================================================
+kernel                    default memory of one chunk
+========================= ======= ==============================================================
+rademacher_linear         256     $c\,n\,s$ signs + $c\,d\,s$ products (1 MiB at n = 1024,
+                                  float32)
+rademacher_finite         256     $c\,n\,s$ signs + $c\,m\,s$ scores + $m\,n\,s$ outputs
+                                  ($m$ = ``member_chunk_size``)
+rademacher_search         8       $c\,R$ copies of the parameters and of one forward/backward
+                                  pass of ``apply_fn`` on all $n$ examples ($R$ =
+                                  ``num_restarts``)
+rademacher_readout_search 8       $c\,R$ copies of the inner parameters and of one
+                                  forward/backward pass of ``features_fn`` on all $n$ examples
+rademacher_exact          4096    $c\,n\,s$ signs + what the sup object needs for $c$ sign
+                                  vectors
+========================= ======= ==============================================================
 
 Compile once
 ------------
@@ -56,11 +66,15 @@ and pass data through ``inputs`` / ``batch``. A Python float option (``radius``,
 
 Checks
 ------
-Non-finite data or parameters, a non-positive ``radius`` / ``step_size`` / ``output_bound`` and
-a sup that is non-finite on some sign vector raise an error naming the argument, eagerly
-(``ValueError``) and inside ``jax.jit`` (``JaxRuntimeError``); see :mod:`kernels._checks` for the
-switch that turns these runtime checks off. Integer or half-precision data, an int ``key`` and
-empty samples raise ``ValueError`` at once.
+Non-finite data or parameters, a non-positive ``radius`` / ``readout_radius`` / ``step_size`` /
+``output_bound`` and a sup that is non-finite on some sign vector raise an error naming the
+argument, eagerly (``ValueError``) and inside ``jax.jit`` (``JaxRuntimeError``); see
+:mod:`kernels._checks` for the switch that turns these runtime checks off. Integer or
+half-precision data, an int ``key`` and empty samples raise ``ValueError`` at once. The body of the
+searches' ascent loop is traced with the runtime checks off (a host callback per step, such as the
+finiteness check of :func:`kernels.norms.project_lp_ball`, costs more than a step of a small
+network on CPU): the starts are checked, and a NaN iterate makes its sign vector's value NaN,
+reported as a non-finite sup.
 
 Confidence intervals
 --------------------
@@ -94,6 +108,7 @@ from kernels._checks import (
     check_positive_int,
     check_that,
     runtime_checks,
+    runtime_checks_enabled,
 )
 from kernels._jit import compile_once
 from kernels.estimate import Estimate
@@ -124,6 +139,9 @@ _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # salt of the key of the random restarts of rademacher_search (the signs use the key itself)
 _RESTART_SALT = 0x5EA4C4
 _MAX_EXACT_EXAMPLES = 20
+# runtime checks inside the ascent's loop body (host callbacks every step); off by default,
+# see _ascend. bench/rademacher.py turns it on to measure what they cost.
+_CHECKS_IN_ASCENT = False
 
 
 # --------------------------------------------------------------------------- argument checks
@@ -566,7 +584,7 @@ def _ascend(sup: Any, signs: jax.Array, theta0: Any) -> tuple[jax.Array, jax.Arr
     # itself on CPU. Nothing goes unchecked: the starts were projected with checks on, and a
     # NaN iterate makes its value NaN (max propagates NaN), which the Monte Carlo driver counts
     # and reports as a non-finite sup.
-    with runtime_checks(False):
+    with runtime_checks(_CHECKS_IN_ASCENT and runtime_checks_enabled()):
         (_, best, top), _ = jax.lax.scan(step, init, etas)
     return best, top
 
@@ -732,7 +750,7 @@ def search_sup(
 
 
 def _smooth_lp(v: jax.Array, p: float) -> jax.Array:
-    r"""$\|v\|_p$ along the last axis, with a zero (not NaN) gradient at $v = 0$.
+    r"""$\|v\|_p$ along the last axis, with a zero (not NaN) gradient at $v = 0$; NaN stays NaN.
 
     For $1 < p < \infty$ computed as $m\,\|v/m\|_p$, $m = \max_j|v_j|$ (no overflow for large p,
     and a finite derivative everywhere); $p = 1$ and $p = \infty$ have subgradients already.
@@ -741,12 +759,12 @@ def _smooth_lp(v: jax.Array, p: float) -> jax.Array:
         return vector_norm(v, p, axis=-1)
     a = jnp.abs(v)
     m = jnp.max(a, axis=-1, keepdims=True)
-    ok = m > 0
-    m = jnp.where(ok, m, jnp.ones_like(m))
+    zero = m == 0  # false for NaN: a NaN v gives a NaN norm, never a silent 0
+    m = jnp.where(zero, jnp.ones_like(m), m)
     total = jnp.sum((a / m) ** jnp.asarray(p, v.dtype), axis=-1, keepdims=True)
-    total = jnp.where(ok, total, jnp.ones_like(total))  # >= 1 where ok: the largest term is 1
+    total = jnp.where(zero, jnp.ones_like(total), total)  # >= 1 otherwise: the largest term is 1
     out = m * total ** jnp.asarray(1 / p, v.dtype)
-    return jnp.where(ok, out, jnp.zeros_like(out))[..., 0]
+    return jnp.where(zero, jnp.zeros_like(out), out)[..., 0]
 
 
 def _readout_exponent(readout_norm: Any) -> float:

@@ -665,7 +665,7 @@ def readout_kw(**over):
     return kw
 
 
-@pytest.mark.parametrize("q", [1, 2, INF])
+@pytest.mark.parametrize("q", [1, 2, 4, INF])
 def test_readout_search_with_fixed_features_is_the_linear_closed_form(q):
     # phi_V(x) = x: the class is {x -> <w, x> : ||w||_q <= B}, whose sup is B/n ||X^T s||_{q*}
     rng = np.random.default_rng(20)
@@ -833,3 +833,21 @@ def test_compile_once_readout_search():
         rad.rademacher_readout_search(features, w2, x2, jax.random.key(9), **kw2)
     assert features.count == first
     assert compiles_in(messages) == []
+
+
+def blows_up_outside_unit_ball(w):
+    # feasible (and finite) at the start, NaN once an iterate leaves the unit ball
+    return jnp.where(jnp.sqrt(jnp.sum(w * w)) > 1.0, jnp.nan, 1.0) * w
+
+
+def test_search_nan_iterate_is_reported_though_the_loop_is_unchecked():
+    # the ascent's loop body runs without runtime checks; a NaN iterate must still fail
+    x = jnp.asarray(np.random.default_rng(25).normal(size=(6, 3)))
+    w0 = jnp.full(3, 0.1)
+    kw = dict(project=blows_up_outside_unit_ball, num_draws=4, num_steps=3, step_size=5.0)
+    with pytest.raises(ValueError, match=r"apply_fn: non-finite value at 4 of the 4 sign"):
+        rad.rademacher_search(linear_fn, w0, x, KEY, **kw)
+    with pytest.raises(ValueError, match=r"features_fn: non-finite value at 4 of the 4 sign"):
+        rad.rademacher_readout_search(
+            inner_linear, w0[:, None], x, KEY, readout_norm=2, readout_radius=1.0, **kw
+        )
