@@ -14,7 +14,13 @@ Prints one JSON record per configuration, then a summary record with the ratios:
   ``rademacher_linear`` at 65,536 and 1,048,576 draws (``--quick``: 8,192 and 131,072).
 - search: one ``rademacher_search`` call over 1,024 sign vectors (vmapped in chunks of 8 ... all
   1,024 at once) vs a Python loop of a jitted single-sign-vector ascent over the same sign
-  vectors (same values), on a tiny (n=64, 8->16) and a small (n=256, 16->32) tanh network.
+  vectors (same values), on a tiny (n=64, 8->16) and a small (n=256, 16->32) tanh network; the
+  same for ``rademacher_readout_search`` (the same class, the readout's sup in closed form).
+- equal_time: the lower bound (mean over 256 sign vectors, chunk 8) against wall time of plain
+  and readout search at 5 ... 40 ascent steps, interleaved; for each plain budget, the best
+  readout run that took no longer, with the stderr of the paired per-sign-vector difference.
+
+``--only PART`` (repeatable) runs some of throughput, memory, search, equal_time.
 """
 
 from __future__ import annotations
@@ -149,8 +155,12 @@ def bench_memory(draw_counts):
     return out
 
 
-def bench_search(num_signs, reps, n, d, h, chunks):
-    steps = 20
+def search_problem(n, d, h):
+    """A tanh network class {x -> v^T tanh(W^T x) : ||W||_F <= r_W, ||v||_2 <= r_v}, two ways.
+
+    ``plain``: ``rademacher_search`` over (W, v); ``readout``: ``rademacher_readout_search`` over
+    W with the sup over v in closed form (q = 2, B = r_v). The same class, the same sign vectors.
+    """
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(n, d)), jnp.float32)
     params = {
@@ -165,40 +175,108 @@ def bench_search(num_signs, reps, n, d, h, chunks):
     def project(p):
         return {k: norms.project_lp_ball(v, p=2, radius=radii[k]) for k, v in p.items()}
 
-    key = jax.random.key(5)
-    kw = dict(project=project, num_steps=steps, step_size=1.0)
+    def features_fn(w, xs):
+        return jnp.tanh(xs @ w)
 
-    def batched(chunk):
-        return jax.jit(
-            lambda k: (
-                rad.rademacher_search(
-                    apply_fn, params, x, k, num_draws=num_signs, chunk_size=chunk, **kw
-                ).mean
-            )
-        )
+    def project_w(w):
+        return norms.project_lp_ball(w, p=2, radius=radii["w"])
 
-    # the same restarts key rademacher_search derives, so both compute identical values
-    sup = rad.search_sup(apply_fn, params, x, jax.random.fold_in(key, rad._RESTART_SALT), **kw)
-    single = jax.jit(lambda s: sup(s[None])[0])
-    signs = rad.sign_vectors(key, num_draws=num_signs, num_examples=n)
+    plain = dict(fn=apply_fn, params=params, project=project, extra={})
+    readout = dict(
+        fn=features_fn,
+        params=params["w"],
+        project=project_w,
+        extra=dict(readout_norm=2, readout_radius=radii["v"]),
+    )
+    return x, {"plain": plain, "readout": readout}
 
-    def loop(_):
-        return np.mean([float(single(signs[i])) for i in range(num_signs)])
 
-    variants = {f"one_call_chunk{c}": batched(c) for c in chunks}
-    variants["python_loop_of_jitted_ascent"] = loop
-    compile_s = {name: timed(fn, key) for name, fn in variants.items()}
+KERNELS = {"plain": rad.rademacher_search, "readout": rad.rademacher_readout_search}
+SUPS = {"plain": rad.search_sup, "readout": rad.readout_search_sup}
+
+
+def search_call(kind, spec, x, num_signs, steps, chunk):
+    kernel = KERNELS[kind]
+    kw = dict(project=spec["project"], num_steps=steps, step_size=1.0, **spec["extra"])
+
+    def f(k):
+        est = kernel(spec["fn"], spec["params"], x, k, num_draws=num_signs, chunk_size=chunk, **kw)
+        return est.mean, est.stderr
+
+    return jax.jit(f)
+
+
+def search_sup_of(kind, spec, x, key, steps):
+    """The sup object the kernel builds for ``key`` (same restarts), for per-draw values."""
+    kw = dict(project=spec["project"], num_steps=steps, step_size=1.0, **spec["extra"])
+    return SUPS[kind](
+        spec["fn"], spec["params"], x, jax.random.fold_in(key, rad._RESTART_SALT), **kw
+    )
+
+
+def run_interleaved(variants, arg, reps):
+    """First call (compile) of each, then ``reps`` interleaved rounds; medians and values."""
+    compile_s = {name: timed(fn, arg) for name, fn in variants.items()}
     times = {name: [] for name in variants}
     values = {}
     for _ in range(reps):
         for name, fn in variants.items():
             t = time.perf_counter()
-            values[name] = float(jax.block_until_ready(fn(key)))
+            values[name] = jax.block_until_ready(fn(arg))
             times[name].append(time.perf_counter() - t)
-    loop_s = float(np.median(times["python_loop_of_jitted_ascent"]))
+    return compile_s, {k: float(np.median(v)) for k, v in times.items()}, values
+
+
+def bench_search(
+    num_signs, reps, n, d, h, chunks, kinds=("plain", "readout"), with_loop_checks=True
+):
+    """Each kind: one call over ``num_signs`` sign vectors vs a Python loop of a jitted ascent."""
+    steps = 20
+    x, specs = search_problem(n, d, h)
+    key = jax.random.key(5)
+    signs = rad.sign_vectors(key, num_draws=num_signs, num_examples=n)
+    variants = {}
+    for kind in kinds:
+        for c in chunks:
+            call = search_call(kind, specs[kind], x, num_signs, steps, c)
+            variants[f"{kind}_one_call_chunk{c}"] = lambda k, call=call: call(k)[0]
+        # the same restarts key the kernel derives, so both compute identical values
+        sup = search_sup_of(kind, specs[kind], x, key, steps)
+        single = jax.jit(lambda s, sup=sup: sup(s[None])[0])
+
+        def loop(_, single=single):
+            return np.mean([float(single(signs[i])) for i in range(num_signs)])
+
+        variants[f"{kind}_python_loop_of_jitted_ascent"] = loop
+    if with_loop_checks:
+        # the behaviour before the ascent's loop body was traced without runtime checks: a
+        # host callback per step (project_lp_ball's finiteness check), on both sides; fresh
+        # callables so that nothing compiled above is reused, traced here with the checks on
+        x2, specs2 = search_problem(n, d, h)
+        call = search_call("plain", specs2["plain"], x2, num_signs, steps, 8)
+        sup = search_sup_of("plain", specs2["plain"], x2, key, steps)
+        single = jax.jit(lambda s, sup=sup: sup(s[None])[0])
+        rad._CHECKS_IN_ASCENT = True
+        try:
+            traced = {
+                "plain_checks_in_loop_one_call_chunk8": timed(lambda k: call(k)[0], key),
+                "plain_checks_in_loop_python_loop": timed(single, signs[0]),
+            }
+        finally:
+            rad._CHECKS_IN_ASCENT = False
+        variants["plain_checks_in_loop_one_call_chunk8"] = lambda k, call=call: call(k)[0]
+        variants["plain_checks_in_loop_python_loop"] = lambda _, single=single: np.mean(
+            [float(single(signs[i])) for i in range(num_signs)]
+        )
+    compile_s, med, values = run_interleaved(variants, key, reps)
+    if with_loop_checks:
+        compile_s.update(traced)
     out = {}
     for name in variants:
-        med = float(np.median(times[name]))
+        kind = name.split("_", 1)[0]
+        loop_s = med[f"{kind}_python_loop_of_jitted_ascent"]
+        if "checks_in_loop" in name:
+            loop_s = med["plain_checks_in_loop_python_loop"]
         rec = {
             "bench": "search",
             "variant": name,
@@ -207,14 +285,87 @@ def bench_search(num_signs, reps, n, d, h, chunks):
             "d": d,
             "hidden": h,
             "num_steps": steps,
-            "median_s": med,
+            "median_s": med[name],
+            "per_sign_vector_us": med[name] / num_signs * 1e6,
             "first_call_s": compile_s[name],
-            "mean": values[name],
-            "speedup_vs_loop": loop_s / med,
+            "mean": float(values[name]),
+            "speedup_vs_loop": loop_s / med[name],
         }
         emit(rec)
         out[name] = rec
     return out
+
+
+def bench_equal_time(num_signs, reps, n, d, h, step_grid, chunk=8):
+    """Lower bound vs wall time of plain and readout search (same sign vectors, same class)."""
+    x, specs = search_problem(n, d, h)
+    key = jax.random.key(6)
+    variants = {
+        f"{kind}_steps{t}": search_call(kind, specs[kind], x, num_signs, t, chunk)
+        for t in step_grid
+        for kind in ("plain", "readout")
+    }
+    compile_s, med, values = run_interleaved(variants, key, reps)
+    recs = {}
+    for name in variants:
+        kind, steps = name.split("_steps")
+        mean, stderr = (float(v) for v in values[name])
+        recs[name] = {
+            "bench": "equal_time",
+            "variant": kind,
+            "num_steps": int(steps),
+            "num_draws": num_signs,
+            "n": n,
+            "d": d,
+            "hidden": h,
+            "chunk_size": chunk,
+            "median_s": med[name],
+            "first_call_s": compile_s[name],
+            "mean": mean,
+            "stderr": stderr,
+        }
+        emit(recs[name])
+    # at equal wall time: for each plain budget, the best readout run that took no longer,
+    # with the stderr of the paired difference (the same sign vectors: per-draw values)
+    signs = rad.sign_vectors(key, num_draws=num_signs, num_examples=n)
+
+    def per_draw(kind, steps):
+        sup = search_sup_of(kind, specs[kind], x, key, steps)
+        return np.asarray(jax.jit(lambda s: jax.lax.map(sup, s.reshape(-1, chunk, n)))(signs))
+
+    pairs = []
+    for t in step_grid:
+        plain = recs[f"plain_steps{t}"]
+        within = [
+            r
+            for k, r in recs.items()
+            if k.startswith("readout") and r["median_s"] <= plain["median_s"]
+        ]
+        if not within:
+            pairs.append({"plain_steps": t, "readout_steps": None})
+            continue
+        best = max(within, key=lambda r: r["mean"])
+        diff = per_draw("readout", best["num_steps"]).ravel() - per_draw("plain", t).ravel()
+        pair = {
+            "bench": "equal_time_pair",
+            "n": n,
+            "hidden": h,
+            "plain_steps": t,
+            "plain_s": plain["median_s"],
+            "plain_mean": plain["mean"],
+            "readout_steps": best["num_steps"],
+            "readout_s": best["median_s"],
+            "readout_mean": best["mean"],
+            "difference": float(diff.mean()),
+            "difference_stderr": float(diff.std(ddof=1) / np.sqrt(diff.size)),
+        }
+        emit(pair)
+        pairs.append(pair)
+    return recs, pairs
+
+
+NETWORKS = {"tiny": dict(n=64, d=8, h=16), "small": dict(n=256, d=16, h=32)}
+PARTS = ("throughput", "memory", "search", "equal_time")
 
 
 def main():
@@ -222,10 +373,12 @@ def main():
     parser.add_argument("--quick", action="store_true", help="fewer draws and repetitions")
     parser.add_argument("--rss-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--only", choices=PARTS, action="append", help="run only these parts")
     args = parser.parse_args()
     if args.rss_child is not None:
         child_rss(args.rss_child)
         return
+    parts = set(args.only or PARTS) - ({"memory"} if args.skip_memory else set())
     emit(
         {
             "bench": "env",
@@ -238,38 +391,52 @@ def main():
         }
     )
     quick = args.quick
-    thr = bench_throughput(
-        num_draws=8192 if quick else 65536,
-        reps=3 if quick else 5,
-        chunk_sizes=(256,) if quick else (128, 256, 512),
-    )
-    mem = [] if args.skip_memory else bench_memory((8192, 131072) if quick else (65536, 1048576))
-    chunks = (8, 1024) if quick else (1, 8, 64, 1024)
-    searches = {
-        "tiny": bench_search(1024, 2 if quick else 3, n=64, d=8, h=16, chunks=chunks),
-        "small": bench_search(1024, 2 if quick else 3, n=256, d=16, h=32, chunks=chunks),
-    }
-    best = max(
-        (r for k, r in thr.items() if k.startswith("rademacher_linear")), key=lambda r: r["gflops"]
-    )
-    summary = {
-        "bench": "summary",
-        "loadavg_end": os.getloadavg(),
-        "best_linear_variant": best["variant"],
-        "linear_vs_jax_matmul": best["gflops"] / thr["jax_matmul_signs_in_memory"]["gflops"],
-        "linear_vs_numpy_matmul": best["gflops"] / thr["numpy_matmul_signs_in_memory"]["gflops"],
-        "jax_matmul_vs_numpy": thr["jax_matmul_signs_in_memory"]["gflops"]
-        / thr["numpy_matmul_signs_in_memory"]["gflops"],
-        "naive_rademacher_vs_jax_matmul": thr["jax_random_rademacher_plus_matmul"]["gflops"]
-        / thr["jax_matmul_signs_in_memory"]["gflops"],
-        "search_speedup_vs_loop": {
-            size: {k: r["speedup_vs_loop"] for k, r in recs.items() if k.startswith("one_call")}
-            for size, recs in searches.items()
-        },
-    }
-    if mem:
+    reps = 2 if quick else 3
+    summary = {"bench": "summary"}
+    if "throughput" in parts:
+        thr = bench_throughput(
+            num_draws=8192 if quick else 65536,
+            reps=3 if quick else 5,
+            chunk_sizes=(256,) if quick else (128, 256, 512),
+        )
+        best = max(
+            (r for k, r in thr.items() if k.startswith("rademacher_linear")),
+            key=lambda r: r["gflops"],
+        )
+        jax_mm = thr["jax_matmul_signs_in_memory"]["gflops"]
+        np_mm = thr["numpy_matmul_signs_in_memory"]["gflops"]
+        summary.update(
+            best_linear_variant=best["variant"],
+            linear_vs_jax_matmul=best["gflops"] / jax_mm,
+            linear_vs_numpy_matmul=best["gflops"] / np_mm,
+            jax_matmul_vs_numpy=jax_mm / np_mm,
+            naive_rademacher_vs_jax_matmul=thr["jax_random_rademacher_plus_matmul"]["gflops"]
+            / jax_mm,
+        )
+    if "memory" in parts:
+        mem = bench_memory((8192, 131072) if quick else (65536, 1048576))
         summary["peak_rss_ratio_large_vs_small"] = mem[1]["peak_rss_mb"] / mem[0]["peak_rss_mb"]
         summary["xla_temp_mb"] = [m["xla_temp_mb"] for m in mem]
+    if "search" in parts:
+        chunks = (8, 1024) if quick else (1, 8, 64, 1024)
+        searches = {
+            name: bench_search(1024, reps, chunks=chunks, **size) for name, size in NETWORKS.items()
+        }
+        summary["search_speedup_vs_loop"] = {
+            name: {k: r["speedup_vs_loop"] for k, r in recs.items() if "one_call" in k}
+            for name, recs in searches.items()
+        }
+    if "equal_time" in parts:
+        grid = (5, 10, 20) if quick else (5, 10, 20, 40)
+        summary["equal_time_readout_minus_plain"] = {
+            name: [
+                {k: p.get(k) for k in ("plain_steps", "readout_steps", "difference",
+                                       "difference_stderr")}
+                for p in bench_equal_time(256, reps, step_grid=grid, **size)[1]
+            ]
+            for name, size in NETWORKS.items()
+        }  # fmt: skip
+    summary["loadavg_end"] = os.getloadavg()
     emit(summary)
 
 

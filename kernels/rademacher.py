@@ -12,10 +12,15 @@ arrays are pytree leaves and whose configuration (callables, sizes) is static:
 - :class:`FiniteSup` (:func:`finite_sup`): exact sup of a finite class whose outputs
   ``outputs_fn(indices, batch)`` are produced on demand;
 - :class:`SearchSup` (:func:`search_sup`): a *lower bound* of the sup over a constrained
-  parameter set (projected gradient ascent).
+  parameter set (projected gradient ascent);
+- :class:`ReadoutSearchSup` (:func:`readout_search_sup`): the same lower bound for a class
+  ending in a norm-bounded linear readout $w^\top\phi_V(x)$, $\|w\|_q \le B$, whose sup over
+  $w$ is closed-form ($\frac Bn\|\sum_i\sigma_i\phi_V(x_i)\|_{q^*}$): the ascent runs over
+  the inner parameters $V$ only.
 
-:func:`rademacher_linear`, :func:`rademacher_finite` and :func:`rademacher_search` average them
-over ``num_draws`` random sign vectors; :func:`rademacher_exact` enumerates all $2^n$.
+:func:`rademacher_linear`, :func:`rademacher_finite`, :func:`rademacher_search` and
+:func:`rademacher_readout_search` average them over ``num_draws`` random sign vectors;
+:func:`rademacher_exact` enumerates all $2^n$.
 
 Sign vectors and determinism
 ----------------------------
@@ -34,16 +39,21 @@ Draws are processed ``chunk_size`` at a time (vectorised), each chunk reduced at
 runs one draw at a time (least memory). Chunks are spread over ``jax.devices()``. Defaults and
 the memory of one chunk ($c$ = ``chunk_size``, $n$ examples, $d$ features, $s$ = itemsize):
 
-===================== ======= ==================================================================
-kernel                default memory of one chunk
-===================== ======= ==================================================================
-rademacher_linear     256     $c\,n\,s$ signs + $c\,d\,s$ products (1 MiB at n = 1024, float32)
-rademacher_finite     256     $c\,n\,s$ signs + $c\,m\,s$ scores + $m\,n\,s$ outputs
-                              ($m$ = ``member_chunk_size``)
-rademacher_search     8       $c\,R$ copies of the parameters and of one forward/backward pass of
-                              ``apply_fn`` on all $n$ examples ($R$ = ``num_restarts``)
-rademacher_exact      4096    $c\,n\,s$ signs + what the sup object needs for $c$ sign vectors
-===================== ======= ==================================================================
+========================= ======= ==============================================================
+kernel                    default memory of one chunk
+========================= ======= ==============================================================
+rademacher_linear         256     $c\,n\,s$ signs + $c\,d\,s$ products (1 MiB at n = 1024,
+                                  float32)
+rademacher_finite         256     $c\,n\,s$ signs + $c\,m\,s$ scores + $m\,n\,s$ outputs
+                                  ($m$ = ``member_chunk_size``)
+rademacher_search         8       $c\,R$ copies of the parameters and of one forward/backward
+                                  pass of ``apply_fn`` on all $n$ examples ($R$ =
+                                  ``num_restarts``)
+rademacher_readout_search 8       $c\,R$ copies of the inner parameters and of one
+                                  forward/backward pass of ``features_fn`` on all $n$ examples
+rademacher_exact          4096    $c\,n\,s$ signs + what the sup object needs for $c$ sign
+                                  vectors
+========================= ======= ==============================================================
 
 Compile once
 ------------
@@ -56,11 +66,15 @@ and pass data through ``inputs`` / ``batch``. A Python float option (``radius``,
 
 Checks
 ------
-Non-finite data or parameters, a non-positive ``radius`` / ``step_size`` / ``output_bound`` and
-a sup that is non-finite on some sign vector raise an error naming the argument, eagerly
-(``ValueError``) and inside ``jax.jit`` (``JaxRuntimeError``); see :mod:`kernels._checks` for the
-switch that turns these runtime checks off. Integer or half-precision data, an int ``key`` and
-empty samples raise ``ValueError`` at once.
+Non-finite data or parameters, a non-positive ``radius`` / ``readout_radius`` / ``step_size`` /
+``output_bound`` and a sup that is non-finite on some sign vector raise an error naming the
+argument, eagerly (``ValueError``) and inside ``jax.jit`` (``JaxRuntimeError``); see
+:mod:`kernels._checks` for the switch that turns these runtime checks off. Integer or
+half-precision data, an int ``key`` and empty samples raise ``ValueError`` at once. The body of the
+searches' ascent loop is traced with the runtime checks off (a host callback per step, such as the
+finiteness check of :func:`kernels.norms.project_lp_ball`, costs more than a step of a small
+network on CPU): the starts are checked, and a NaN iterate makes its sign vector's value NaN,
+reported as a non-finite sup.
 
 Confidence intervals
 --------------------
@@ -78,6 +92,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -86,7 +101,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._checks import check_finite, check_key, check_positive, check_positive_int, check_that
+from kernels._checks import (
+    check_finite,
+    check_key,
+    check_positive,
+    check_positive_int,
+    check_that,
+    runtime_checks,
+    runtime_checks_enabled,
+)
 from kernels._jit import compile_once
 from kernels.estimate import Estimate
 from kernels.norms import dual_exponent, tree_norm, vector_norm
@@ -95,6 +118,7 @@ from kernels.parallel import SampleStats, sample_statistics
 __all__ = [
     "FiniteSup",
     "LinearSup",
+    "ReadoutSearchSup",
     "SearchSup",
     "finite_sup",
     "linear_sup",
@@ -102,7 +126,9 @@ __all__ = [
     "rademacher_exact",
     "rademacher_finite",
     "rademacher_linear",
+    "rademacher_readout_search",
     "rademacher_search",
+    "readout_search_sup",
     "search_sup",
     "sign_chunk",
     "sign_vectors",
@@ -113,6 +139,9 @@ _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # salt of the key of the random restarts of rademacher_search (the signs use the key itself)
 _RESTART_SALT = 0x5EA4C4
 _MAX_EXACT_EXAMPLES = 20
+# runtime checks inside the ascent's loop body (host callbacks every step); off by default,
+# see _ascend. bench/rademacher.py turns it on to measure what they cost.
+_CHECKS_IN_ASCENT = False
 
 
 # --------------------------------------------------------------------------- argument checks
@@ -527,6 +556,49 @@ def _ascent_decay(num_steps: int) -> np.ndarray:
     return np.append(0.01 ** (np.arange(num_steps) / max(num_steps - 1, 1)), 0.0)
 
 
+def _ascend(sup: Any, signs: jax.Array, theta0: Any) -> tuple[jax.Array, jax.Array]:
+    r"""Best ``sup._objective`` value and largest output bound over the iterates from ``theta0``.
+
+    Projected ascent with normalised steps $\eta_t$ = ``sup.step_size`` times
+    :func:`_ascent_decay`; every iterate is ``sup.project``-ed, so every value is attained.
+    """
+    objective = functools.partial(sup._objective, signs)
+
+    def step(carry: Any, eta: jax.Array) -> Any:
+        theta, best, top = carry
+        (val, f_max), grad = jax.value_and_grad(objective, has_aux=True)(theta)
+        gnorm = tree_norm(grad)
+        gnorm = jnp.maximum(gnorm, jnp.finfo(gnorm.dtype).tiny)
+        scale = eta.astype(gnorm.dtype) / gnorm
+        theta = sup.project(
+            jax.tree_util.tree_map(lambda t, d: t + scale.astype(t.dtype) * d, theta, grad)
+        )
+        return (theta, jnp.maximum(best, val), jnp.maximum(top, f_max)), None
+
+    etas = sup.step_size.astype(sup.dtype) * jnp.asarray(_ascent_decay(sup.num_steps), sup.dtype)
+    init = (theta0, jnp.full((), -jnp.inf, sup.dtype), jnp.zeros((), sup.dtype))
+    # one extra scan step evaluates the last iterate (its update is discarded): the
+    # compiled program holds one copy of the model's forward and backward pass, not two.
+    # The loop body is traced without runtime checks: a check is a host callback, and one per
+    # step (e.g. the finiteness check of kernels.norms' projections) costs more than the step
+    # itself on CPU. Nothing goes unchecked: the starts were projected with checks on, and a
+    # NaN iterate makes its value NaN (max propagates NaN), which the Monte Carlo driver counts
+    # and reports as a non-finite sup.
+    with runtime_checks(_CHECKS_IN_ASCENT and runtime_checks_enabled()):
+        (_, best, top), _ = jax.lax.scan(step, init, etas)
+    return best, top
+
+
+def _search_all(sup: Any, signs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Best value and largest output bound over restarts, for sign vectors ``[..., n]``."""
+    lead = signs.shape[:-1]
+    flat = signs.astype(sup.dtype).reshape(-1, sup.num_examples)
+    one = functools.partial(_ascend, sup)
+    per_start = jax.vmap(jax.vmap(one, in_axes=(None, 0)), in_axes=(0, None))
+    best, top = per_start(flat, sup.starts)
+    return jnp.max(best, axis=1).reshape(lead), jnp.max(top, axis=1).reshape(lead)
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SearchSup:
@@ -552,33 +624,11 @@ class SearchSup:
     num_examples: int = dataclasses.field(metadata={"static": True})
     dtype: Any = dataclasses.field(metadata={"static": True})
 
-    def _ascend(self, signs: jax.Array, theta0: Any) -> tuple[jax.Array, jax.Array]:
-        """Best objective and largest |f(x_i)| over the iterates from ``theta0``."""
+    def _objective(self, signs: jax.Array, theta: Any) -> tuple[jax.Array, jax.Array]:
+        r"""$g_\sigma(\theta)$ and $\max_i |f_\theta(x_i)|$."""
         n = self.num_examples
-
-        def objective(theta: Any) -> tuple[jax.Array, jax.Array]:
-            f = self.apply_fn(theta, self.inputs).reshape(n).astype(self.dtype)
-            return jnp.dot(signs, f) / n, jnp.max(jnp.abs(f))
-
-        def step(carry: Any, eta: jax.Array) -> Any:
-            theta, best, top = carry
-            (val, f_max), grad = jax.value_and_grad(objective, has_aux=True)(theta)
-            gnorm = tree_norm(grad)
-            gnorm = jnp.maximum(gnorm, jnp.finfo(gnorm.dtype).tiny)
-            scale = eta.astype(gnorm.dtype) / gnorm
-            theta = self.project(
-                jax.tree_util.tree_map(lambda t, d: t + scale.astype(t.dtype) * d, theta, grad)
-            )
-            return (theta, jnp.maximum(best, val), jnp.maximum(top, f_max)), None
-
-        etas = self.step_size.astype(self.dtype) * jnp.asarray(
-            _ascent_decay(self.num_steps), self.dtype
-        )
-        init = (theta0, jnp.full((), -jnp.inf, self.dtype), jnp.zeros((), self.dtype))
-        # one extra scan step evaluates the last iterate (its update is discarded): the
-        # compiled program holds one copy of the model's forward and backward pass, not two
-        (_, best, top), _ = jax.lax.scan(step, init, etas)
-        return best, top
+        f = self.apply_fn(theta, self.inputs).reshape(n).astype(self.dtype)
+        return jnp.dot(signs, f) / n, jnp.max(jnp.abs(f))
 
     def search(self, signs: jax.Array) -> tuple[jax.Array, jax.Array]:
         r"""Values ``[...]`` for sign vectors ``[..., n]`` and the largest $|f_\theta(x_i)|$ seen.
@@ -586,11 +636,7 @@ class SearchSup:
         The second output is $\max |f_\theta(x_i)|$ over every parameter the search visited for
         that sign vector (all iterates of all restarts): what an ``output_bound`` must cover.
         """
-        lead = signs.shape[:-1]
-        flat = signs.astype(self.dtype).reshape(-1, self.num_examples)
-        per_start = jax.vmap(jax.vmap(self._ascend, in_axes=(None, 0)), in_axes=(0, None))
-        best, top = per_start(flat, self.starts)
-        return jnp.max(best, axis=1).reshape(lead), jnp.max(top, axis=1).reshape(lead)
+        return _search_all(self, signs)
 
     def __call__(self, signs: jax.Array) -> jax.Array:
         """Search values (lower bounds of the sups) for sign vectors ``[..., n]``."""
@@ -703,6 +749,210 @@ def search_sup(
     )
 
 
+def _smooth_lp(v: jax.Array, p: float) -> jax.Array:
+    r"""$\|v\|_p$ along the last axis, with a zero (not NaN) gradient at $v = 0$; NaN stays NaN.
+
+    For $1 < p < \infty$ computed as $m\,\|v/m\|_p$, $m = \max_j|v_j|$ (no overflow for large p,
+    and a finite derivative everywhere); $p = 1$ and $p = \infty$ have subgradients already.
+    """
+    if p == 1 or math.isinf(p):
+        return vector_norm(v, p, axis=-1)
+    a = jnp.abs(v)
+    m = jnp.max(a, axis=-1, keepdims=True)
+    zero = m == 0  # false for NaN: a NaN v gives a NaN norm, never a silent 0
+    m = jnp.where(zero, jnp.ones_like(m), m)
+    total = jnp.sum((a / m) ** jnp.asarray(p, v.dtype), axis=-1, keepdims=True)
+    total = jnp.where(zero, jnp.ones_like(total), total)  # >= 1 otherwise: the largest term is 1
+    out = m * total ** jnp.asarray(1 / p, v.dtype)
+    return jnp.where(zero, jnp.zeros_like(out), out)[..., 0]
+
+
+def _readout_exponent(readout_norm: Any) -> float:
+    """The dual exponent $q^*$ of ``readout_norm`` = q in [1, inf]; else raise naming it."""
+    if isinstance(readout_norm, bool) or not isinstance(readout_norm, int | float | np.number):
+        raise ValueError(f"readout_norm: expected a number q in [1, inf], got {readout_norm!r}")
+    if math.isnan(readout_norm) or readout_norm < 1:
+        raise ValueError(f"readout_norm: expected a number q in [1, inf], got {readout_norm!r}")
+    return dual_exponent(float(readout_norm))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ReadoutSearchSup:
+    r"""Lower-bound sup of a class ending in a norm-bounded readout (:func:`readout_search_sup`).
+
+    Attributes:
+      starts: the ascent's starting points of the inner parameters, each leaf stacked
+        ``[num_restarts, ...]`` (leaves).
+      inputs: the sample ``features_fn`` reads (leaves).
+      step_size: $\eta_0$ (leaf).
+      readout_radius: $B$, the radius of the readout ball (leaf).
+      features_fn: ``(params, inputs) -> [n, k]`` features $\phi_V(x_i)$. Static.
+      project: Euclidean projection of the inner parameters onto their constraint set. Static.
+      num_steps: ascent steps per start. Static.
+      num_examples: n. Static.
+      dual: $q^*$, the exponent of the dual norm of the readout norm $q$. Static.
+      dtype: dtype of the features. Static.
+    """
+
+    starts: Any
+    inputs: Any
+    step_size: jax.Array
+    readout_radius: jax.Array
+    features_fn: Callable[[Any, Any], jax.Array] = dataclasses.field(metadata={"static": True})
+    project: Callable[[Any], Any] = dataclasses.field(metadata={"static": True})
+    num_steps: int = dataclasses.field(metadata={"static": True})
+    num_examples: int = dataclasses.field(metadata={"static": True})
+    dual: float = dataclasses.field(metadata={"static": True})
+    dtype: Any = dataclasses.field(metadata={"static": True})
+
+    def _objective(self, signs: jax.Array, theta: Any) -> tuple[jax.Array, jax.Array]:
+        r"""$\frac Bn\|\Phi_V^\top\sigma\|_{q^*}$ and $B\max_i\|\phi_V(x_i)\|_{q^*}$."""
+        n = self.num_examples
+        phi = self.features_fn(theta, self.inputs).reshape(n, -1).astype(self.dtype)
+        v = jnp.dot(signs, phi, preferred_element_type=self.dtype)
+        radius = self.readout_radius.astype(self.dtype)
+        value = radius / n * _smooth_lp(v, self.dual)
+        return value, radius * jnp.max(vector_norm(phi, self.dual, axis=1))
+
+    def search(self, signs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        r"""Values ``[...]`` for sign vectors ``[..., n]`` and the largest output bound seen.
+
+        The second output is $B\max_i\|\phi_V(x_i)\|_{q^*} = \sup_{\|w\|_q\le B}
+        \max_i |w^\top\phi_V(x_i)|$, maximised over every V the search visited for that sign
+        vector: what an ``output_bound`` must cover.
+        """
+        return _search_all(self, signs)
+
+    def __call__(self, signs: jax.Array) -> jax.Array:
+        """Search values (lower bounds of the sups) for sign vectors ``[..., n]``."""
+        return self.search(signs)[0]
+
+
+def _readout_search_sup(
+    features_fn: Callable,
+    params: Any,
+    inputs: Any,
+    key: jax.Array,
+    project: Callable,
+    readout_norm: Any,
+    readout_radius: Any,
+    num_steps: Any,
+    step_size: Any,
+    num_restarts: Any,
+    init_scale: Any,
+) -> ReadoutSearchSup:
+    """The search object; ``features_fn`` runs once at ``project(params)`` (n, dtype, finite)."""
+    dual = _readout_exponent(readout_norm)
+    check_positive(readout_radius, "readout_radius")
+    steps = check_positive_int(num_steps, "num_steps")
+    restarts = check_positive_int(num_restarts, "num_restarts")
+    check_key(key)
+    check_positive(step_size, "step_size")
+    check_positive(init_scale, "init_scale")
+    _check_float_tree(params, "params")
+    if jax.tree_util.tree_leaves(inputs):
+        _check_float_tree(inputs, "inputs", allow_int=True)
+    starts = _random_starts(params, key, project, restarts, init_scale)
+    first = jax.tree_util.tree_map(lambda leaf: leaf[0], starts)
+    out = features_fn(first, inputs)
+    shape = getattr(out, "shape", None)
+    if shape is None or len(shape) != 2 or shape[1] == 0:
+        raise ValueError(f"features_fn: must return features [n, k] with k >= 1, got shape {shape}")
+    if shape[0] == 0:
+        raise ValueError("inputs: empty sample (features_fn returned 0 rows)")
+    dtype = _check_float_dtype(out.dtype, "features_fn")
+    check_finite(out, "features_fn: features at project(params)")
+    return ReadoutSearchSup(
+        starts=starts,
+        inputs=inputs,
+        step_size=jnp.asarray(step_size, dtype),
+        readout_radius=jnp.asarray(readout_radius, dtype),
+        features_fn=features_fn,
+        project=project,
+        num_steps=steps,
+        num_examples=int(shape[0]),
+        dual=dual,
+        dtype=dtype,
+    )
+
+
+def readout_search_sup(
+    features_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    inputs: Any,
+    key: jax.Array,
+    *,
+    project: Callable[[Any], Any],
+    readout_norm: float,
+    readout_radius: Any,
+    num_steps: int,
+    step_size: Any,
+    num_restarts: int = 1,
+    init_scale: Any = 1.0,
+) -> ReadoutSearchSup:
+    r"""Lower-bound sup object of a class ending in a norm-bounded linear readout.
+
+    The class is $\{x \mapsto w^\top\phi_V(x) : V \in \mathcal V, \|w\|_q \le B\}$ with
+    features $\phi_V$ = ``features_fn(V, inputs)`` $\in\mathbb R^{n\times k}$. For a fixed V the
+    sup over the readout is closed-form (Hölder, attained):
+
+    $$\sup_{\|w\|_q\le B}\frac1n\sum_i\sigma_i w^\top\phi_V(x_i)
+    = \frac Bn\Big\|\sum_i\sigma_i\phi_V(x_i)\Big\|_{q^*},\qquad \frac1q+\frac1{q^*}=1,$$
+
+    so only V is searched: projected gradient ascent on
+    $h_\sigma(V) = \frac Bn\|\Phi_V^\top\sigma\|_{q^*}$ over $\mathcal V$ = the range of
+    ``project``, with the steps, decay, starts and restarts of :func:`search_sup`. Each value is
+    the best $h_\sigma$ over all iterates and restarts; every iterate is feasible and its readout
+    sup attained, so each value is a **lower bound** of the class's sup, and **exact** when the
+    features do not depend on V (a linear class: :class:`LinearSup`'s value). This evaluates
+    ``features_fn`` once at ``project(params)`` to learn n and the dtype.
+
+    Args:
+      features_fn: ``(params, inputs) -> [n, k]`` float32/float64 features (the network up to
+        its readout).
+      params: float32/float64 inner parameters V (a point of $\mathcal V$; the first start). The
+        readout w is not a parameter: its sup is closed-form.
+      inputs: the sample (any pytree ``features_fn`` accepts; integer leaves allowed).
+      key: PRNG key for the random restarts.
+      project: Euclidean projection of the inner parameters onto $\mathcal V$.
+      readout_norm: q in [1, inf], the norm of the readout ball (its dual $q^*$ is used). Static.
+      readout_radius: B > 0, the radius of the readout ball (float or array scalar).
+      num_steps: ascent steps per start. Static.
+      step_size: first step length eta_0 > 0 (global l2 units of V).
+      num_restarts: starts per sign vector (>= 1). Static.
+      init_scale: scale > 0 of the random restarts relative to each leaf's RMS.
+
+    Returns:
+      :class:`ReadoutSearchSup` (lower bound); ``.search(signs)`` also returns the largest
+      $B\max_i\|\phi_V(x_i)\|_{q^*}$ the search saw.
+
+    Raises:
+      ValueError: on a readout norm outside [1, inf], a non-positive readout radius or step size,
+        bad counts, key, dtypes, non-finite data or parameters, or if ``features_fn`` does not
+        give ``[n, k]`` features.
+
+    >>> import jax, jax.numpy as jnp, kernels.norms as kn
+    >>> sup = readout_search_sup(lambda v, x: x, jnp.zeros(1), jnp.eye(2), jax.random.key(0),
+    ...     project=lambda v: v, readout_norm=2, readout_radius=1.0, num_steps=1, step_size=1.0)
+    >>> float(sup(jnp.array([1.0, -1.0])))  # fixed features: exact, B ||s||_2 / n = sqrt(2) / 2
+    0.7071067811865476
+    """
+    return _readout_search_sup(
+        features_fn,
+        params,
+        inputs,
+        key,
+        project,
+        readout_norm,
+        readout_radius,
+        num_steps,
+        step_size,
+        num_restarts,
+        init_scale,
+    )
+
+
 # --------------------------------------------------------------------------- Monte Carlo driver
 
 
@@ -743,7 +993,7 @@ def mcdiarmid_halfwidth(bound: Any, *, num_examples: int, num_draws: int, delta:
 def _draw_statistics(
     per_draw: Callable[[jax.Array], jax.Array],
     key: jax.Array,
-    sup: LinearSup | FiniteSup | SearchSup,
+    sup: LinearSup | FiniteSup | SearchSup | ReadoutSearchSup,
     *,
     num_draws: int,
     chunk_size: int | None,
@@ -921,13 +1171,14 @@ def rademacher_finite(
 
 
 def _search_estimate(
-    sup: SearchSup,
+    sup: SearchSup | ReadoutSearchSup,
     key: jax.Array,
     output_bound: Any,
     *,
     num_draws: int,
     chunk_size: int | None,
     delta: float | None,
+    name: str = "apply_fn",
 ) -> Estimate:
     """Search estimate; with ``output_bound``, its interval if no visited |f(x_i)| exceeds it."""
     if output_bound is not None:
@@ -938,7 +1189,7 @@ def _search_estimate(
         value, top = sup.search(signs)
         return value[None] if b is None else jnp.stack([value, (top > b).astype(sup.dtype)])
 
-    kw = dict(num_draws=num_draws, chunk_size=chunk_size, name="apply_fn")
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, name=name)
     stats = _draw_statistics(per_draw, key, sup, **kw)
     est = _estimate(stats, 0)
     if b is None:
@@ -1015,6 +1266,83 @@ def rademacher_search(
     options = (project, num_steps, step_size, num_restarts, init_scale)
     sup = _search_sup(apply_fn, params, inputs, jax.random.fold_in(key, _RESTART_SALT), *options)
     kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta)
+    return _search_estimate(sup, key, output_bound, **kw)
+
+
+@compile_once
+def rademacher_readout_search(
+    features_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    inputs: Any,
+    key: jax.Array,
+    *,
+    project: Callable[[Any], Any],
+    readout_norm: float,
+    readout_radius: Any,
+    num_draws: int,
+    num_steps: int,
+    step_size: Any,
+    num_restarts: int = 1,
+    chunk_size: int | None = 8,
+    init_scale: Any = 1.0,
+    output_bound: Any = None,
+    delta: float | None = 0.05,
+) -> Estimate:
+    r"""A Monte Carlo **lower bound** on Rademacher complexity, readout sup in closed form.
+
+    For the class $\{x \mapsto w^\top\phi_V(x) : V\in\mathcal V, \|w\|_q\le B\}$ averages
+    over K sign vectors
+
+    $$\max_{\text{iterates } V}\ \frac Bn\Big\|\sum_{i=1}^n\sigma_i\phi_V(x_i)\Big\|_{q^*}
+    \;\le\; \sup_{V, \|w\|_q\le B}\frac1n\sum_i\sigma_i w^\top\phi_V(x_i)$$
+
+    ($q^*$ the dual exponent), ascending over the inner parameters V only
+    (:func:`readout_search_sup`): the same lower-bound semantics, standard error over sign
+    vectors, interval, chunking and checks as :func:`rademacher_search` on
+    ``apply_fn = lambda (V, w), x: features_fn(V, x) @ w``, with one parameter block fewer to
+    search and the best readout for every V visited. **At most** $\mathrm{Rad}_S$ in
+    expectation; exact (unbiased) when the features do not depend on V. ``lower`` (given
+    ``output_bound`` $b \ge B\|\phi_V(x_i)\|_{q^*}$ on $\mathcal V$): one-sided $(1-\delta)$
+    McDiarmid bound; a visited $B\|\phi_V(x_i)\|_{q^*} > b$ raises (also in ``jit``).
+
+    Args:
+      features_fn: ``(params, inputs) -> [n, k]`` features; keyed by identity.
+      params: float32/float64 inner parameters V; the first start and the structure of
+        $\mathcal V$.
+      inputs: the sample (any pytree; integer leaves allowed).
+      key: PRNG key (sign vectors and random restarts).
+      project: Euclidean projection of V onto $\mathcal V$; keyed by identity.
+      readout_norm: q in [1, inf], the norm of the readout ball. Static.
+      readout_radius: B > 0, its radius (float, or array scalar to vary it without recompiling).
+      num_draws: K >= 2 sign vectors. Static.
+      num_steps: ascent steps. Static.
+      step_size: first normalised step length eta_0 > 0, decaying to eta_0 / 100.
+      num_restarts: starts per sign vector. Static.
+      chunk_size: sign vectors vmapped at once (memory: ``chunk_size * num_restarts`` copies of
+        V and forward/backward passes of ``features_fn`` on all n examples); None: one at a time.
+      init_scale: relative scale > 0 of random restarts.
+      output_bound: b > 0 for the McDiarmid lower confidence bound (optional).
+      delta: its confidence (None for no interval).
+
+    Returns:
+      Estimate (``lower`` with ``output_bound`` and ``delta``).
+
+    Raises:
+      ValueError: readout_norm not in [1, inf]; readout_radius, step_size or output_bound
+        <= 0; bad sizes, key, dtypes, features; non-finite data.
+
+    >>> import jax, jax.numpy as jnp
+    >>> est = rademacher_readout_search(lambda v, x: x, jnp.zeros(1), jnp.eye(4),
+    ...     jax.random.key(0), project=lambda v: v, readout_norm=2, readout_radius=1.0,
+    ...     num_draws=4, num_steps=1, step_size=1.0)
+    >>> float(est.mean)  # fixed features: the exact sup ||s||_2 / 4 = 0.5 for every s
+    0.5
+    """
+    num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
+    options = (project, readout_norm, readout_radius, num_steps, step_size, num_restarts)
+    restart_key = jax.random.fold_in(key, _RESTART_SALT)
+    sup = _readout_search_sup(features_fn, params, inputs, restart_key, *options, init_scale)
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, name="features_fn")
     return _search_estimate(sup, key, output_bound, **kw)
 
 

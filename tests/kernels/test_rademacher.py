@@ -645,3 +645,209 @@ def test_mcdiarmid_halfwidth_checks():
         rad.mcdiarmid_halfwidth(-1.0, num_examples=8, num_draws=3, delta=0.1)
     with pytest.raises(ValueError, match="num_examples"):
         rad.mcdiarmid_halfwidth(1.0, num_examples=0, num_draws=3, delta=0.1)
+
+
+# ----------------------------------------------------------------------------- readout search
+
+
+def fixed_features(v, xs):
+    return xs  # features that ignore the inner parameters: a linear class, searched exactly
+
+
+def identity(v):
+    return v
+
+
+def readout_kw(**over):
+    kw = dict(project=identity, readout_norm=2, readout_radius=1.0, num_draws=4, num_steps=1)
+    kw.update(step_size=0.5, delta=None)
+    kw.update(over)
+    return kw
+
+
+@pytest.mark.parametrize("q", [1, 2, 4, INF])
+def test_readout_search_with_fixed_features_is_the_linear_closed_form(q):
+    # phi_V(x) = x: the class is {x -> <w, x> : ||w||_q <= B}, whose sup is B/n ||X^T s||_{q*}
+    rng = np.random.default_rng(20)
+    n, d, radius = 8, 3, 1.7
+    x = jnp.asarray(rng.normal(size=(n, d)))
+    kw = dict(project=identity, readout_norm=q, readout_radius=radius, num_steps=2, step_size=0.5)
+    sup = rad.readout_search_sup(fixed_features, jnp.zeros(1), x, KEY, **kw)
+    signs = all_signs(n)
+    closed = radius / n * np_dual(signs @ np.asarray(x), q)
+    np.testing.assert_allclose(np.asarray(sup(jnp.asarray(signs))), closed, rtol=1e-13)
+    exact = rad.rademacher_exact(sup)
+    np.testing.assert_allclose(float(exact.mean), closed.mean(), rtol=1e-13)
+    # the Monte Carlo kernel: the same sign vectors, values and stderr as rademacher_linear
+    est = rad.rademacher_readout_search(
+        fixed_features, jnp.zeros(1), x, KEY, num_draws=32, chunk_size=8, delta=None, **kw
+    )
+    lin = rad.rademacher_linear(x, KEY, norm=q, radius=radius, num_draws=32, delta=None)
+    np.testing.assert_allclose(float(est.mean), float(lin.mean), rtol=1e-13)
+    np.testing.assert_allclose(float(est.stderr), float(lin.stderr), rtol=1e-10)
+    assert est.num_samples == 32
+
+
+def inner_linear(v, xs):
+    return xs @ v
+
+
+def frobenius_ball(v):
+    return norms.project_lp_ball(v, p=2, radius=1.0)
+
+
+@pytest.mark.parametrize(("q", "factor"), [(1, 1.0), (2, 1.0), (INF, math.sqrt(3))])
+def test_readout_search_through_an_inner_matrix_reaches_its_closed_form(q, factor):
+    # {x -> w^T V^T x : ||V||_F <= 1, ||w||_q <= B}: sup over V of ||V^T a||_{q*} with a = X^T s
+    # is ||a||_2 for q* in {2, inf} and sqrt(k) ||a||_2 for q* = 1 (k = 3 columns)
+    rng = np.random.default_rng(21)
+    n, d, k, radius = 16, 4, 3, 0.8
+    x = jnp.asarray(rng.normal(size=(n, d)))
+    v0 = frobenius_ball(jnp.asarray(rng.normal(size=(d, k))))
+    s = rad.sign_vectors(KEY, num_draws=8, num_examples=n, dtype=jnp.float64)
+    closed = factor * radius / n * np.linalg.norm(np.asarray(s) @ np.asarray(x), axis=1)
+    sup = rad.readout_search_sup(
+        inner_linear, v0, x, KEY, project=frobenius_ball, readout_norm=q, readout_radius=radius,
+        num_steps=30, step_size=2.0, num_restarts=2,
+    )  # fmt: skip
+    vals, top = (np.asarray(a) for a in sup.search(s))
+    assert np.all(vals <= closed * (1 + 1e-12))
+    assert np.all(vals >= 0.99 * closed)
+    # the output bound seen, B max_i ||V^T x_i||_{q*}, is at most its sup over the ball
+    reach = factor * radius * np.max(np.linalg.norm(np.asarray(x), axis=1))
+    assert np.all(top <= reach * (1 + 1e-12))
+    assert np.all(top >= vals)
+
+
+def tanh_features(w, xs):
+    return jnp.tanh(xs @ w)
+
+
+def test_readout_search_is_not_below_plain_ascent_on_a_two_layer_net():
+    # the same class two ways: {x -> v^T tanh(W^T x) : ||W||_F <= 1, ||v||_2 <= 1}
+    rng = np.random.default_rng(22)
+    n, d, h, draws = 24, 3, 6, 16
+    x = jnp.asarray(rng.normal(size=(n, d)))
+    params = {"w": jnp.asarray(rng.normal(size=(d, h))) * 0.3, "v": jnp.asarray(rng.normal(size=h))}
+    common = dict(num_draws=draws, num_steps=15, step_size=1.0, chunk_size=8, delta=None)
+    plain = rad.rademacher_search(tanh_net, params, x, KEY, project=unit_balls, **common)
+    readout = rad.rademacher_readout_search(
+        tanh_features, params["w"], x, KEY, project=frobenius_ball, readout_norm=2,
+        readout_radius=1.0, **common,
+    )  # fmt: skip
+    # the same key gives the same sign vectors: compare the means over those draws
+    assert float(readout.mean) >= float(plain.mean) - float(plain.stderr)
+    # both are lower bounds of one sup: |f| <= ||v||_2 ||tanh||_2 <= sqrt(h)
+    assert float(readout.mean) <= math.sqrt(h)
+
+
+def test_readout_search_interval_chunks_and_dtype():
+    rng = np.random.default_rng(23)
+    n, d, h = 10, 3, 4
+    x = jnp.asarray(rng.normal(size=(n, d)))
+    w0 = frobenius_ball(jnp.asarray(rng.normal(size=(d, h))))
+    kw = readout_kw(project=frobenius_ball, num_draws=6, num_steps=4, delta=0.05)
+    run = functools.partial(rad.rademacher_readout_search, tanh_features)
+    # |w^T tanh(.)| <= B ||tanh(.)||_2 <= B sqrt(h): a valid output bound gives the interval
+    bound = math.sqrt(h)
+    ests = [run(w0, x, KEY, chunk_size=c, output_bound=jnp.asarray(bound), **kw) for c in (None, 4)]
+    np.testing.assert_allclose(ests[1].mean, ests[0].mean, rtol=1e-10)
+    np.testing.assert_allclose(ests[1].stderr, ests[0].stderr, rtol=1e-8)
+    hw = 2 * bound * math.sqrt(math.log(40) / (2 * n * 6))
+    np.testing.assert_allclose(ests[1].lower, ests[1].mean - hw, rtol=1e-12)
+    assert float(ests[1].upper) == INF
+    with pytest.raises(ValueError, match=r"output_bound: 0.01 is exceeded"):
+        run(w0, x, KEY, chunk_size=4, output_bound=jnp.asarray(0.01), **kw)
+    # float32 in, float32 out (one start, so no float32 Gaussian restart differs from float64)
+    est32 = run(w0.astype(jnp.float32), x.astype(jnp.float32), KEY, **{**kw, "delta": None})
+    assert est32.mean.dtype == jnp.float32
+    np.testing.assert_allclose(float(est32.mean), float(ests[0].mean), rtol=1e-4)
+
+
+def test_readout_search_zero_features_have_zero_value_and_finite_gradient():
+    # at V = 0 the features x @ V vanish: value 0, and the smooth dual norm's gradient is 0,
+    # not NaN (the search stays at 0, which is the sup for V in {0})
+    x = jnp.eye(3)
+    est = rad.rademacher_readout_search(
+        inner_linear, jnp.zeros((3, 2)), x, KEY, **readout_kw(project=lambda v: v * 0.0)
+    )
+    assert float(est.mean) == 0.0
+
+
+def test_readout_search_bad_arguments_raise():
+    x = jnp.eye(3)
+    w = jnp.ones(1)
+    call = functools.partial(rad.rademacher_readout_search, fixed_features, w, x, KEY)
+    for q in (0.5, 0, -1, float("nan"), "2", True, None, (2, 2)):
+        with pytest.raises(ValueError, match="readout_norm"):
+            call(**readout_kw(readout_norm=q))
+    for b in (0.0, -1.0, float("inf"), "1"):
+        with pytest.raises(ValueError, match="readout_radius"):
+            call(**readout_kw(readout_radius=b))
+    with pytest.raises(ValueError, match=r"features_fn: must return features \[n, k\]"):
+        rad.rademacher_readout_search(lambda v, xs: xs[:, 0], w, x, KEY, **readout_kw())
+    with pytest.raises(ValueError, match="inputs"):
+        rad.rademacher_readout_search(fixed_features, w, jnp.ones((0, 3)), KEY, **readout_kw())
+    with pytest.raises(ValueError, match="features_fn: features at project"):
+        rad.rademacher_readout_search(lambda v, xs: jnp.log(xs - 2), w, x, KEY, **readout_kw())
+    bad = [
+        ("step_size", {"step_size": 0}),
+        ("num_steps", {"num_steps": 0}),
+        ("num_restarts", {"num_restarts": 0}),
+        ("num_draws", {"num_draws": 1}),
+        ("chunk_size", {"chunk_size": 0}),
+        ("init_scale", {"init_scale": -1.0}),
+        ("output_bound", {"output_bound": -1.0, "delta": 0.05}),
+        ("delta", {"delta": 1.5}),
+    ]
+    for name, over in bad:
+        with pytest.raises(ValueError, match=name):
+            call(**readout_kw(**over))
+    with pytest.raises(ValueError, match="key"):
+        rad.rademacher_readout_search(fixed_features, w, x, 0, **readout_kw())
+    with pytest.raises(ValueError, match=r"params.*float32"):
+        rad.rademacher_readout_search(fixed_features, w.astype(jnp.int32), x, KEY, **readout_kw())
+    with pytest.raises(ValueError, match="params"):
+        rad.rademacher_readout_search(fixed_features, w * jnp.nan, x, KEY, **readout_kw())
+    # traced radius: checked inside the program, naming the argument
+    jitted = jax.jit(lambda b: call(**readout_kw(readout_radius=b)).mean)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="readout_radius: expected a finite"):
+        jax.block_until_ready(jitted(jnp.asarray(-1.0)))
+    np.testing.assert_allclose(float(jitted(jnp.asarray(2.0))), 2 * math.sqrt(3) / 3, rtol=1e-12)
+
+
+def test_compile_once_readout_search():
+    rng = np.random.default_rng(24)
+    x1, x2 = (jnp.asarray(rng.normal(size=(7, 3))) for _ in range(2))
+    w1, w2 = (jnp.asarray(rng.normal(size=(3, 2))) * 0.1 for _ in range(2))
+    features = TraceCounter(tanh_features)
+    kw = readout_kw(
+        project=Ball(jnp.asarray(1.0)), readout_radius=jnp.asarray(1.0), num_steps=3,
+        step_size=jnp.asarray(0.5), num_restarts=2, chunk_size=2,
+    )  # fmt: skip
+    rad.rademacher_readout_search(features, w1, x1, KEY, **kw)
+    assert features.count <= 2  # features at project(params), one shared trace of the ascent
+    first = features.count
+    kw2 = {**kw, "project": Ball(jnp.asarray(0.5)), "readout_radius": jnp.asarray(2.0)}
+    with count_compiles() as messages:
+        rad.rademacher_readout_search(features, w2, x2, jax.random.key(9), **kw2)
+    assert features.count == first
+    assert compiles_in(messages) == []
+
+
+def blows_up_outside_unit_ball(w):
+    # feasible (and finite) at the start, NaN once an iterate leaves the unit ball
+    return jnp.where(jnp.sqrt(jnp.sum(w * w)) > 1.0, jnp.nan, 1.0) * w
+
+
+def test_search_nan_iterate_is_reported_though_the_loop_is_unchecked():
+    # the ascent's loop body runs without runtime checks; a NaN iterate must still fail
+    x = jnp.asarray(np.random.default_rng(25).normal(size=(6, 3)))
+    w0 = jnp.full(3, 0.1)
+    kw = dict(project=blows_up_outside_unit_ball, num_draws=4, num_steps=3, step_size=5.0)
+    with pytest.raises(ValueError, match=r"apply_fn: non-finite value at 4 of the 4 sign"):
+        rad.rademacher_search(linear_fn, w0, x, KEY, **kw)
+    with pytest.raises(ValueError, match=r"features_fn: non-finite value at 4 of the 4 sign"):
+        rad.rademacher_readout_search(
+            inner_linear, w0[:, None], x, KEY, readout_norm=2, readout_radius=1.0, **kw
+        )
