@@ -87,9 +87,12 @@ def timed(fn, *args, **kwargs):
     return out, time.perf_counter() - start
 
 
+MIN_SAMPLES = 10  # a standard error from fewer samples is not one to trust
+
+
 def needed(variance: float, mean: float, target: float) -> int:
     """Samples of per-sample variance ``variance`` for relative stderr ``target`` of ``mean``."""
-    return max(2, math.ceil(variance / (target * abs(mean)) ** 2))
+    return max(MIN_SAMPLES, math.ceil(variance / (target * abs(mean)) ** 2))
 
 
 # --------------------------------------------------------------------------- points
@@ -247,7 +250,7 @@ def measure_point(name: str, params, batch, args) -> dict:
     keys = list(range(args.repeats + 1))
     params_np = {k: np.asarray(v) for k, v in params.items()}
     model = ref.torch_model(params_np)
-    t_inputs, t_targets = (torch.as_tensor(np.asarray(a), dtype=torch.int64) for a in batch)
+    t_inputs, t_targets = (torch.as_tensor(np.array(a), dtype=torch.int64) for a in batch)
 
     # ---- PyTorch first (then a pause so its OpenMP threads park before XLA runs)
     torch_plain_samples(model, t_inputs, t_targets, 2, seed=99)  # warm-up
@@ -382,9 +385,9 @@ def measure_point(name: str, params, batch, args) -> dict:
         }
         # CV with Hutchinson: Neyman split between remainder pairs and trace probes
         a, b = math.sqrt(v_rem * cost_cv_pair), math.sqrt(v_probe * cost_probe)
-        t_cv = (a + b) ** 2 / eps**2
-        n_pairs = max(2, math.ceil(math.sqrt(v_rem / cost_cv_pair) * (a + b) / eps**2))
-        n_probes = max(2, math.ceil(math.sqrt(v_probe / cost_probe) * (a + b) / eps**2))
+        n_pairs = max(MIN_SAMPLES, math.ceil(math.sqrt(v_rem / cost_cv_pair) * (a + b) / eps**2))
+        n_probes = max(MIN_SAMPLES, math.ceil(math.sqrt(v_probe / cost_probe) * (a + b) / eps**2))
+        t_cv = n_pairs * cost_cv_pair + n_probes * cost_probe
         sharp["ours_cv_hutchinson"] = ((n_pairs, n_probes), t_cv)
         # CV with Hutch++: the trace term to a share of the error, the pairs to the rest
         cv_best = None
@@ -394,7 +397,7 @@ def measure_point(name: str, params, batch, args) -> dict:
                 continue
             m, t_trace = found
             rest2 = eps**2 * (1 - share**2)
-            n_r = max(2, math.ceil(v_rem / rest2))
+            n_r = max(MIN_SAMPLES, math.ceil(v_rem / rest2))
             total = t_trace + n_r * cost_cv_pair
             if cv_best is None or total < cv_best[1]:
                 cv_best = ((round(m), n_r), total)
@@ -507,14 +510,14 @@ def main() -> None:
     args = parser.parse_args()
     q = args.quick
     args.targets = [float(t) for t in args.targets.split(",")]
-    args.train_steps = args.train_steps if args.train_steps is not None else (50 if q else 300)
+    args.train_steps = args.train_steps if args.train_steps is not None else (50 if q else 200)
     args.repeats = args.repeats or (1 if q else 2)
-    args.torch_samples = 24 if q else 96
-    args.pairs = 16 if q else 64
-    args.cv_pairs = 8 if q else 24
-    args.probes = 12 if q else 48
-    args.ladder = [24] if q else [30, 120]
-    args.verify_cap = args.verify_cap if args.verify_cap is not None else (5.0 if q else 60.0)
+    args.torch_samples = 24 if q else 64
+    args.pairs = 16 if q else 48
+    args.cv_pairs = 8 if q else 16
+    args.probes = 12 if q else 32
+    args.ladder = [30] if q else [30, 90]
+    args.verify_cap = args.verify_cap if args.verify_cap is not None else (5.0 if q else 30.0)
 
     import jax
     import jax.numpy as jnp
