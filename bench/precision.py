@@ -34,14 +34,22 @@ precise one of the run. How the times come about (the same rule for every method
    different keys; for PyTorch over all its samples) and its wall time per sample $c$ (the timed,
    already compiled pilot's seconds / its samples, so fixed setup costs such as the unperturbed
    loss are counted per sample: a few percent against the bigger method);
-2. the samples a target needs, $n = \\lceil v / (\\varepsilon\\mu)^2 \\rceil$, and the time
+2. the samples a target needs, $n = \\max(10, \\lceil v / (\\varepsilon\\mu)^2 \\rceil)$ (a
+   standard error from fewer than 10 samples is not one to trust), and the time
    $n c$ (for Hutch++, whose residual variance falls as its sketch grows, the time at the budget
    interpolated log-log on the ladder of measured (budget, relative stderr) points);
-3. where that time is short (``--verify-cap`` seconds), ours is run for real at the predicted
-   size: its measured wall time and achieved relative stderr are printed beside the prediction.
+3. where that time is short (``--verify-cap`` seconds), the fastest of ours per (quantity,
+   target) is run for real at the predicted size (compiled first): its measured wall time and
+   achieved relative stderr are printed beside the prediction (the table shows the measured
+   time; the ratios use the predictions, the same rule for every method). The control variate
+   with Hutch++ is two calls and is not run this way.
 
 Hutch++'s reported stderr is that of its Hutchinson part given the sketch; since its estimate is
 unbiased for $\\mathrm{tr}H$ *given* the sketch, that is the right standard error of the whole.
+Ours and PyHessian's Hutchinson draw the same random variable ($v^\\top H v$, $v$ Rademacher, on
+the same Hessian), so their per-probe variance is pooled and they differ by cost per probe only.
+(PyHessian's own ``tol`` stops when two consecutive running means differ by less than ``tol``
+relatively, which says nothing about the standard error; here it runs a fixed number of probes.)
 
 Usage:  python bench/precision.py            (default: both points, about 10 min on 2 quiet cores)
         python bench/precision.py --quick    (small pilots, a short training run)
