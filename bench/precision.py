@@ -375,12 +375,11 @@ def measure_point(name: str, params, batch, args) -> dict:
                 slope = math.log(r1 / r0) / math.log(m1 / m0)
                 m = m0 * (rel_target / r0) ** (1 / slope)
                 return m, s0 + (s1 - s0) * (m - m0) / (m1 - m0)
-        if len(pts) >= 2:  # beyond the ladder: its last slope (no worse than 1/sqrt(m))
-            (m0, r0, _), (m1, r1, s1) = pts[-2], pts[-1]
-            slope = min(math.log(r1 / r0) / math.log(m1 / m0), -0.5)
-            m = m1 * (rel_target / r1) ** (1 / slope)
-            return m, s1 * m / m1
-        return None
+        # beyond the ladder: 1/sqrt(m) from its last point (Hutch++ falls like 1/m only while
+        # its sketch still removes dominant eigenvalues; a bulk spectrum brings back 1/sqrt(m))
+        m1, r1, s1 = pts[-1]
+        m = m1 * (r1 / rel_target) ** 2
+        return m, s1 * m / m1
 
     rows = []
     for target in args.targets:
