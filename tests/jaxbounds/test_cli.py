@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # ``TOY_BUILD_DELAY`` in the build leave time for a signal to arrive. Each section's numbers
 # derive from the seed and its name, as the real sections' do; one row is NaN on purpose.
 TOY = textwrap.dedent(
-    '''
+    """
     import os
     import sys
     import time
@@ -86,7 +86,7 @@ TOY = textwrap.dedent(
     SECTIONS = [
         registry.Section(n, make_section(n), ("toy", "bad")) for n in ("first", "second", "third")
     ] + [registry.Section("elsewhere", make_section("elsewhere"), ("other",))]
-    '''
+    """
 )
 
 SCRIPT = TOY + textwrap.dedent(
@@ -208,7 +208,15 @@ def test_bad_output_place_is_an_error_before_any_work(toy, tmp_path, capsys, cas
 
 
 def test_out_and_json_together_is_a_usage_error(toy, tmp_path, capsys):
-    argv = ["estimate", "--model", "toy", "--out", str(tmp_path), "--json", str(tmp_path / "r.json")]
+    argv = [
+        "estimate",
+        "--model",
+        "toy",
+        "--out",
+        str(tmp_path),
+        "--json",
+        str(tmp_path / "r.json"),
+    ]
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2
