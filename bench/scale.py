@@ -35,7 +35,9 @@ PyTorch's fused attention has no double backward on CPU) runs PyHessian's Hutchi
 
 Run:  python bench/scale.py            (full model; about 10-15 minutes on 2 cores)
       python bench/scale.py --quick    (2 layers, d = 64, vocab 512: seconds per job)
-Prints one JSON record per job, then a JSON summary and a markdown table; writes both to
+      python bench/scale.py --summarize   (tables from the records of a run cut short)
+Prints one JSON record per job (also appended to ``bench/results/scale[_quick].jsonl`` as each
+job ends), then a JSON summary and a markdown table, written to
 ``bench/results/scale[_quick].{json,md}``.
 """
 
@@ -503,14 +505,20 @@ def summarize(recs: list[dict]) -> dict:
                 {k: t[k] for k in ("count", "num_batches", "peak_rss_mb")} for t in twins
             ],
         })  # fmt: skip
-    torch = by["torch_pyhessian"]
-    ours = next(r for r in rows if r["job"] == "hessian_trace")
-    return {
+    out = {
         "grad_s": by["grad"]["grad_s"],
         "grad_peak_rss_mb": grad["peak_rss_mb"],
         "dataset_grad_s": dgrad["run_s"],
         "dataset_grad_peak_rss_mb": dgrad["peak_rss_mb"],
         "rows": rows,
+        "missing": [job for job, _ in plan() if job not in by],
+    }
+    if "torch_pyhessian" not in by or "hessian_trace" not in by:
+        return out
+    torch = by["torch_pyhessian"]
+    ours = next(r for r in rows if r["job"] == "hessian_trace")
+    return {
+        **out,
         "torch_grad_s": torch["grad_s"],
         "pyhessian_per_probe_s": torch["run_s"] / torch["count"],
         "pyhessian_trace": torch["value"],
@@ -545,6 +553,10 @@ def markdown(summary: dict, cfg: Config, wall_s: float) -> str:
             f"**{r['per_unit_over_grad']:.2f}** | {r['peak_rss_mb']:.0f} MB = "
             f"**{r['peak_over_grad_peak']:.2f}** | {twins or '-'} |"
         )
+    if summary["missing"]:
+        lines += ["", "Not measured (run cut short): " + ", ".join(summary["missing"]) + "."]
+    if "torch_grad_s" not in summary:
+        return "\n".join(lines)
     lines += [
         "",
         f"PyTorch twin: one backward {summary['torch_grad_s']:.2f} s; PyHessian trace per probe "
@@ -570,11 +582,19 @@ def main() -> None:
     parser.add_argument("--variants", default="[[0, 1]]", help=argparse.SUPPRESS)
     parser.add_argument("--grad-reps", type=int, default=3, help="timed gradients per job")
     parser.add_argument("--only", action="append", help="run only these jobs (and grad)")
+    parser.add_argument(
+        "--summarize", action="store_true", help="only rebuild the tables from the .jsonl records"
+    )
     args = parser.parse_args()
     if args.job:
         print(json.dumps(child(args)), flush=True)
         return
     cfg = QUICK if args.quick else FULL
+    if args.summarize:
+        with open(_stem(args.quick) + ".jsonl") as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        report(args, cfg, recs, sum(r["wall_s"] for r in recs))
+        return
     import jax
 
     emit({"record": "setup", "jax": jax.__version__, "cpu_count": os.cpu_count(),
@@ -591,8 +611,12 @@ def main() -> None:
         if rec is not None:
             recs.append(rec)
     wall = time.perf_counter() - start
-    if args.only:
-        return
+    if not args.only:
+        report(args, cfg, recs, wall)
+
+
+def report(args, cfg: Config, recs: list[dict], wall: float) -> None:
+    """Print and write the summary (JSON) and the markdown table."""
     summary = summarize(recs)
     summary.update(wall_s=wall, load_avg_1min_end=os.getloadavg()[0], quick=args.quick,
                    num_params=num_params(cfg))  # fmt: skip
