@@ -9,11 +9,13 @@ under ``jax.jit`` and can be switched off with :func:`set_runtime_checks` / :fun
 from kernels._checks import runtime_checks, runtime_checks_enabled, set_runtime_checks
 from kernels.curvature import (
     DatasetHessianOperator,
+    DatasetLoss,
     HessianOperator,
     QuadratureNodes,
     SpectralDensity,
     Tridiagonal,
     dataset_hvp,
+    dataset_loss,
     hessian_trace,
     hutchinson_trace,
     hutchpp_memory_bytes,
@@ -124,6 +126,7 @@ __jaxbounds_kernels__ = True
 
 __all__ = [
     "DatasetHessianOperator",
+    "DatasetLoss",
     "DudleyIntegral",
     "Estimate",
     "FiniteSup",
@@ -147,6 +150,7 @@ __all__ = [
     "average_sharpness",
     "cube_points",
     "dataset_hvp",
+    "dataset_loss",
     "degree_rejection_rate",
     "degree_sweep",
     "dual_exponent",

@@ -50,12 +50,14 @@ from kernels.parallel import map_samples, num_leading, sample_devices, sample_st
 
 __all__ = [
     "DatasetHessianOperator",
+    "DatasetLoss",
     "Estimate",
     "HessianOperator",
     "QuadratureNodes",
     "SpectralDensity",
     "Tridiagonal",
     "dataset_hvp",
+    "dataset_loss",
     "hessian_trace",
     "hutchinson_trace",
     "hutchpp_memory_bytes",
@@ -267,6 +269,19 @@ def hvp(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any) -> He
     return HessianOperator(loss_fn=loss_fn, params=params, batch=batch)
 
 
+def _num_batches(batches: Any) -> int:
+    """Static check of stacked batches: B >= 1 along a shared leading axis."""
+    if not jax.tree_util.tree_leaves(batches):
+        raise ValueError("batches: expected a pytree with array leaves stacked along axis 0")
+    try:
+        num_batches = num_leading(batches)
+    except (ValueError, IndexError) as err:
+        raise ValueError(f"batches: leaves must share a leading batch axis ({err})") from None
+    if num_batches < 1:
+        raise ValueError("batches: expected at least one batch, got a leading axis of length 0")
+    return num_batches
+
+
 def dataset_hvp(
     loss_fn: Callable[[Any, Any], jax.Array],
     params: Any,
@@ -304,14 +319,7 @@ def dataset_hvp(
     if not callable(loss_fn):
         raise ValueError(f"loss_fn: expected a callable (params, batch) -> scalar, got {loss_fn!r}")
     _check_floating(params, "params")
-    if not jax.tree_util.tree_leaves(batches):
-        raise ValueError("batches: expected a pytree with array leaves stacked along axis 0")
-    try:
-        num_batches = num_leading(batches)
-    except (ValueError, IndexError) as err:
-        raise ValueError(f"batches: leaves must share a leading batch axis ({err})") from None
-    if num_batches < 1:
-        raise ValueError("batches: expected at least one batch, got a leading axis of length 0")
+    num_batches = _num_batches(batches)
     dtype = ravel_pytree(params)[0].dtype
     if weights is None:
         weights = jnp.full((num_batches,), 1.0 / num_batches, dtype=dtype)
@@ -320,6 +328,114 @@ def dataset_hvp(
     return DatasetHessianOperator(
         loss_fn=loss_fn, params=params, batches=batches, weights=jnp.asarray(weights)
     )
+
+
+def _streamed_mean(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batches: Any) -> Any:
+    """Mean of ``loss_fn(params, batch_b)`` over the batches' leading axis (a ``lax.scan``)."""
+
+    def body(total: jax.Array, batch: Any) -> tuple[jax.Array, None]:
+        return total + loss_fn(params, batch), None
+
+    first = jax.eval_shape(loss_fn, params, jax.tree_util.tree_map(lambda a: a[0], batches))
+    _check_loss(first)
+    total = jax.lax.scan(body, jnp.zeros((), first.dtype), batches)[0]
+    return total / jnp.asarray(num_leading(batches), first.dtype)
+
+
+def _check_loss(value: Any) -> None:
+    shape, dtype = jnp.shape(value), jnp.result_type(value)
+    if shape != () or not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(
+            f"loss_fn: must return a real floating scalar, got {dtype} of shape {shape}"
+        )
+
+
+def _streamed_fwd(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batches: Any):
+    """Value and gradient accumulated batch by batch (one batch's residuals alive at a time)."""
+    value_grad = jax.value_and_grad(loss_fn)
+
+    def body(carry: tuple[Any, Any], batch: Any) -> tuple[tuple[Any, Any], None]:
+        total, grads = carry
+        value, grad = value_grad(params, batch)
+        return (total + value, jax.tree_util.tree_map(jnp.add, grads, grad)), None
+
+    first = jax.eval_shape(loss_fn, params, jax.tree_util.tree_map(lambda a: a[0], batches))
+    _check_loss(first)
+    zero = (jnp.zeros((), first.dtype), jax.tree_util.tree_map(jnp.zeros_like, params))
+    total, grads = jax.lax.scan(body, zero, batches)[0]
+    count = num_leading(batches)
+    mean_grad = jax.tree_util.tree_map(lambda g: g / jnp.asarray(count, g.dtype), grads)
+    return total / jnp.asarray(count, first.dtype), (mean_grad, batches)
+
+
+def _streamed_bwd(loss_fn: Callable[[Any, Any], jax.Array], res: Any, cotangent: jax.Array):
+    del loss_fn
+    mean_grad, batches = res
+    zero_batches = jax.tree_util.tree_map(_zero_cotangent, batches)
+    return jax.tree_util.tree_map(lambda g: cotangent.astype(g.dtype) * g, mean_grad), zero_batches
+
+
+def _zero_cotangent(leaf: jax.Array) -> jax.Array:
+    if jnp.issubdtype(leaf.dtype, jnp.inexact):
+        return jnp.zeros_like(leaf)
+    return np.zeros(jnp.shape(leaf), jax.dtypes.float0)
+
+
+_streamed = jax.custom_vjp(_streamed_mean, nondiff_argnums=(0,))
+_streamed.defvjp(_streamed_fwd, _streamed_bwd)
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetLoss:
+    r"""The mean loss over stacked batches, streamed (see :func:`dataset_loss`).
+
+    Attributes:
+      loss_fn: ``(params, batch) -> scalar`` mean loss on one batch.
+    """
+
+    loss_fn: Callable[[Any, Any], jax.Array]
+
+    def __call__(self, params: Any, batches: Any) -> jax.Array:
+        r"""$\frac1B \sum_b$ ``loss_fn(params, batches[b])``, one batch at a time."""
+        _num_batches(batches)
+        return _streamed(self.loss_fn, params, batches)
+
+
+def dataset_loss(loss_fn: Callable[[Any, Any], jax.Array]) -> DatasetLoss:
+    r"""The mean of a loss over a dataset of stacked batches, one batch in memory at a time.
+
+    Returns ``dataset_fn(params, batches)`` $= \frac1B \sum_{b=1}^B L(\theta, \text{batch}_b)$,
+    where ``batches`` is a pytree whose leaves have a leading axis of length B (equal-size
+    batches, so this is the mean over the whole dataset). The value is a ``lax.scan`` of
+    forward passes; its gradient (a ``jax.custom_vjp``) is gradient accumulation: one
+    value-and-gradient per batch, summed, so reverse mode costs B batch gradients and holds the
+    activations of one batch, never of all B. Pass it as the ``loss_fn`` of
+    :func:`~kernels.sharpness.average_sharpness`, :func:`~kernels.sharpness.worst_case_sharpness`
+    and friends with ``batch=batches``. Equal callables compare equal (a frozen dataclass), so
+    ``dataset_loss(f)`` made twice keys the same compiled program.
+
+    Forward-mode differentiation (``jax.jvp``, hence Hessian-vector products) of the result is
+    not defined (a ``custom_vjp``): for dataset-level curvature use :func:`dataset_hvp`.
+
+    Args:
+      loss_fn: ``(params, batch) -> scalar`` mean loss on one batch; traceable.
+
+    Returns:
+      A :class:`DatasetLoss`, ``dataset_fn(params, batches) -> scalar``.
+
+    Raises:
+      ValueError: if ``loss_fn`` is not callable; when called, if ``batches`` has no leaves or
+        leaves with different leading axes, or ``loss_fn`` does not return a real scalar.
+
+    >>> import jax, jax.numpy as jnp
+    >>> mean_loss = dataset_loss(lambda w, b: jnp.mean((b - w) ** 2))
+    >>> batches = jnp.array([[0.0, 2.0], [4.0, 6.0]])  # two batches of two examples
+    >>> float(mean_loss(1.0, batches)), float(jax.grad(mean_loss)(1.0, batches))
+    (9.0, -4.0)
+    """
+    if not callable(loss_fn):
+        raise ValueError(f"loss_fn: expected a callable (params, batch) -> scalar, got {loss_fn!r}")
+    return DatasetLoss(loss_fn)
 
 
 # --------------------------------------------------------------------------- flat problem

@@ -16,11 +16,13 @@ from jax.flatten_util import ravel_pytree
 from kernels._checks import runtime_checks
 from kernels.curvature import (
     DatasetHessianOperator,
+    DatasetLoss,
     HessianOperator,
     QuadratureNodes,
     SpectralDensity,
     Tridiagonal,
     dataset_hvp,
+    dataset_loss,
     hessian_trace,
     hutchinson_trace,
     hutchpp_memory_bytes,
@@ -207,6 +209,73 @@ def test_dataset_hvp_equals_hvp_on_concatenated_batch():
         )
     )()
     np.testing.assert_allclose(ravel_pytree(got)[0], ravel_pytree(whole)[0], rtol=1e-10, atol=1e-12)
+
+
+def _three_batches():
+    _, params, _ = make_attention()
+    xs, ys = jax.vmap(lambda k: attention_batch(k, jnp.float64))(
+        jax.random.split(jax.random.key(7), 3)
+    )
+    return params, (xs, ys)
+
+
+def _mean_loss(p, xs, ys):
+    return sum(attention_ce(p, xs[b], ys[b]) for b in range(xs.shape[0])) / xs.shape[0]
+
+
+def test_dataset_loss_value_and_gradient_are_those_of_the_mean_loss(run):
+    params, (xs, ys) = _three_batches()
+    streamed = dataset_loss(batch_ce)
+    assert isinstance(streamed, DatasetLoss)
+    assert streamed == dataset_loss(batch_ce)  # equal callables: one compiled program
+    value, grad = run(lambda: jax.value_and_grad(streamed)(params, (xs, ys)))
+    want_value, want_grad = jax.value_and_grad(_mean_loss)(params, xs, ys)
+    assert float(value) == pytest.approx(float(want_value), rel=1e-13)
+    np.testing.assert_allclose(
+        ravel_pytree(grad)[0], ravel_pytree(want_grad)[0], rtol=1e-12, atol=1e-14
+    )
+    # the value alone (no differentiation) streams forward passes only
+    assert float(run(lambda: streamed(params, (xs, ys)))) == pytest.approx(float(want_value))
+
+
+def test_dataset_trace_equals_dense_trace_of_mean_loss():
+    params, (xs, ys) = _three_batches()
+    h = dense_hessian(lambda p, _: _mean_loss(p, xs, ys), params, ())
+    op = dataset_hvp(batch_ce, params, (xs, ys))
+    est = hutchpp_trace(op, params, jax.random.key(9), num_matvecs=141)  # n = 47: exact
+    assert float(est.mean) == pytest.approx(np.trace(h), rel=1e-10)
+    hutch = hutchinson_trace(op, params, jax.random.key(10), num_probes=64)
+    assert abs(float(hutch.mean) - np.trace(h)) <= 5 * float(hutch.stderr)
+
+
+def test_dataset_loss_in_sharpness_kernels_equals_the_concatenated_batch():
+    from kernels.sharpness import Perturbation, average_sharpness, worst_case_sharpness
+
+    params, (xs, ys) = _three_batches()
+    whole = (xs.reshape(18, 5, 4), ys.reshape(18))  # equal batches: mean of means = mean
+    key = jax.random.key(11)
+    gauss, ball = Perturbation("gaussian", 0.1), Perturbation("l2_ball", 0.3)
+    a = average_sharpness(dataset_loss(batch_ce), params, (xs, ys), key, perturbation=gauss,
+                          num_samples=8)  # fmt: skip
+    b = average_sharpness(batch_ce, params, whole, key, perturbation=gauss, num_samples=8)
+    assert float(a.mean) == pytest.approx(float(b.mean), rel=1e-10)
+    assert float(a.stderr) == pytest.approx(float(b.stderr), rel=1e-8)
+    a = worst_case_sharpness(dataset_loss(batch_ce), params, (xs, ys), key, perturbation=ball,
+                             num_steps=4)  # fmt: skip
+    b = worst_case_sharpness(batch_ce, params, whole, key, perturbation=ball, num_steps=4)
+    assert float(a.value) == pytest.approx(float(b.value), rel=1e-9)
+
+
+def test_dataset_loss_bad_arguments():
+    with pytest.raises(ValueError, match="loss_fn"):
+        dataset_loss(3)
+    params, (xs, ys) = _three_batches()
+    with pytest.raises(ValueError, match="loss_fn: must return a real floating scalar"):
+        dataset_loss(lambda p, b: jnp.zeros(2))(params, (xs, ys))
+    with pytest.raises(ValueError, match="batches: leaves must share"):
+        dataset_loss(batch_ce)(params, (xs, ys[:2]))
+    with pytest.raises(ValueError, match="batches: expected a pytree"):
+        dataset_loss(batch_ce)(params, ())
 
 
 # --------------------------------------------------------------------------- Hutchinson

@@ -1,0 +1,640 @@
+"""Benchmark at scale: the curvature and sharpness kernels on a GPT-2-small-sized decoder (CPU).
+
+Model (flax nnx, random weights at initialisation, float32): 12 pre-LayerNorm decoder blocks,
+d = 768, 12 heads, MLP 3072 (tanh-GELU), causal hand-written attention, learned positions (128),
+GPT-2's vocabulary of 50,257 tokens with the readout tied to the token embedding:
+123,751,680 parameters (85.1M in the blocks, 38.6M in the tied embedding). Data: synthetic uniform
+tokens, batches of 4 x 128, next-token cross-entropy. The blocks are stacked along a leading
+layer axis and run with ``lax.scan`` (one block traced and compiled, not twelve).
+
+Kernels measured (one jitted program each, compiled ahead of time and timed separately):
+
+- ``hessian_trace`` (Hutchinson, 8 probes) on one batch,
+- ``top_eigenvalues`` (k = 1, 10 Lanczos steps) of the Hessian on one batch,
+- ``average_sharpness`` (16 antithetic pairs, Gaussian sigma = 1e-3) on one batch,
+- ``worst_case_sharpness`` (l2 ball, radius 0.05, 5 ascent steps) on one batch,
+- dataset level, 16 batches (8,192 tokens), one batch of activations in memory at a time:
+  ``hutchinson_trace(dataset_hvp(...))`` and ``average_sharpness`` /
+  ``worst_case_sharpness`` of ``dataset_loss(loss_fn)`` (the mean over the batches, streamed with
+  ``lax.scan``; its gradient is accumulated batch by batch).
+
+Each kernel runs in a fresh subprocess, so peak RSS (``ru_maxrss``, compiler included) is its
+own; that process first runs the kernel once (the timed run), reads its peak, then times one
+gradient of the same loss (jitted ``value_and_grad``, median of 3), so the time ratio comes from
+one process. Reported per kernel:
+
+- time per probe / sample / step over one gradient (target <= 1.3); dataset-level runs divide by
+  one gradient of the dataset loss (16 batch gradients, accumulated);
+- peak RSS over the peak RSS of a process that only computes one gradient (target <= 2.0);
+- the same kernel with fewer probes / samples / steps (and 4 instead of 16 batches): peak RSS
+  must not grow with the count.
+
+A PyTorch twin of the same model with the same weights (hand-written attention, since
+PyTorch's fused attention has no double backward on CPU) runs PyHessian's Hutchinson loop
+(``hessian(...).trace``, double backprop) for the per-probe comparison.
+
+Run:  python bench/scale.py            (full model; about 10-15 minutes on 2 cores)
+      python bench/scale.py --quick    (2 layers, d = 64, vocab 512: seconds per job)
+      python bench/scale.py --summarize   (tables from the records of a run cut short)
+Prints one JSON record per job (also appended to ``bench/results/scale[_quick].jsonl`` as each
+job ends), then a JSON summary and a markdown table, written to
+``bench/results/scale[_quick].{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SIGMA = 1e-3  # Gaussian perturbation of average_sharpness
+RADIUS = 0.05  # l2 ball of worst_case_sharpness
+LN_EPS = 1e-5
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    vocab: int
+    dim: int
+    heads: int
+    hidden: int
+    layers: int
+    seq: int
+    batch: int
+    num_batches: int  # batches of the dataset-level runs
+
+
+FULL = Config(vocab=50257, dim=768, heads=12, hidden=3072, layers=12, seq=128, batch=4,
+              num_batches=16)  # fmt: skip
+QUICK = Config(vocab=512, dim=64, heads=4, hidden=256, layers=2, seq=32, batch=4, num_batches=16)
+
+
+def num_params(cfg: Config) -> int:
+    d, h = cfg.dim, cfg.hidden
+    block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * h + h) + (h * d + d)
+    return cfg.vocab * d + cfg.seq * d + cfg.layers * block + 2 * d
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+# --------------------------------------------------------------------------- JAX model
+
+
+def build_jax(cfg: Config, seed: int = 0):
+    """The nnx model split into ``(loss_fn, params)`` plus the data (token arrays)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    init = nnx.initializers.normal(0.02)
+    init_out = nnx.initializers.normal(0.02 / math.sqrt(2 * cfg.layers))  # GPT-2's residual scaling
+
+    class Block(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs):
+            d, h = cfg.dim, cfg.hidden
+            self.ln1 = nnx.LayerNorm(d, epsilon=LN_EPS, rngs=rngs)
+            self.qkv = nnx.Linear(d, 3 * d, kernel_init=init, rngs=rngs)
+            self.proj = nnx.Linear(d, d, kernel_init=init_out, rngs=rngs)
+            self.ln2 = nnx.LayerNorm(d, epsilon=LN_EPS, rngs=rngs)
+            self.fc = nnx.Linear(d, h, kernel_init=init, rngs=rngs)
+            self.out = nnx.Linear(h, d, kernel_init=init_out, rngs=rngs)
+
+        def __call__(self, x):
+            b, t, d = x.shape
+            nh, hd = cfg.heads, d // cfg.heads
+            q, k, v = jnp.split(self.qkv(self.ln1(x)), 3, axis=-1)
+            q, k, v = (a.reshape(b, t, nh, hd).transpose(0, 2, 1, 3) for a in (q, k, v))
+            scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd)
+            mask = jnp.tril(jnp.ones((t, t), dtype=bool))
+            scores = jnp.where(mask, scores, jnp.asarray(-1e9, scores.dtype))
+            out = (jax.nn.softmax(scores, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(b, t, d)
+            x = x + self.proj(out)
+            return x + self.out(jax.nn.gelu(self.fc(self.ln2(x)), approximate=True))
+
+    class Decoder(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs):
+            self.wte = nnx.Embed(cfg.vocab, cfg.dim, embedding_init=init, rngs=rngs)
+            self.wpe = nnx.Embed(cfg.seq, cfg.dim, embedding_init=nnx.initializers.normal(0.01),
+                                 rngs=rngs)  # fmt: skip
+            blocks = [nnx.split(Block(rngs)) for _ in range(cfg.layers)]
+            stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *[s for _, s in blocks])
+            self.blocks = nnx.merge(blocks[0][0], stacked)  # params with a leading layer axis
+            self.lnf = nnx.LayerNorm(cfg.dim, epsilon=LN_EPS, rngs=rngs)
+
+        def __call__(self, tokens):
+            x = self.wte(tokens) + self.wpe(jnp.arange(tokens.shape[1]))[None]
+            graphdef, state = nnx.split(self.blocks)
+            x = jax.lax.scan(lambda x, s: (nnx.merge(graphdef, s)(x), None), x, state)[0]
+            return self.wte.attend(self.lnf(x))  # tied readout
+
+    model = Decoder(nnx.Rngs(seed))
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    def loss_fn(params, batch):
+        """Mean next-token cross-entropy on one batch ``(inputs, targets)``."""
+        inputs, targets = batch
+        logits = nnx.merge(graphdef, params)(inputs)
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
+
+    rng = np.random.default_rng(seed + 1)
+    tokens = rng.integers(0, cfg.vocab, size=(cfg.num_batches, cfg.batch, cfg.seq + 1))
+    batches = (jnp.asarray(tokens[..., :-1], jnp.int32), jnp.asarray(tokens[..., 1:], jnp.int32))
+    return loss_fn, params, batches
+
+
+def params_to_numpy(params) -> dict[str, object]:
+    """Flat ``{'path/to/leaf': ndarray}`` of the nnx params (for the PyTorch twin)."""
+    import jax
+    import numpy as np
+
+    flat = jax.tree_util.tree_leaves_with_path(params)
+    out = {}
+    for path, v in flat:
+        name = "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
+        out[name.removesuffix("/value")] = np.asarray(v)
+    return out
+
+
+# --------------------------------------------------------------------------- PyTorch twin
+
+
+def torch_model(cfg: Config, weights: dict):
+    """The same decoder in PyTorch, the same weights (copied from the nnx params)."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    def param(name):
+        return nn.Parameter(torch.tensor(weights[name]))
+
+    class Twin(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = param("wte/embedding")
+            self.wpe = param("wpe/embedding")
+            self.lnf_g, self.lnf_b = param("lnf/scale"), param("lnf/bias")
+            self.blocks = nn.ModuleList()
+            for layer in range(cfg.layers):
+                block = nn.Module()
+                for name in ("ln1/scale", "ln1/bias", "qkv/kernel", "qkv/bias", "proj/kernel",
+                             "proj/bias", "ln2/scale", "ln2/bias", "fc/kernel", "fc/bias",
+                             "out/kernel", "out/bias"):  # fmt: skip
+                    value = torch.tensor(weights[f"blocks/{name}"][layer])
+                    block.register_parameter(name.replace("/", "_"), nn.Parameter(value))
+                self.blocks.append(block)
+            mask = torch.tril(torch.ones(cfg.seq, cfg.seq, dtype=torch.bool))
+            self.register_buffer("mask", mask)
+
+        def forward(self, tokens):
+            def layer_norm(x, g, b):
+                mu = x.mean(-1, keepdim=True)
+                var = ((x - mu) ** 2).mean(-1, keepdim=True)
+                return (x - mu) / torch.sqrt(var + LN_EPS) * g + b
+
+            b, t = tokens.shape
+            d, nh = cfg.dim, cfg.heads
+            hd = d // nh
+            x = self.wte[tokens] + self.wpe[:t][None]
+            for blk in self.blocks:
+                h = layer_norm(x, blk.ln1_scale, blk.ln1_bias) @ blk.qkv_kernel + blk.qkv_bias
+                q, k, v = (a.reshape(b, t, nh, hd).transpose(1, 2) for a in h.split(d, dim=-1))
+                scores = (q @ k.transpose(-1, -2) / math.sqrt(hd)).masked_fill(~self.mask, -1e9)
+                out = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(b, t, d)
+                x = x + out @ blk.proj_kernel + blk.proj_bias
+                h = layer_norm(x, blk.ln2_scale, blk.ln2_bias) @ blk.fc_kernel + blk.fc_bias
+                x = x + F.gelu(h, approximate="tanh") @ blk.out_kernel + blk.out_bias
+            return layer_norm(x, self.lnf_g, self.lnf_b) @ self.wte.T
+
+    return Twin()
+
+
+def torch_criterion(logits, targets):
+    from torch.nn import functional as F
+
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def pyhessian_trace(model, inputs, targets, num_probes: int) -> float:
+    """PyHessian's Hutchinson (``hessian(...).trace``: create_graph once, a backward per probe)."""
+    from pyhessian import hessian
+
+    for p in model.parameters():  # stale .grad would be added into the graph
+        p.grad = None
+    h = hessian(model, torch_criterion, data=(inputs, targets), cuda=False)
+    out = h.trace(maxIter=num_probes, tol=-float("inf"))  # tol=-inf: exactly maxIter probes
+    for p in model.parameters():
+        p.grad = None
+    assert len(out) == num_probes
+    return float(sum(out) / len(out))
+
+
+# --------------------------------------------------------------------------- one job (child)
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _rss_mb() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def _program(job: str, count: int, num_batches: int, loss_fn):
+    """``(params, batches, key) -> result`` of one kernel, and its batch selection."""
+    from kernels import (
+        Perturbation,
+        average_sharpness,
+        dataset_hvp,
+        dataset_loss,
+        hessian_trace,
+        hutchinson_trace,
+        hvp,
+        top_eigenvalues,
+        worst_case_sharpness,
+    )
+
+    gauss, ball = Perturbation("gaussian", SIGMA), Perturbation("l2_ball", RADIUS)
+    streamed = dataset_loss(loss_fn)
+    programs = {
+        "grad": lambda p, b, k: _value_and_grad(loss_fn)(p, b),
+        "hessian_trace": lambda p, b, k: hessian_trace(loss_fn, p, b, k, num_matvecs=count),
+        "top_eigenvalues": lambda p, b, k: top_eigenvalues(
+            hvp(loss_fn, p, b), p, k, k=1, num_steps=count
+        ),
+        "average_sharpness": lambda p, b, k: average_sharpness(
+            loss_fn, p, b, k, perturbation=gauss, num_samples=count
+        ),
+        "worst_case_sharpness": lambda p, b, k: worst_case_sharpness(
+            loss_fn, p, b, k, perturbation=ball, num_steps=count
+        ),
+        "dataset_grad": lambda p, b, k: _value_and_grad(streamed)(p, b),
+        "dataset_trace": lambda p, b, k: hutchinson_trace(
+            dataset_hvp(loss_fn, p, b), p, k, num_probes=count
+        ),
+        "dataset_average_sharpness": lambda p, b, k: average_sharpness(
+            streamed, p, b, k, perturbation=gauss, num_samples=count
+        ),
+        "dataset_worst_case_sharpness": lambda p, b, k: worst_case_sharpness(
+            streamed, p, b, k, perturbation=ball, num_steps=count
+        ),
+    }
+    return programs[job], job.startswith("dataset")
+
+
+def _value_and_grad(fn):
+    import jax
+
+    return jax.value_and_grad(fn)
+
+
+def _summary_value(out) -> dict:
+    """A few scalars of a kernel's result (for the record; not timed)."""
+    import jax
+    import numpy as np
+
+    if hasattr(out, "mean") and hasattr(out, "stderr"):
+        return {"value": float(out.mean), "stderr": float(out.stderr)}
+    if hasattr(out, "value"):  # WorstCase
+        return {"value": float(out.value)}
+    if isinstance(out, tuple):  # value_and_grad
+        return {"value": float(out[0])}
+    return {"value": [float(x) for x in np.ravel(jax.device_get(out))]}
+
+
+def _run_once(fn, params, data, key) -> dict:
+    """Compile ahead of time, run once (timed), then read this process's peak RSS."""
+    import jax
+
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(params, data, key).compile()
+    rec = {"compile_s": time.perf_counter() - start}
+    start = time.perf_counter()
+    out = jax.block_until_ready(compiled(params, data, key))
+    rec["run_s"] = time.perf_counter() - start
+    rec["peak_rss_mb"] = _peak_mb()
+    rec.update(_summary_value(out))
+    return rec
+
+
+def run_job(cfg: Config, job: str, variants: list[tuple[int, int]], grad_reps: int) -> dict:
+    """Run the kernel at each (count, num_batches), smallest first, reading the peak RSS after
+    each (``ru_maxrss`` only grows, so the last peak is the largest run's and the rise from one
+    to the next is what the larger count or data added); then time the matching gradient."""
+    import jax
+
+    start = time.perf_counter()
+    loss_fn, params, batches = build_jax(cfg)
+    key = jax.random.key(0)
+    jax.block_until_ready((params, batches))
+    rec = {"job": job, "setup_s": time.perf_counter() - start, "rss_after_setup_mb": _rss_mb()}
+    dataset = job.startswith("dataset")
+    runs = []
+    for count, num_batches in variants:
+        fn, _ = _program(job, count, num_batches, loss_fn)
+        data = jax.tree_util.tree_map(
+            (lambda a, n=num_batches: a[:n]) if dataset else (lambda a: a[0]), batches
+        )
+        run = _run_once(fn, params, data, key)
+        runs.append({"count": count, "num_batches": num_batches, **run})
+    rec["runs"] = runs
+    # the gradient, timed in the kernel's own process (dataset rows share dataset_grad's run)
+    if job == "grad" or (grad_reps and not dataset):
+        fn, _ = _program("grad", 0, 1, loss_fn)
+        data = jax.tree_util.tree_map(lambda a: a[0], batches)
+        rec["grad_s"], rec["grad_all_s"] = _time_grad(fn, params, data, key, grad_reps)
+    return rec
+
+
+def _time_grad(fn, params, data, key, reps: int) -> tuple[float, list[float]]:
+    """Median seconds of ``reps`` calls of the compiled gradient (no warm-up call, like the
+    kernels' single timed run: both are compiled ahead of time)."""
+    import jax
+
+    grad = jax.jit(fn).lower(params, data, key).compile()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(grad(params, data, key))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), [round(t, 4) for t in times]
+
+
+def run_torch(cfg: Config, num_probes: int, grad_reps: int) -> dict:
+    """PyTorch twin: one backward (median) and PyHessian's trace loop, same weights and batch."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(2)
+    start = time.perf_counter()
+    _, params, batches = build_jax(cfg)
+    model = torch_model(cfg, params_to_numpy(params))
+    del params
+    inputs, targets = (torch.as_tensor(np.array(a[0])).long() for a in batches)
+    rec = {"job": "torch_pyhessian", "count": num_probes, "setup_s": time.perf_counter() - start}
+    times = []
+    for _ in range(grad_reps + 1):  # the first is a warm-up
+        model.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        loss = torch_criterion(model(inputs), targets)
+        loss.backward()
+        times.append(time.perf_counter() - t0)
+    rec["loss"] = float(loss.detach())
+    rec["grad_s"] = statistics.median(times[1:])
+    rec["grad_all_s"] = [round(t, 4) for t in times[1:]]
+    start = time.perf_counter()
+    rec["value"] = pyhessian_trace(model, inputs, targets, num_probes)
+    rec["run_s"] = time.perf_counter() - start
+    rec["peak_rss_mb"] = _peak_mb()
+    return rec
+
+
+# --------------------------------------------------------------------------- parent
+
+
+def plan() -> list[tuple[str, list[tuple[int, int]]]]:
+    """(job, [(count, num_batches), ...]): a smaller run first, then the measured one.
+
+    Ordered by importance (a run cut short still has the single-batch kernels). Dataset-level
+    gradients are timed once (``dataset_grad``: 16 batch gradients) and shared by the dataset
+    rows; every single-batch kernel times its own gradient in its process.
+    """
+    nb = 16
+    return [
+        ("grad", [(0, 1)]),
+        ("hessian_trace", [(2, 1), (8, 1)]),
+        ("average_sharpness", [(4, 1), (16, 1)]),
+        ("worst_case_sharpness", [(1, 1), (5, 1)]),
+        ("torch_pyhessian", [(8, 1)]),
+        ("top_eigenvalues", [(3, 1), (10, 1)]),
+        ("dataset_grad", [(0, nb)]),
+        ("dataset_average_sharpness", [(2, 2), (2, nb)]),
+        ("dataset_trace", [(2, 2), (2, nb)]),
+        ("dataset_worst_case_sharpness", [(1, 2), (1, nb)]),
+    ]
+
+
+def child(args) -> dict:
+    cfg = QUICK if args.quick else FULL
+    if args.job == "torch_pyhessian":
+        return run_torch(cfg, json.loads(args.variants)[0][0], args.grad_reps)
+    return run_job(cfg, args.job, json.loads(args.variants), args.grad_reps)
+
+
+def spawn(args, job: str, variants: list[tuple[int, int]]) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--job", job, "--variants",
+           json.dumps(variants), "--grad-reps", str(args.grad_reps)]  # fmt: skip
+    if args.quick:
+        cmd.append("--quick")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:  # report and go on: the other jobs still measure something
+        sys.stderr.write(proc.stderr[-4000:])
+        emit({"record": "failed", "job": job, "variants": variants, "rc": proc.returncode})
+        return None
+    rec = json.loads(proc.stdout.strip().splitlines()[-1])
+    rec["wall_s"] = time.perf_counter() - start
+    rec["load_avg_1min"] = os.getloadavg()[0]
+    emit({"record": "job", **rec})
+    with open(_stem(args.quick) + ".jsonl", "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    return rec
+
+
+UNITS = {  # what one "count" is, and how many gradient-equivalents the kernel calls it
+    "hessian_trace": "probe",
+    "top_eigenvalues": "Lanczos step",
+    "average_sharpness": "antithetic pair (2 forwards)",
+    "worst_case_sharpness": "ascent step (value and grad; steps + 1 in all)",
+    "dataset_trace": "probe over all batches",
+    "dataset_average_sharpness": "antithetic pair over all batches",
+    "dataset_worst_case_sharpness": "ascent step over all batches (steps + 1 in all)",
+    "torch_pyhessian": "probe (PyHessian, incl. its create_graph setup)",
+}
+
+
+def _per_unit(job: str, count: int) -> int:
+    return count + 1 if "worst_case" in job else count
+
+
+def summarize(recs: list[dict]) -> dict:
+    by = {r["job"]: r for r in recs}
+    grad = by["grad"]["runs"][0]
+    dgrad = by.get("dataset_grad", {"runs": [{"run_s": math.nan, "peak_rss_mb": math.nan}]})
+    dgrad = dgrad["runs"][0]
+    rows = []
+    for job in UNITS:
+        if job == "torch_pyhessian" or job not in by:
+            continue
+        rec = by[job]
+        main, twins = rec["runs"][-1], rec["runs"][:-1]
+        dataset = job.startswith("dataset")
+        base_peak = dgrad["peak_rss_mb"] if dataset else grad["peak_rss_mb"]
+        grad_s = dgrad["run_s"] if dataset else rec["grad_s"]
+        count = main["count"]
+        rows.append({
+            "job": job,
+            "count": count,
+            "unit": UNITS[job],
+            "num_batches": main["num_batches"],
+            "run_s": main["run_s"],
+            "compile_s": main["compile_s"],
+            "grad_s": grad_s,
+            "per_unit_over_grad": main["run_s"] / _per_unit(job, count) / grad_s,
+            "peak_rss_mb": main["peak_rss_mb"],
+            "peak_over_grad_peak": main["peak_rss_mb"] / base_peak,
+            "value": main.get("value"),
+            "stderr": main.get("stderr"),
+            "memory_twins": [
+                {k: t[k] for k in ("count", "num_batches", "peak_rss_mb")} for t in twins
+            ],
+        })  # fmt: skip
+    out = {
+        "grad_s": by["grad"]["grad_s"],
+        "grad_peak_rss_mb": grad["peak_rss_mb"],
+        "dataset_grad_s": dgrad["run_s"],
+        "dataset_grad_peak_rss_mb": dgrad["peak_rss_mb"],
+        "rows": rows,
+        "missing": [job for job, _ in plan() if job not in by],
+    }
+    if "torch_pyhessian" not in by or "hessian_trace" not in by:
+        return out
+    torch = by["torch_pyhessian"]
+    ours = next(r for r in rows if r["job"] == "hessian_trace")
+    return {
+        **out,
+        "torch_grad_s": torch["grad_s"],
+        "pyhessian_per_probe_s": torch["run_s"] / torch["count"],
+        "pyhessian_trace": torch["value"],
+        "pyhessian_peak_rss_mb": torch["peak_rss_mb"],
+        "ours_per_probe_s": ours["run_s"] / ours["count"],
+        "pyhessian_per_probe_over_ours": (torch["run_s"] / torch["count"])
+        / (ours["run_s"] / ours["count"]),
+        # each over its own framework's gradient, measured in its own process: robust to the
+        # load changing between the two processes
+        "pyhessian_per_probe_over_torch_grad": torch["run_s"] / torch["count"] / torch["grad_s"],
+        "ours_per_probe_over_jax_grad": ours["per_unit_over_grad"],
+    }
+
+
+def markdown(summary: dict, cfg: Config, wall_s: float) -> str:
+    lines = [
+        f"{num_params(cfg):,} parameters, batches of {cfg.batch} x {cfg.seq} tokens, float32, "
+        f"CPU; one gradient {summary['grad_s']:.2f} s (peak RSS of a gradient-only process "
+        f"{summary['grad_peak_rss_mb']:.0f} MB); one gradient of the {cfg.num_batches}-batch "
+        "dataset loss "
+        f"{summary['dataset_grad_s']:.2f} s (peak {summary['dataset_grad_peak_rss_mb']:.0f} MB);"
+        f" whole run {wall_s / 60:.1f} min.",
+        "",
+        "| kernel | per unit / one gradient (target <= 1.3) | peak RSS / gradient's "
+        "(target <= 2.0) | peak RSS at fewer units or batches |",
+        "|---|---|---|---|",
+    ]
+    for r in summary["rows"]:
+        twins = ", ".join(
+            f"{t['count']} x {t['num_batches']} b: {t['peak_rss_mb']:.0f} MB"
+            for t in r["memory_twins"]
+        )
+        lines.append(
+            f"| `{r['job']}`, {r['count']} ({r['unit']}), {r['num_batches']} batch(es) | "
+            f"{r['run_s']:.1f} s / {_per_unit(r['job'], r['count'])} / {r['grad_s']:.2f} s = "
+            f"**{r['per_unit_over_grad']:.2f}** | {r['peak_rss_mb']:.0f} MB = "
+            f"**{r['peak_over_grad_peak']:.2f}** | {twins or '-'} |"
+        )
+    if summary["missing"]:
+        lines += ["", "Not measured (run cut short): " + ", ".join(summary["missing"]) + "."]
+    if "torch_grad_s" not in summary:
+        return "\n".join(lines)
+    lines += [
+        "",
+        f"PyTorch twin: one backward {summary['torch_grad_s']:.2f} s; PyHessian trace per probe "
+        f"{summary['pyhessian_per_probe_s']:.2f} s vs ours {summary['ours_per_probe_s']:.2f} s: "
+        f"PyHessian / ours = **{summary['pyhessian_per_probe_over_ours']:.2f}**; each over its "
+        f"own framework's gradient: PyHessian {summary['pyhessian_per_probe_over_torch_grad']:.2f}"
+        f", ours {summary['ours_per_probe_over_jax_grad']:.2f} (traces: "
+        f"PyHessian {summary['pyhessian_trace']:.4g}, ours "
+        f"{summary['rows'][0]['value']:.4g} +- {summary['rows'][0]['stderr']:.2g}); PyHessian "
+        f"process peak RSS {summary['pyhessian_peak_rss_mb']:.0f} MB.",
+    ]
+    return "\n".join(lines)
+
+
+def _stem(quick: bool) -> str:
+    out = os.path.join(ROOT, "bench", "results")
+    os.makedirs(out, exist_ok=True)
+    return os.path.join(out, "scale_quick" if quick else "scale")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small model (seconds per job)")
+    parser.add_argument("--job", help=argparse.SUPPRESS)
+    parser.add_argument("--variants", default="[[0, 1]]", help=argparse.SUPPRESS)
+    parser.add_argument("--grad-reps", type=int, default=3, help="timed gradients per job")
+    parser.add_argument("--only", action="append", help="run only these jobs (and grad)")
+    parser.add_argument(
+        "--summarize", action="store_true", help="only rebuild the tables from the .jsonl records"
+    )
+    args = parser.parse_args()
+    if args.job:
+        print(json.dumps(child(args)), flush=True)
+        return
+    cfg = QUICK if args.quick else FULL
+    if args.summarize:
+        with open(_stem(args.quick) + ".jsonl") as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        report(args, cfg, recs, sum(r["wall_s"] for r in recs))
+        return
+    import jax
+
+    emit({"record": "setup", "jax": jax.__version__, "cpu_count": os.cpu_count(),
+          "load_avg_1min": os.getloadavg()[0], "quick": args.quick,
+          "num_params": num_params(cfg), "config": dataclasses.asdict(cfg)})  # fmt: skip
+    start = time.perf_counter()
+    recs = []
+    if os.path.exists(_stem(args.quick) + ".jsonl"):
+        os.remove(_stem(args.quick) + ".jsonl")
+    for job, variants in plan():
+        if args.only and job not in args.only and job not in ("grad", "dataset_grad"):
+            continue
+        rec = spawn(args, job, variants)
+        if rec is not None:
+            recs.append(rec)
+    wall = time.perf_counter() - start
+    if not args.only:
+        report(args, cfg, recs, wall)
+
+
+def report(args, cfg: Config, recs: list[dict], wall: float) -> None:
+    """Print and write the summary (JSON) and the markdown table."""
+    summary = summarize(recs)
+    summary.update(wall_s=wall, load_avg_1min_end=os.getloadavg()[0], quick=args.quick,
+                   num_params=num_params(cfg))  # fmt: skip
+    emit({"record": "summary", **summary})
+    table = markdown(summary, cfg, wall)
+    print(table)
+    stem = _stem(args.quick)
+    with open(stem + ".json", "w") as f:
+        json.dump({"records": recs, "summary": summary}, f, indent=1)
+    with open(stem + ".md", "w") as f:
+        f.write(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
