@@ -196,6 +196,7 @@ def test_dataset_hvp_is_hessian_of_mean_loss():
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
 
 
+@pytest.mark.slow
 def test_dataset_hvp_equals_hvp_on_concatenated_batch():
     _, params, _ = make_attention()
     xs, ys = jax.vmap(lambda k: attention_batch(k, jnp.float64))(
@@ -328,6 +329,7 @@ def test_hutchpp_exact_when_sketch_spans_the_space():
     assert est.num_evaluations == 141
 
 
+@pytest.mark.slow
 def test_hutchpp_unbiased_and_beats_hutchinson_on_low_rank_plus_bulk():
     n = 60
     bulk = 0.05 * jax.random.normal(jax.random.key(10), (n - 4,))
@@ -428,6 +430,7 @@ def test_slq_moments_within_5_stderr():
     assert nodes.max() <= lam[-1] + 1e-9
 
 
+@pytest.mark.slow
 def test_spectral_density_integrates_to_one_and_has_the_trace_as_mean():
     loss, params, batch, h = attention_case()
     op, key = hvp(loss, params, batch), jax.random.key(20)
@@ -465,6 +468,7 @@ def test_spectral_density_recovers_two_clusters():
 # --------------------------------------------------------------------------- invariances
 
 
+@pytest.mark.slow
 def test_pytree_and_flattened_operator_agree():
     loss, params, batch = make_poly()
     _, unravel = ravel_pytree(params)
@@ -486,6 +490,7 @@ def test_pytree_and_flattened_operator_agree():
     )
 
 
+@pytest.mark.slow
 def test_chunk_size_does_not_change_results_and_matches_a_loop():
     # a cheap pytree operator: the chunking, not the operator, is what is tested here
     dense_mv, like = make_dense_operator()
@@ -872,7 +877,8 @@ def sharded_results(operator):
     return out
 
 
-@pytest.mark.parametrize("operator", ["dense", pytest.param("attention", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("operator", ["dense", "attention"])
 def test_sharded_equals_single_device(operator):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {

@@ -365,6 +365,7 @@ def test_decomposition_small_network_scaling():
     assert rel[2] <= 0.6 * rel[1]
 
 
+@pytest.mark.slow
 def test_interpolator_trace_equals_twice_gradient_norm():
     # SPEC Theorem 13: at an interpolator of the quadratic loss, tr H = (2/m) sum ||grad f(x_i)||^2
     params = mlp_params(jax.random.key(6))
@@ -446,6 +447,7 @@ def relu_loss(params, batch):
     return jnp.mean((h @ params["w2"] + params["b2"][None, :] - y) ** 2)
 
 
+@pytest.mark.slow
 def test_adaptive_sharpness_invariant_to_relu_rescaling():
     k1, k2, k3, k4 = jax.random.split(jax.random.key(9), 4)
     params = {
@@ -887,6 +889,7 @@ _SHARDED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sharded_equals_single_device():
     namespace = {}
     exec(_SHARDED, namespace)

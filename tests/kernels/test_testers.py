@@ -142,6 +142,7 @@ def test_degree_sweep_finds_the_degree():
         assert float(out.rejection_rates.mean[k]) == 0.0
 
 
+@pytest.mark.slow
 def test_chunking_does_not_change_the_result():
     coef = np.zeros(2**N)
     coef[[0, 1, 3, 7]] = [0.3, 1.0, -0.5, 0.8]  # one degree-3 set {0,1,2}: rate 1/C(6,3) at d=2

@@ -130,6 +130,7 @@ def _jl_error(f, num_bits, p, k):
     return float(jnp.max(jnp.abs(model(x) - f(x))))
 
 
+@pytest.mark.slow
 def test_jl_projection_is_not_accurate_at_the_papers_width():
     # Measured finding (reported to the lead): with W = R^T M R the logit errors are
     # ~ s * sqrt(D / p), so the JL variant needs p >> s^2 D, far above the JL width of
@@ -177,6 +178,7 @@ def test_hessian_trace_identity_at_an_interpolator():
     assert trace > 0
 
 
+@pytest.mark.slow
 def test_learnable_twin_matches_construction_and_trains():
     num_bits = 6
     f = tiling_parities(num_bits, 2)
@@ -245,6 +247,7 @@ def test_bad_arguments_raise():
         jl_width(1, 0.5)
 
 
+@pytest.mark.slow
 def test_quantities_measured_from_the_model():
     num_bits = 5
     f = tiling_parities(num_bits, 2)

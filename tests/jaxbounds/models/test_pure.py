@@ -38,6 +38,7 @@ def test_as_pure_round_trip_and_transforms(run):
         apply_fn({"w": params["w"]}, x)
 
 
+@pytest.mark.slow
 def test_grad_jvp_linearize_through_as_pure():
     model = _model(num_layers=2, num_heads=2, hidden_dim=3, d=4)
     x = _inputs((3, 5, 4))

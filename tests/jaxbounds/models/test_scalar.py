@@ -118,6 +118,7 @@ def test_k_class_readout_is_linear_in_cls_features():
     np.testing.assert_allclose(logits, cls @ model.w[...], rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_activations_and_dtypes():
     x = _inputs((2, 3, 4))
     m32 = ScalarTransformer(4, activation="tanh", rngs=nnx.Rngs(0))

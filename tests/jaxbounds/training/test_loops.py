@@ -175,6 +175,7 @@ def trained():
     return params, record, init, apply_fn, data, test
 
 
+@pytest.mark.slow
 def test_minibatch_loss_decreases_and_every_epoch_recorded(trained):
     _, record, _, _, _, _ = trained
     np.testing.assert_array_equal(record.epoch, np.arange(13))
