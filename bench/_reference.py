@@ -84,16 +84,17 @@ def jax_loss(params, inputs, targets):
     x = p["embed"][inputs] + p["pos"][None]
     h = layer_norm(x, p["ln1_g"], p["ln1_b"])
     hd = DIM // HEADS
+    batch = inputs.shape[0]
 
     def heads(w):
-        return (h @ w).reshape(BATCH, SEQ, HEADS, hd).transpose(0, 2, 1, 3)
+        return (h @ w).reshape(batch, SEQ, HEADS, hd).transpose(0, 2, 1, 3)
 
     q, k, v = heads(p["wq"]), heads(p["wk"]), heads(p["wv"])
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd)
     mask = jnp.tril(jnp.ones((SEQ, SEQ), dtype=bool))
     scores = jnp.where(mask, scores, jnp.asarray(-1e9, scores.dtype))
     attn = jax.nn.softmax(scores, axis=-1)
-    out = (attn @ v).transpose(0, 2, 1, 3).reshape(BATCH, SEQ, DIM)
+    out = (attn @ v).transpose(0, 2, 1, 3).reshape(batch, SEQ, DIM)
     x = x + out @ p["wo"]
     h = layer_norm(x, p["ln2_g"], p["ln2_b"])
     x = x + jax.nn.gelu(h @ p["w1"] + p["b1"], approximate=True) @ p["w2"] + p["b2"]

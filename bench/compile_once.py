@@ -126,11 +126,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--only", action="append", metavar="KERNEL", help="measure only these")
     args = parser.parse_args()
     args.num_probes = 4 if args.quick else 16
     args.repeats = 3 if args.quick else 7
     records = []
     for name, fn, datas in transformer_cases(args) + rademacher_cases(args):
+        if args.only and name not in args.only:
+            continue
         jitted = jax.jit(fn)
         records.append(
             measure(name, lambda d, fn=fn: fn(*d), lambda d, j=jitted: j(*d), datas, args.repeats)
