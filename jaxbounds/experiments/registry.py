@@ -5,7 +5,7 @@ the module is imported only when the experiment is run, so ``jaxbounds reproduce
 none of them.
 
 >>> REGISTRY.names()
-('tt-sequence-length', 'shallow-gd-table1')
+('tt-sequence-length', 'shallow-gd-table1', 'property-testing')
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ REGISTRY = ExperimentRegistry(
             "shallow-gd-table1",
             "jaxbounds.experiments.shallow_gd:EXPERIMENT",
             "Shallow Transformer by GD, Table 1, Figs 1-3",
+        ),
+        (
+            "property-testing",
+            "jaxbounds.experiments.property_testing:EXPERIMENT",
+            "PAC-Bayes flat constructions, App. H, Fig. 8 (degree/sparsity testers)",
         ),
     ]
 )
