@@ -1,4 +1,4 @@
-r"""``property-testing``: Appendix H (Figure 8) of "A Sharper Picture of Generalization in Transformers".
+r"""``property-testing``: Appendix H (Figure 8) of "A Sharper Picture of Generalization ...".
 
 For every class (true degree $D_f$, sparsity $\omega$) of the paper's main experiment and several
 random functions per class (:func:`jaxbounds.data.boolean.random_fourier_function` with
@@ -41,6 +41,7 @@ References:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -178,7 +179,9 @@ def _lookup(x: jax.Array, table: jax.Array) -> jax.Array:
 
 
 def rho_below_exact(num_bits: int, degree: int, num_sets: int) -> float:
-    r"""One-trial rejection rate of the degree-$(D_f - 1)$ test on $D_f$-uniform $f$: $\omega/\binom{T}{D_f}$.
+    r"""One-trial rejection rate of the degree-$(D_f - 1)$ test on a $D_f$-uniform function.
+
+    $\omega/\binom{T}{D_f}$ (see the module docstring).
 
     >>> rho_below_exact(20, 1, 7)
     0.35
@@ -186,8 +189,10 @@ def rho_below_exact(num_bits: int, degree: int, num_sets: int) -> float:
     return num_sets / math.comb(num_bits, degree)
 
 
-def first_sparsity(table: jax.Array, num_bits: int, key: jax.Array, *, max_sparsity: int,
-                   num_restrict: int, num_trials: int, eps: float) -> tuple[int, int, list[float]]:  # fmt: skip
+def first_sparsity(
+    table: jax.Array, num_bits: int, key: jax.Array, *, max_sparsity: int, num_restrict: int,
+    num_trials: int, eps: float,
+) -> tuple[int, int, list[float]]:  # fmt: skip
     """Sweep :func:`kernels.testers.sparsity_test` over s = 1, 2, ... until the first acceptance.
 
     Candidate s uses ``fold_in(key, s - 1)`` (as :func:`kernels.testers.sparsity_sweep` over
@@ -303,8 +308,9 @@ def _table(stats: Mapping[str, Any], tester: str, label: str) -> str:
     rows = []
     for eps in _eps_sorted(stats):
         for t, s in stats[tester][eps].items():
-            rows.append([eps, int(t), s["n"], runner.Spread(s["mean"], s["std"], math.nan,
-                         s["n"]).format(), s["exact"], s["below"], s["above"], s["queries"]])  # fmt: skip
+            cell = runner.Spread(s["mean"], s["std"], math.nan, s["n"]).format()
+            rows.append([eps, int(t), s["n"], cell, s["exact"], s["below"], s["above"],
+                         s["queries"]])  # fmt: skip
     header = ["eps", label, "functions", "first accepted (mean ± std)", "exact", "below",
               "above", "queries (mean)"]  # fmt: skip
     return runner.markdown_table(header, rows, align="rrrrrrrr", digits=3)
@@ -327,8 +333,9 @@ def _rho_table(rows: Sequence[Mapping[str, Any]]) -> str:
     for (eps, k, w), group in _by(rows, ["eps", "degree", "sparsity"]).items():
         rho = group[0]["rho_below_exact"]
         t = group[0]["num_trials"]
-        out.append([eps, k, w, rho, float(np.mean([r["rho_below"] for r in group])),
-                    1 - (1 - rho) ** t, float(np.mean([r["first_degree"] >= k for r in group]))])  # fmt: skip
+        observed = float(np.mean([r["rho_below"] for r in group]))
+        reached = float(np.mean([r["first_degree"] >= k for r in group]))
+        out.append([eps, k, w, rho, observed, 1 - (1 - rho) ** t, reached])
     header = ["eps", "degree", "sparsity", "rho exact", "rho observed (mean)",
               "P(reject at D-1) = 1-(1-rho)^t", "share not below D"]  # fmt: skip
     return runner.markdown_table(header, out, align="r" * len(header), digits=3)
@@ -348,8 +355,8 @@ def _claims(stats: Mapping[str, Any]) -> list[str]:
     )]  # fmt: skip
     deg_short = [overall[e]["degree_shortfall"] for e in eps_list]
     sp_short = [overall[e]["sparsity_shortfall"] for e in eps_list]
-    monotone = all(a >= b for a, b in zip(deg_short, deg_short[1:], strict=False)) and all(
-        a >= b for a, b in zip(sp_short, sp_short[1:], strict=False)
+    monotone = all(a >= b for a, b in itertools.pairwise(deg_short)) and all(
+        a >= b for a, b in itertools.pairwise(sp_short)
     )
     lines.append(runner.claim_line(
         CLAIMS[1], monotone and deg_short[0] > deg_short[-1],

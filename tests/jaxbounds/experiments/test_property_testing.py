@@ -25,6 +25,8 @@ from jaxbounds.experiments import property_testing as pt
 from jaxbounds.experiments.runner import Unit, format_number, run_experiment
 from kernels import testers
 
+pytestmark = pytest.mark.slow  # one smoke run: ~30 CPU s (about 20 testers compiled)
+
 INTS = ("num_bits", "degree", "sparsity", "seed", "true_degree", "true_sparsity", "num_trials",
         "first_degree", "first_sparsity", "degree_queries", "sparsity_queries")  # fmt: skip
 
@@ -55,7 +57,8 @@ def test_files(smoke_run):
     for figure in ("figure8_first_acceptance.png", "queries.png"):
         assert (smoke_run / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads((smoke_run / "summary.json").read_text())
-    assert summary["scale"] == "smoke" and summary["num_units"] == 8 == len(_rows(smoke_run))
+    assert summary["scale"] == "smoke"
+    assert summary["num_units"] == 8 == len(_rows(smoke_run))
     report = (smoke_run / "report.md").read_text()
     assert report.count("- **") == len(pt.CLAIMS)
 
@@ -144,4 +147,5 @@ def test_run_unit_reproduces_its_row(smoke_run):
     for key in ("true_degree", "true_sparsity", "first_degree", "first_sparsity",
                 "degree_queries", "sparsity_queries"):  # fmt: skip
         assert row[key] == stored[key]
-    assert row["true_degree"] == 1 and row["true_sparsity"] == 3
+    assert row["true_degree"] == 1
+    assert row["true_sparsity"] == 3
