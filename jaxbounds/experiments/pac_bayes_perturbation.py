@@ -169,7 +169,7 @@ def forward(params: Mapping[str, jax.Array], bits: jax.Array) -> jax.Array:
     x = jnp.concatenate([codes, b[:, :, None], jnp.zeros((batch, t + 1, 1), dtype)], axis=2)
     logits1 = jnp.einsum("bid,de,bje->bij", x, params["w_qk1"], x)
     y = jax.nn.softmax(logits1, axis=-1) @ (x @ params["w_v1"])
-    h = x + jax.nn.relu(y @ params["w_in"] + params["b_in"]) @ params["w_out"]
+    h = x + jax.nn.relu(y @ params["w_in"] + params["b_in"][None, None, :]) @ params["w_out"]
     logits2 = jnp.einsum("bd,de,bje->bj", h[:, t, :], params["w_qk2"], h)
     return jnp.einsum("bj,bj->b", jax.nn.softmax(logits2, axis=-1), h @ params["w_v2"])
 
