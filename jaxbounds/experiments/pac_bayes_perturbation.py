@@ -102,8 +102,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "num_probes": 8, "check_num_inputs": 256, "check_seeds": 1,
     },
     "cpu": {
-        **_COMMON, "seq_len": [8, 10], "classes": [[1, 1], [1, 7], [2, 1], [2, 7], [3, 7]],
-        "num_samples": 32, "num_probes": 32, "check_num_inputs": 2048, "check_seeds": 3,
+        **_COMMON, "seq_len": [7, 8], "classes": [[1, 1], [1, 7], [2, 1], [2, 7], [3, 7]],
+        "num_samples": 32, "num_probes": 32, "check_num_inputs": 512, "check_seeds": 2,
     },
     "paper": {
         **_COMMON, "seq_len": [10, 15, 20],
