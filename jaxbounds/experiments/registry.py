@@ -5,7 +5,7 @@ the module is imported only when the experiment is run, so ``jaxbounds reproduce
 none of them.
 
 >>> REGISTRY.names()
-('tt-sequence-length', 'shallow-gd-table1', 'property-testing')
+('tt-sequence-length', 'shallow-gd-table1', 'pac-bayes-perturbation', 'property-testing')
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ REGISTRY = ExperimentRegistry(
             "shallow-gd-table1",
             "jaxbounds.experiments.shallow_gd:EXPERIMENT",
             "Shallow Transformer by GD, Table 1, Figs 1-3",
+        ),
+        (
+            "pac-bayes-perturbation",
+            "jaxbounds.experiments.pac_bayes_perturbation:EXPERIMENT",
+            "PAC-Bayes flat construction: perturbation term P, Sec. 2.3 and App. E.3",
         ),
         (
             "property-testing",
