@@ -664,6 +664,21 @@ def _random_starts(
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *starts)
 
 
+def _search_starts(params, inputs, key, project, num_steps, num_restarts, step_size, init_scale):
+    """Checked ascent options: the step count, the projected random starts and the first start."""
+    steps = check_positive_int(num_steps, "num_steps")
+    restarts = check_positive_int(num_restarts, "num_restarts")
+    check_key(key)
+    check_positive(step_size, "step_size")
+    check_positive(init_scale, "init_scale")
+    _check_float_tree(params, "params")
+    if jax.tree_util.tree_leaves(inputs):
+        _check_float_tree(inputs, "inputs", allow_int=True)
+    starts = _random_starts(params, key, project, restarts, init_scale)
+    first = jax.tree_util.tree_map(lambda leaf: leaf[0], starts)
+    return steps, starts, first
+
+
 def _search_sup(
     apply_fn: Callable,
     params: Any,
@@ -676,16 +691,9 @@ def _search_sup(
     init_scale: Any,
 ) -> SearchSup:
     """The search object; ``apply_fn`` runs once at ``project(params)`` (n, dtype, finite)."""
-    steps = check_positive_int(num_steps, "num_steps")
-    restarts = check_positive_int(num_restarts, "num_restarts")
-    check_key(key)
-    check_positive(step_size, "step_size")
-    check_positive(init_scale, "init_scale")
-    _check_float_tree(params, "params")
-    if jax.tree_util.tree_leaves(inputs):
-        _check_float_tree(inputs, "inputs", allow_int=True)
-    starts = _random_starts(params, key, project, restarts, init_scale)
-    first = jax.tree_util.tree_map(lambda leaf: leaf[0], starts)
+    steps, starts, first = _search_starts(
+        params, inputs, key, project, num_steps, num_restarts, step_size, init_scale
+    )
     out = apply_fn(first, inputs)
     shape = getattr(out, "shape", None)
     if shape is None or len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
@@ -845,16 +853,9 @@ def _readout_search_sup(
     """The search object; ``features_fn`` runs once at ``project(params)`` (n, dtype, finite)."""
     dual = _readout_exponent(readout_norm)
     check_positive(readout_radius, "readout_radius")
-    steps = check_positive_int(num_steps, "num_steps")
-    restarts = check_positive_int(num_restarts, "num_restarts")
-    check_key(key)
-    check_positive(step_size, "step_size")
-    check_positive(init_scale, "init_scale")
-    _check_float_tree(params, "params")
-    if jax.tree_util.tree_leaves(inputs):
-        _check_float_tree(inputs, "inputs", allow_int=True)
-    starts = _random_starts(params, key, project, restarts, init_scale)
-    first = jax.tree_util.tree_map(lambda leaf: leaf[0], starts)
+    steps, starts, first = _search_starts(
+        params, inputs, key, project, num_steps, num_restarts, step_size, init_scale
+    )
     out = features_fn(first, inputs)
     shape = getattr(out, "shape", None)
     if shape is None or len(shape) != 2 or shape[1] == 0:
