@@ -12,6 +12,11 @@ bounds are scalar work, and float32 loses digits that matter (a kl-inverse at N 
   the value is NaN. A not-valid bound never renders as a usable number: ``str(bound)`` is
   ``"not valid: <reasons>"``; its ``value`` is kept for inspection.
 
+A log cover, a complexity proxy or a risk bound on an unbounded loss has no trivial bound
+(``trivial`` is None): it can never be vacuous, so its status code is ``NON_VACUOUS``, but it is
+*shown* as ``"valid, no trivial bound"`` (:attr:`Bound.label`), never as "non-vacuous", which
+would claim a comparison that was not made.
+
 Calculators validate their inputs with :class:`Inputs` (norms and Lipschitz constants finite and
 >= 0, counts integers >= 1, delta in (0, 1), risks in their range) and raise ``ValueError`` naming
 the argument; with ``strict=False`` the failure is recorded as a failed hypothesis instead.
@@ -29,7 +34,10 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["Bound", "Check", "Inputs", "Status"]
+__all__ = ["NO_TRIVIAL_LABEL", "Bound", "Check", "Inputs", "Status"]
+
+#: How a valid bound without a trivial bound (log cover, proxy, unbounded loss) is shown.
+NO_TRIVIAL_LABEL = "valid, no trivial bound"
 
 
 class Status(enum.IntEnum):
@@ -109,6 +117,8 @@ class Bound:
     (<Status.NOT_VALID: 2>, False, 'not valid: m > d fails (m = 8, d = 16)')
     >>> str(Bound(value=0.3, terms={}, hypotheses={}, trivial=1.0))
     '0.3 (valid, non-vacuous)'
+    >>> str(Bound(value=7.5, terms={}, hypotheses={}, kind="proxy"))
+    '7.5 (valid, no trivial bound)'
     """
 
     value: np.ndarray
@@ -163,6 +173,24 @@ class Bound:
         return Status(int(code)) if code.ndim == 0 else code
 
     @property
+    def label(self) -> str:
+        """The status as shown to a user (scalar bounds only).
+
+        ``str(status)``, except that a valid bound without a trivial bound (log cover, proxy)
+        reads ``"valid, no trivial bound"``.
+
+        >>> Bound(value=12.0, terms={}, hypotheses={}, kind="proxy").label
+        'valid, no trivial bound'
+        """
+        status = self.status
+        if not isinstance(status, Status):
+            shape = self.value.shape
+            raise ValueError(f"label: defined for a scalar bound, got value shape {shape}")
+        if status == Status.NON_VACUOUS and self.trivial is None:
+            return NO_TRIVIAL_LABEL
+        return str(status)
+
+    @property
     def hypotheses_hold(self) -> Any:
         """True where every checkable hypothesis holds (the NaN check aside)."""
         ok = np.asarray(True)
@@ -187,7 +215,7 @@ class Bound:
         if self.value.ndim == 0:
             if not self.is_valid:
                 return "not valid: " + "; ".join(self.failed)
-            return f"{format(float(self.value), spec)} ({self.status})"
+            return f"{format(float(self.value), spec)} ({self.label})"
         codes = np.broadcast_to(self.status, self.value.shape)
         cells = [
             "not valid" if c == Status.NOT_VALID else format(float(v), spec)

@@ -3,7 +3,8 @@
 The table has one line per :class:`~jaxbounds.report.rows.Row`: section, quantity, value, its
 standard error (``± s``) for Monte Carlo estimates, a confidence interval ``[lo, hi]`` where a
 kernel gives one, the status of a bound (``non-vacuous``; ``VACUOUS`` at or above the trivial
-bound; ``NOT VALID`` when a hypothesis of its theorem fails on the run, and then the value
+bound; ``no trivial bound`` for a log cover or complexity proxy, which has no scale to be vacuous
+against; ``NOT VALID`` when a hypothesis of its theorem fails on the run, and then the value
 cell reads ``not valid`` instead of a number), and the note (method, assumptions, failed
 hypotheses). The title of an interrupted run's report says ``INCOMPLETE``.
 
@@ -26,11 +27,13 @@ from typing import Any
 import numpy as np
 
 from jaxbounds._atomic import write_text_atomic
-from jaxbounds.report.rows import NOT_VALID, VACUOUS, Report, Row
+from jaxbounds.report.rows import NO_TRIVIAL, NOT_VALID, VACUOUS, Report, Row
 
 __all__ = ["format_table", "format_value", "to_json", "write_json"]
 
-_STATUS_CELL = {None: "", NOT_VALID: "NOT VALID", VACUOUS: "VACUOUS"}
+_STATUS_CELL = {
+    None: "", NOT_VALID: "NOT VALID", VACUOUS: "VACUOUS", NO_TRIVIAL: "no trivial bound",
+}  # fmt: skip
 
 _HEADERS = ("section", "quantity", "value", "± stderr", "interval", "", "note")
 

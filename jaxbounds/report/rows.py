@@ -19,13 +19,17 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["NON_VACUOUS", "NOT_VALID", "STATUSES", "VACUOUS", "Report", "Row", "json_safe"]
+__all__ = [
+    "NON_VACUOUS", "NOT_VALID", "NO_TRIVIAL", "STATUSES", "VACUOUS", "Report", "Row", "json_safe",
+]  # fmt: skip
 
-#: The three states of a bound's row (as ``str(jaxbounds.bounds.Status)``).
+#: The states of a bound's row (``Bound.label``: ``str(jaxbounds.bounds.Status)``, and
+#: ``NO_TRIVIAL`` for a valid log cover / proxy / unbounded-loss bound, which is never vacuous).
 NON_VACUOUS = "valid, non-vacuous"
 VACUOUS = "valid, vacuous"
 NOT_VALID = "not valid"
-STATUSES = (NON_VACUOUS, VACUOUS, NOT_VALID)
+NO_TRIVIAL = "valid, no trivial bound"
+STATUSES = (NON_VACUOUS, VACUOUS, NOT_VALID, NO_TRIVIAL)
 
 _NUMBER_FIELDS = ("value", "stderr", "lower", "upper")
 
@@ -111,8 +115,10 @@ class Row:
         >>> row = Row.from_bound("bounds", "b", bad)
         >>> row.status, row.note
         ('not valid', 'm > d fails (m = 8, d = 16)')
+        >>> Row.from_bound("bounds", "proxy", Bound(5.0, {}, {}, kind="proxy")).status
+        'valid, no trivial bound'
         """
-        status = str(bound.status)
+        status = bound.label
         failed = "; ".join(bound.failed) if status == NOT_VALID else ""
         note = "; ".join(part for part in (note, failed) if part)
         vacuous = None if bound.trivial is None else status == VACUOUS

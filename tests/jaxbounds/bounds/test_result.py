@@ -50,6 +50,18 @@ def test_covers_and_proxies_are_never_vacuous():
     assert b.status is Status.NON_VACUOUS
 
 
+def test_covers_and_proxies_never_read_non_vacuous():
+    """No trivial bound, no comparison: shown as "no trivial bound", not as "non-vacuous"."""
+    proxy = Bound(value=3.5, terms={}, hypotheses={}, kind="proxy")
+    assert proxy.label == "valid, no trivial bound"
+    assert str(proxy) == "3.5 (valid, no trivial bound)"
+    assert "non-vacuous" not in f"{proxy:.2f}"
+    bad = Bound(value=3.5, terms={}, hypotheses={"h": False}, kind="proxy")
+    assert bad.label == "not valid"
+    with pytest.raises(ValueError, match="label: defined for a scalar bound"):
+        _ = Bound(value=np.ones(2), terms={}, hypotheses={}, kind="proxy").label
+
+
 def test_array_status_elementwise():
     b = Bound(
         value=np.array([0.1, 2.0, 0.3]),

@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from jaxbounds.bounds import Bound
 from jaxbounds.report.render import format_table, format_value, to_json, write_json
 from jaxbounds.report.rows import NOT_VALID, Report, Row
 
@@ -73,6 +74,7 @@ def test_not_valid_bounds_never_show_as_a_number():
             status=NOT_VALID),
         Row("bounds", "old-style row", 0.25, vacuous=False, note="x; hypotheses FAIL: alpha"),
         Row("bounds", "good", 0.5, vacuous=False),
+        Row.from_bound("bounds", "proxy", Bound(7.0, {}, {}, kind="proxy")),
     ]  # fmt: skip
     table = format_table(Report("shallow", rows, {"seed": 0}))
     by_name = {ln.split("  ")[1].strip(): ln for ln in table.splitlines()[3:]}
@@ -84,6 +86,8 @@ def test_not_valid_bounds_never_show_as_a_number():
     assert "0.25" not in table
     assert "non-vacuous" in by_name["good"]
     assert "0.5" in by_name["good"]
+    assert "no trivial bound" in by_name["proxy"]  # a proxy has no scale to be non-vacuous on
+    assert "non-vacuous" not in by_name["proxy"]
 
 
 def test_incomplete_report_says_so():

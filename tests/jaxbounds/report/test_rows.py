@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from jaxbounds.bounds._result import Bound, Check
-from jaxbounds.report.rows import NON_VACUOUS, NOT_VALID, VACUOUS, Report, Row
+from jaxbounds.report.rows import NO_TRIVIAL, NON_VACUOUS, NOT_VALID, VACUOUS, Report, Row
 from kernels.estimate import Estimate
 
 
@@ -41,7 +41,7 @@ def test_row_from_bound_has_three_states():
     assert nan.status == NOT_VALID
     assert "the value is NaN" in nan.note
     cover = Row.from_bound("bounds", "log cover", Bound(12.0, {}, {}, trivial=None))
-    assert (cover.status, cover.vacuous) == (NON_VACUOUS, None)
+    assert (cover.status, cover.vacuous) == (NO_TRIVIAL, None)  # never "non-vacuous"
 
 
 def test_bound_status_of_rows_without_status():
