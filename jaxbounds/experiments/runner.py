@@ -492,13 +492,74 @@ def _run_pending(experiment: Experiment, share: list, units_dir: Path, version: 
 _POLL_S = 0.25
 
 
-def _wait_for_units(experiment: Experiment, plan: list, units_dir: Path, log: _Log) -> None:
-    """Wait until every unit of ``plan`` has its file (written by whichever process ran it)."""
+_RESTART_GRACE_S = 60.0  # how long a marker older than our start may be an earlier run's
+
+
+def _stop_marker(units_dir: Path, process_index: int) -> Path:
+    return units_dir / f".stopped.process{process_index}"
+
+
+def _start_marker(units_dir: Path, process_index: int) -> Path:
+    return units_dir / f".started.process{process_index}"
+
+
+def _mark_started(units_dir: Path, process_index: int) -> None:
+    """This process (re)starts: its stop marker is an earlier run's; note the start time."""
+    _stop_marker(units_dir, process_index).unlink(missing_ok=True)
+    write_text_atomic(_start_marker(units_dir, process_index), f"{time.time()}\n")
+
+
+def _mark_stopped(units_dir: Path, process_index: int, exc: BaseException) -> None:
+    """Leave a marker saying this process stopped (and why), so the waiting ones stop too."""
+    with contextlib.suppress(OSError):
+        reason = f"{type(exc).__name__}: {exc}".strip()
+        write_text_atomic(_stop_marker(units_dir, process_index), reason[:2000] + "\n")
+
+
+def _stopped_other(units_dir: Path, process_index: int, started: float) -> str | None:
+    """The reason another process of this run stopped, if one did.
+
+    A marker counts unless its process has started again since (then it is an earlier run's).
+    A marker older than our own start is ambiguous (that process failed before we started, or
+    it is an earlier run's and the process has not restarted yet): it counts once its process
+    has had ``_RESTART_GRACE_S`` to restart and has not.
+    """
+    for path in sorted(units_dir.glob(".stopped.process*")):
+        other = path.name.removeprefix(".stopped.process")
+        if not other.isdigit() or int(other) == process_index:
+            continue
+        start = _start_marker(units_dir, int(other))
+        try:
+            stopped_at = path.stat().st_mtime
+            if start.exists() and start.stat().st_mtime > stopped_at:
+                continue
+            if stopped_at >= started or time.time() - started > _RESTART_GRACE_S:
+                return f"process {other}: {path.read_text().strip()}"
+        except OSError:
+            continue
+    return None
+
+
+def _wait_for_units(experiment: Experiment, plan: list, units_dir: Path, log: _Log,
+                    process_index: int, started: float) -> None:  # fmt: skip
+    """Wait until every unit of ``plan`` has its file (written by whichever process ran it).
+
+    Stops (``Interrupted``, as SIGTERM) when another process of the run left a stop marker: its
+    units would never come, and waiting forever is the worse answer.
+    """
     missing = [key for key, _ in plan if not _unit_path(units_dir, key).exists()]
     if missing:
         log.info(f"{experiment.name}: waiting for {len(missing)} units of the other processes "
                  f"in {units_dir}")  # fmt: skip
     while missing:
+        stopped = _stopped_other(units_dir, process_index, started)
+        if stopped is not None:
+            raise Interrupted(
+                signal.SIGTERM,
+                f"{experiment.name}: another process stopped ({stopped}); {len(missing)} units "
+                "are missing; finished units are kept, rerun the same command on every process "
+                "to resume",
+            )
         time.sleep(_POLL_S)
         missing = [key for key in missing if not _unit_path(units_dir, key).exists()]
 
@@ -614,7 +675,10 @@ def run_experiment(
         shared filesystem), so that process 0 renders the complete tables, byte for byte those
         of a one-process run. ``jaxbounds reproduce`` sets it under JAX's distributed runtime
         (:func:`jaxbounds.distributed.initialize`), where the units run on each process's own
-        devices (:func:`kernels.using_devices`).
+        devices (:func:`kernels.using_devices`). A process that stops (signal or error) leaves
+        a marker ``units/.stopped.process<i>`` with the reason; the waiting processes see it and
+        stop too (``Interrupted``, exit status 143) instead of waiting for units that will
+        never come.
 
     Returns:
       A :class:`RunSummary`.
@@ -638,11 +702,19 @@ def run_experiment(
                 log.info(f"jobs={jobs}: units run one at a time in this process (XLA uses "
                          "every core); use process_index/process_count to split a run")  # fmt: skip
             _prepare_units_dir(units_dir)
+            started = time.time()
+            if wait_for_shares:
+                _mark_started(units_dir, process_index)
             share = _share(experiment, plan, process_index, process_count)
             show_bar = progress if progress is not None else (not quiet and sys.stderr.isatty())
-            num_run = _run_share(experiment, share, units_dir, version, log, show_bar)
-            if wait_for_shares:
-                _wait_for_units(experiment, plan, units_dir, log)
+            try:
+                num_run = _run_share(experiment, share, units_dir, version, log, show_bar)
+                if wait_for_shares:
+                    _wait_for_units(experiment, plan, units_dir, log, process_index, started)
+            except BaseException as exc:
+                if wait_for_shares:
+                    _mark_stopped(units_dir, process_index, exc)
+                raise
         if source is not None or process_index == 0:
             rendered = _write_outputs(
                 experiment, scale, seeds, version, plan, units_dir, run_dir, log

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -52,8 +53,7 @@ def _toy_render(rows: list[dict], meta: dict, out_dir: Path) -> None:
     ns = [row["n"] for row in rows]
     trend = kendall_tau(ns, [row["mean"] for row in rows])
     table = [
-        [n, mean_spread(r["mean"] for r in rows if r["n"] == n).format()]
-        for n in sorted(set(ns))
+        [n, mean_spread(r["mean"] for r in rows if r["n"] == n).format()] for n in sorted(set(ns))
     ]
     for name in ("figure1.png", "figure2.png"):
         figure = runner.new_figure(figsize=(3, 2))
@@ -338,6 +338,60 @@ def test_wait_for_shares_renders_once_every_unit_is_there(tmp_path, capsys):
     assert (summary.num_run, other.num_run, summary.num_missing) == (6, 6, 0)
     for name in ("results.csv", "report.md"):
         assert (shared / "toy" / name).read_bytes() == (single / "toy" / name).read_bytes()
+
+
+def test_a_stopped_process_stops_the_waiting_ones(tmp_path, capsys):
+    # process 1 of 2 fails on its first unit: it leaves a stop marker with the reason, and
+    # process 0, waiting for process 1's units (in a thread here), stops instead of hanging
+    def broken(unit):
+        raise RuntimeError(f"unit n={unit.config['n']} broke")
+
+    toy = make_toy()
+    failing = dataclasses.replace(toy, run_unit=broken)
+    shared = tmp_path / "shared"
+    first = concurrent.futures.ThreadPoolExecutor(1)
+    waiting = first.submit(
+        _run, shared, process_index=0, process_count=2, wait_for_shares=True, quiet=False
+    )
+    deadline = time.monotonic() + 30
+    while "waiting for 6 units" not in capsys.readouterr().err:
+        assert not waiting.done(), waiting.result()
+        assert time.monotonic() < deadline, "process 0 did not reach the wait"
+        time.sleep(0.05)
+    with pytest.raises(RuntimeError, match="broke"):
+        _run(shared, experiment=failing, process_index=1, process_count=2, wait_for_shares=True)
+    marker = shared / "toy" / "units" / ".stopped.process1"
+    assert "RuntimeError" in marker.read_text()
+    with pytest.raises(Interrupted, match=r"another process stopped \(process 1: RuntimeError"):
+        waiting.result(timeout=30)
+    first.shutdown()
+    assert len(_units(shared)) == 6  # process 0's finished share is kept
+    assert (shared / "toy" / "units" / ".stopped.process0").exists()
+    # the same command resumes: process 1 clears its old marker, runs its share, both render
+    other = concurrent.futures.ThreadPoolExecutor(1)
+    resumed = other.submit(_run, shared, process_index=0, process_count=2, wait_for_shares=True)
+    time.sleep(0.5)  # process 1's old marker predates process 0's start: an earlier run's
+    assert not resumed.done(), resumed.result()
+    _run(shared, process_index=1, process_count=2, wait_for_shares=True)
+    assert resumed.result(timeout=30).rendered
+    other.shutdown()
+    assert len(_units(shared)) == NUM_SMOKE_UNITS
+
+
+def test_an_old_stop_marker_counts_once_its_process_does_not_restart(tmp_path, monkeypatch):
+    # process 1 failed before process 0 started (marker older than process 0's start): after
+    # the restart grace, with no newer start of process 1, process 0 stops instead of hanging
+    shared = tmp_path / "shared"
+    units = shared / "toy" / "units"
+    units.mkdir(parents=True)
+    runner.write_text_atomic(units / ".started.process1", "0\n")
+    runner.write_text_atomic(units / ".stopped.process1", "Interrupted: SIGTERM\n")
+    old = time.time() - 10
+    os.utime(units / ".started.process1", (old - 1, old - 1))
+    os.utime(units / ".stopped.process1", (old, old))
+    monkeypatch.setattr(runner, "_RESTART_GRACE_S", 0.3)
+    with pytest.raises(Interrupted, match="process 1: Interrupted: SIGTERM"):
+        _run(shared, process_index=0, process_count=2, wait_for_shares=True)
 
 
 def test_run_batch_gets_the_seeds_of_one_configuration(tmp_path):
