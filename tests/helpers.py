@@ -1,10 +1,13 @@
-"""Shared test helpers: trace counting, compile counting, dtype tolerances."""
+"""Shared test helpers: trace and compile counting, dtype tolerances, experiment smoke runs."""
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -56,3 +59,32 @@ def compiles_in(messages: list[str]) -> list[str]:
 def tol(dtype: Any) -> float:
     """Relative tolerance tied to a dtype: sqrt(eps)."""
     return float(jnp.sqrt(jnp.finfo(dtype).eps))
+
+
+def run_smoke(experiment: Any, tmp_path_factory: Any) -> Path:
+    """Run an experiment at smoke scale into a fresh folder; every unit must finish."""
+    from jaxbounds.experiments.runner import run_experiment
+
+    out = tmp_path_factory.mktemp(experiment.name)
+    summary = run_experiment(experiment, scale="smoke", out_dir=out, quiet=True)
+    assert summary.num_missing == 0
+    return summary.out_dir
+
+
+def read_rows(
+    run_dir: Path,
+    *,
+    ints: Iterable[str] = (),
+    floats: Iterable[str] = (),
+    lists: Iterable[str] = (),
+) -> list[dict]:
+    """The rows of a run's ``results.csv`` with the named columns parsed (lists are JSON)."""
+    with (Path(run_dir) / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    parse = (
+        [(k, int) for k in ints] + [(k, float) for k in floats] + [(k, json.loads) for k in lists]
+    )
+    for row in rows:
+        for key, fn in parse:
+            row[key] = fn(row[key])
+    return rows

@@ -8,7 +8,6 @@ numpy; the report's per-class and E.3 numbers are recomputed from ``results.csv`
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
@@ -20,9 +19,10 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from jaxbounds.experiments import pac_bayes_perturbation as pbp
-from jaxbounds.experiments.runner import format_number, run_experiment
+from jaxbounds.experiments.runner import format_number
 from jaxbounds.models import as_pure
 from jaxbounds.models.construction import construction
+from tests.helpers import read_rows, run_smoke
 
 # one smoke run compiles sharpness_decomposition for two shapes: ~230 s under load, so slow
 pytestmark = pytest.mark.slow
@@ -35,21 +35,11 @@ NUMBERS = ("G_u", "grad_sq_mean", "L", "bound_with_P", "bound_without_P", "num_e
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("pbp")
-    summary = run_experiment(pbp.EXPERIMENT, scale="smoke", out_dir=out, quiet=True)
-    assert summary.num_missing == 0
-    return summary.out_dir
+    return run_smoke(pbp.EXPERIMENT, tmp_path_factory)
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    with (run_dir / "results.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    for row in rows:
-        for key in LISTS:
-            row[key] = json.loads(row[key])
-        for key in NUMBERS:
-            row[key] = float(row[key])
-    return rows
+    return read_rows(run_dir, floats=NUMBERS, lists=LISTS)
 
 
 def _semi_analytic(G, L, S, m, delta, sigmas, P):

@@ -9,7 +9,6 @@ degree checked against the exact one-trial rejection rates (enumeration).
 
 from __future__ import annotations
 
-import csv
 import itertools
 import json
 import math
@@ -22,8 +21,9 @@ import pytest
 
 from jaxbounds.data.boolean import random_fourier_function
 from jaxbounds.experiments import property_testing as pt
-from jaxbounds.experiments.runner import Unit, format_number, run_experiment
+from jaxbounds.experiments.runner import Unit, format_number
 from kernels import testers
+from tests.helpers import read_rows, run_smoke
 
 pytestmark = pytest.mark.slow  # one smoke run: ~30 CPU s (about 20 testers compiled)
 
@@ -33,20 +33,11 @@ INTS = ("num_bits", "degree", "sparsity", "seed", "true_degree", "true_sparsity"
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("pt")
-    summary = run_experiment(pt.EXPERIMENT, scale="smoke", out_dir=out, quiet=True)
-    assert summary.num_missing == 0
-    return summary.out_dir
+    return run_smoke(pt.EXPERIMENT, tmp_path_factory)
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    with (run_dir / "results.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    for row in rows:
-        for key in INTS:
-            row[key] = int(row[key])
-        row["eps"] = float(row["eps"])
-    return rows
+    return read_rows(run_dir, ints=INTS, floats=("eps",))
 
 
 def test_files(smoke_run):

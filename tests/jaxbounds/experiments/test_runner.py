@@ -316,12 +316,10 @@ def test_process_shares_are_disjoint_and_process_0_renders(tmp_path, capsys):
     assert csv_bytes == (single / "toy" / "results.csv").read_bytes()
 
 
-def test_wait_for_shares_renders_once_every_unit_is_there(tmp_path, capsys):
-    # process 0 of 2 waits (in a thread here) for process 1's share, then renders everything
-    single, shared = tmp_path / "single", tmp_path / "shared"
-    _run(single)
-    first = concurrent.futures.ThreadPoolExecutor(1)
-    waiting = first.submit(
+def _process_0_waiting(shared: Path, capsys) -> tuple:
+    """Start process 0 of 2 in a thread; return once it waits for process 1's 6 units."""
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    waiting = pool.submit(
         _run, shared, process_index=0, process_count=2, wait_for_shares=True, quiet=False
     )
     deadline = time.monotonic() + 30
@@ -329,6 +327,14 @@ def test_wait_for_shares_renders_once_every_unit_is_there(tmp_path, capsys):
         assert not waiting.done(), waiting.result()
         assert time.monotonic() < deadline, "process 0 did not reach the wait"
         time.sleep(0.05)
+    return pool, waiting
+
+
+def test_wait_for_shares_renders_once_every_unit_is_there(tmp_path, capsys):
+    # process 0 of 2 waits (in a thread here) for process 1's share, then renders everything
+    single, shared = tmp_path / "single", tmp_path / "shared"
+    _run(single)
+    first, waiting = _process_0_waiting(shared, capsys)
     assert not (shared / "toy" / "results.csv").exists()
     other = _run(shared, process_index=1, process_count=2, wait_for_shares=True)
     summary = waiting.result(timeout=30)
@@ -349,15 +355,7 @@ def test_a_stopped_process_stops_the_waiting_ones(tmp_path, capsys):
     toy = make_toy()
     failing = dataclasses.replace(toy, run_unit=broken)
     shared = tmp_path / "shared"
-    first = concurrent.futures.ThreadPoolExecutor(1)
-    waiting = first.submit(
-        _run, shared, process_index=0, process_count=2, wait_for_shares=True, quiet=False
-    )
-    deadline = time.monotonic() + 30
-    while "waiting for 6 units" not in capsys.readouterr().err:
-        assert not waiting.done(), waiting.result()
-        assert time.monotonic() < deadline, "process 0 did not reach the wait"
-        time.sleep(0.05)
+    first, waiting = _process_0_waiting(shared, capsys)
     with pytest.raises(RuntimeError, match="broke"):
         _run(shared, experiment=failing, process_index=1, process_count=2, wait_for_shares=True)
     marker = shared / "toy" / "units" / ".stopped.process1"

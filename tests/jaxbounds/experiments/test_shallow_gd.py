@@ -128,9 +128,7 @@ def test_one_unit_rerun_independently(smoke):
     data = synthetic_digits(num=360, seed=0, token_dim=SMOKE["token_dim"])
     train = {k: jnp.asarray(data.train[k][:num]) for k in ("inputs", "labels")}
     test = {k: jnp.asarray(data.test[k]) for k in ("inputs", "labels")}
-    params0 = ShallowTransformer(
-        SMOKE["token_dim"], d_m, rngs=nnx.Rngs(params=seed)
-    ).params_dict()
+    params0 = ShallowTransformer(SMOKE["token_dim"], d_m, rngs=nnx.Rngs(params=seed)).params_dict()
 
     def loss_fn(params, batch):
         return logistic_loss(shallow_apply(params, batch["inputs"]), batch["labels"])

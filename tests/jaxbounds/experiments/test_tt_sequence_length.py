@@ -8,7 +8,6 @@ from the trained weights with the formulas written out in numpy.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
@@ -18,7 +17,8 @@ import pytest
 from scipy import stats
 
 from jaxbounds.experiments import tt_sequence_length as tt
-from jaxbounds.experiments.runner import Unit, format_number, grid_units, run_experiment
+from jaxbounds.experiments.runner import Unit, format_number, grid_units
+from tests.helpers import read_rows, run_smoke
 
 NUMERIC = ("seq_len", "seed", "l1_norm", "gen_gap", "val_accuracy", "tt_rad", "edelman_cover",
            "edelman_cover_ref", "edelman_log_factor")  # fmt: skip
@@ -26,19 +26,11 @@ NUMERIC = ("seq_len", "seed", "l1_norm", "gen_gap", "val_accuracy", "tt_rad", "e
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tt")
-    summary = run_experiment(tt.EXPERIMENT, scale="smoke", out_dir=out, quiet=True)
-    assert summary.num_missing == 0
-    return summary.out_dir
+    return run_smoke(tt.EXPERIMENT, tmp_path_factory)
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    with (run_dir / "results.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    for row in rows:
-        for key in NUMERIC:
-            row[key] = float(row[key])
-    return rows
+    return read_rows(run_dir, floats=NUMERIC)
 
 
 def test_files(smoke_run):
