@@ -667,6 +667,8 @@ def _bounds_figure(b: Mapping[str, Any] | None):
                 label=f"one pass, m={p['num_examples']:g}")  # fmt: skip
     ax.axhline(0.0, color="k", lw=0.8)
     ax.set_xscale("log")
+    ax.set_xticks(T, [str(int(t)) for t in T], fontsize=6)
+    ax.tick_params(axis="x", which="minor", labelbottom=False)
     ax.set_yscale("symlog", linthresh=1.0)
     ax.set_xlabel("T")
     ax.set_ylabel("log10 bound on P(wrong)  (>= 0: vacuous)")
@@ -680,6 +682,8 @@ def _bounds_figure(b: Mapping[str, Any] | None):
             ax.plot(T, v - v[0], style, ms=3, alpha=alpha, label=f"{label}, {what}")
     ax.plot(T, np.log10(T / T[0]), "k:", lw=1, label="log10(T/T0): linear growth")
     ax.set_xscale("log")
+    ax.set_xticks(T, [str(int(t)) for t in T], fontsize=6)
+    ax.tick_params(axis="x", which="minor", labelbottom=False)
     ax.set_yscale("symlog", linthresh=0.1)
     ax.set_xlabel("T")
     ax.set_ylabel("log10 bound(T) - log10 bound(T0)")
