@@ -4,8 +4,9 @@ Each entry names the module attribute holding the :class:`~jaxbounds.experiments
 the module is imported only when the experiment is run, so ``jaxbounds reproduce --list`` needs
 none of them.
 
->>> REGISTRY.names()
-('tt-sequence-length', 'shallow-gd-table1', 'pac-bayes-perturbation', 'property-testing')
+>>> REGISTRY.names()  # doctest: +NORMALIZE_WHITESPACE
+('tt-sequence-length', 'shallow-gd-table1', 'pac-bayes-perturbation', 'property-testing',
+ 'cot-parity')
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ REGISTRY = ExperimentRegistry(
             "property-testing",
             "jaxbounds.experiments.property_testing:EXPERIMENT",
             "PAC-Bayes flat constructions, App. H, Fig. 8 (degree/sparsity testers)",
+        ),
+        (
+            "cot-parity",
+            "jaxbounds.experiments.cot_parity:EXPERIMENT",
+            "PAC-Bayes flat constructions, App. G: CoT vs one-pass PARITY bounds, trained gaps",
         ),
     ]
 )
