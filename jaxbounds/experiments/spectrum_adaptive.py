@@ -25,8 +25,9 @@ Growth rates: for each (N, seed) the least-squares slope of $\ln(\text{proxy})$ 
 
 The cpu scale (d = 16, T = 12 bits, sparsity 5, H = 2 heads of width k = 4, MLP width 32,
 L in {1, 2, 3, 4}, N in {256, 1024, 4096}, 600 Adam steps of batch 64, 3 seeds: 36 trainings)
-is sized to about 10 CPU-minutes; every model fits its training set, so the comparison is
-between interpolating models. The paper scale widens the model and the grids.
+is sized to about 10 CPU-minutes (about 17 CPU-s per training, compile included). The fixed
+step budget does not fit every small training set equally well (train loss and test accuracy
+are reported beside every proxy). The paper scale widens the model and the grids.
 
 References:
   Sakai & Imaizumi 2026 (abstract only; SPEC.md section 6, from the authors' code
@@ -93,8 +94,7 @@ SCALES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 CLAIMS = (
-    "The spectrum-adaptive (Schatten) proxy grows more slowly with depth than the norm-based "
-    "proxy",
+    "The spectrum-adaptive (Schatten) proxy grows more slowly with depth than the norm-based proxy",
     "The Schatten index chosen after training adapts to each matrix's spectrum (a smaller p "
     "where the weights are low rank)",
     "The structurally low-rank matrices (W_QK and W_V W_O, rank <= k < d) contribute less to the "
@@ -164,10 +164,10 @@ def matrix_names(layers: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def matrix_stats(layers: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
-    """Per matrix (order of :func:`matrix_names`): numerical rank, stable rank, spectral norm.
+    r"""Per matrix (order of :func:`matrix_names`): numerical rank, stable rank, spectral norm.
 
     The rank counts singular values above ``RANK_TOL`` times the largest (the proxy's p = 0
-    term); the stable rank is $\\|W\\|_F^2 / \\|W\\|_2^2$.
+    term); the stable rank is $\|W\|_F^2 / \|W\|_2^2$.
 
     >>> s = matrix_stats([{"qk": [np.diag([3.0, 4.0])], "v": [np.eye(2)]}])
     >>> s["rank"], s["stable_rank"], s["spectral_norm"]
@@ -252,6 +252,7 @@ def _kind(name: str) -> str:
 
 
 _PROXIES = ("spectrum_adaptive", "norm_based", "spectrum_adaptive_width_n")
+_PER_MATRIX = ("rank", "stable_rank", "p_opt", "p_opt_width_n", "contribution")
 
 
 def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -270,8 +271,9 @@ def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         for q in ("train_loss", "test_loss", "test_accuracy", "loss_gap"):
             cell[q] = _spread([r[q] for r in group])
         out["cells"].setdefault(str(depth), {})[str(n)] = cell
-    for key, axis, x_of in (("depth_growth", "num_examples", lambda r: r["depth"]),
-                            ("n_growth", "depth", lambda r: math.log(r["num_examples"]))):  # fmt: skip
+    fits = (("depth_growth", "num_examples", lambda r: r["depth"]),
+            ("n_growth", "depth", lambda r: math.log(r["num_examples"])))  # fmt: skip
+    for key, axis, x_of in fits:
         for (fixed,), group in _by(rows, [axis]).items():
             slopes: dict[str, list[float]] = {p: [] for p in _PROXIES}
             for _, seed_rows in _by(group, ["seed"]).items():
@@ -289,8 +291,7 @@ def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         per: dict[str, dict[str, list]] = {}
         for r in group:
             for i, name in enumerate(r["matrices"]):
-                d = per.setdefault(_kind(name), {"rank": [], "stable_rank": [], "p_opt": [],
-                                                 "p_opt_width_n": [], "contribution": []})  # fmt: skip
+                d = per.setdefault(_kind(name), {q: [] for q in _PER_MATRIX})
                 for q in d:
                     d[q].append(r[q][i])
         for kind, d in per.items():
@@ -379,9 +380,12 @@ def _claims(stats: Mapping[str, Any]) -> list[str]:
     p_n = sorted({p for k in mats.values() for m in k.values() for p in m["p_opt_values"]})
     low = [m["p_opt_width_n_mean"] for k in ("qk", "v") for m in mats.get(k, {}).values()]
     full = [m["p_opt_width_n_mean"] for k in ("m_in", "m_out") for m in mats.get(k, {}).values()]
-    adapts = len(p_n) > 1
+    adapts_n = len(p_n) > 1
+    adapts_d = bool(low) and bool(full) and float(np.mean(low)) < float(np.mean(full))
+    # Reproduced only under the theorem's N; under the scripts' N = d alone: inconclusive.
+    verdict = True if adapts_n else (None if adapts_d else False)
     lines.append(runner.claim_line(
-        CLAIMS[1], adapts if adapts else False,
+        CLAIMS[1], verdict,
         f"with the theorem's N (training-set size) every matrix of every unit picks p in {p_n}"
         + (": the minimum always sits at p = 0, the rank count, so B = sqrt(N) sum sqrt(rank) "
            "+ sqrt(L) does not depend on the trained spectrum beyond the ranks"

@@ -136,8 +136,9 @@ class BlockTransformer(nnx.Module):
         self.embed_dim = embed_dim
         self.layers = nnx.List(
             [
-                BlockLayer(embed_dim, head_dim, num_heads, mlp_dim, param_dtype=param_dtype,
-                           rngs=rngs)  # fmt: skip
+                BlockLayer(
+                    embed_dim, head_dim, num_heads, mlp_dim, param_dtype=param_dtype, rngs=rngs
+                )
                 for _ in range(num_layers)
             ]
         )
