@@ -6,7 +6,7 @@ none of them.
 
 >>> REGISTRY.names()  # doctest: +NORMALIZE_WHITESPACE
 ('tt-sequence-length', 'shallow-gd-table1', 'pac-bayes-perturbation', 'property-testing',
- 'cot-parity')
+ 'cot-parity', 'spectrum-adaptive')
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ REGISTRY = ExperimentRegistry(
             "cot-parity",
             "jaxbounds.experiments.cot_parity:EXPERIMENT",
             "PAC-Bayes flat constructions, App. G: CoT vs one-pass PARITY bounds, trained gaps",
+        ),
+        (
+            "spectrum-adaptive",
+            "jaxbounds.experiments.spectrum_adaptive:EXPERIMENT",
+            "Sakai & Imaizumi 2026: spectrum-adaptive vs norm-based proxy, vs depth and N",
         ),
     ]
 )
