@@ -5,7 +5,8 @@ the module is imported only when the experiment is run, so ``jaxbounds reproduce
 none of them.
 
 >>> REGISTRY.names()
-('tt-sequence-length', 'shallow-gd-table1', 'pac-bayes-perturbation', 'property-testing')
+('tt-sequence-length', 'shallow-gd-table1', 'pac-bayes-perturbation', 'property-testing',
+ 'pac-bayes-flatness')
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ REGISTRY = ExperimentRegistry(
             "property-testing",
             "jaxbounds.experiments.property_testing:EXPERIMENT",
             "PAC-Bayes flat constructions, App. H, Fig. 8 (degree/sparsity testers)",
+        ),
+        (
+            "pac-bayes-flatness",
+            "jaxbounds.experiments.pac_bayes_flatness:EXPERIMENT",
+            "PAC-Bayes flat construction vs learned: trace and norm, Sec. 2.2, Fig. 2",
         ),
     ]
 )
