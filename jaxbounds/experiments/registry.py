@@ -6,7 +6,7 @@ none of them.
 
 >>> REGISTRY.names()
 ('tt-sequence-length', 'shallow-gd-table1', 'pac-bayes-perturbation', 'property-testing',
- 'pac-bayes-flatness')
+ 'pac-bayes-flatness', 'pac-bayes-gap')
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ REGISTRY = ExperimentRegistry(
             "pac-bayes-flatness",
             "jaxbounds.experiments.pac_bayes_flatness:EXPERIMENT",
             "PAC-Bayes flat construction vs learned: trace and norm, Sec. 2.2, Fig. 2",
+        ),
+        (
+            "pac-bayes-gap",
+            "jaxbounds.experiments.pac_bayes_gap:EXPERIMENT",
+            "PAC-Bayes flat constructions: gap vs degree and sparsity, Sec. 2.1",
         ),
     ]
 )
