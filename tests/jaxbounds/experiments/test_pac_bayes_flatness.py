@@ -117,7 +117,7 @@ def _rows(run_dir: Path) -> list[dict]:
     for row in rows:
         for key, value in row.items():
             if key in BOOLS:
-                row[key] = value == "True"
+                row[key] = value.lower() == "true"
             elif key not in STRINGS:
                 row[key] = float(value)
     return rows

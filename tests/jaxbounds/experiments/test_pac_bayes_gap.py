@@ -94,7 +94,7 @@ def _rows(run_dir: Path) -> list[dict]:
         rows = list(csv.DictReader(f))
     for row in rows:
         for key, value in row.items():
-            row[key] = value == "True" if key == "reached_threshold" else float(value)
+            row[key] = value.lower() == "true" if key == "reached_threshold" else float(value)
     return rows
 
 
