@@ -272,6 +272,8 @@ def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "num_reached": int(sum(bool(r["reached_threshold"]) for r in rows)),
         "max_learned_loss": float(max(r["learned_loss"] for r in rows)),
         "max_constructed_loss": float(max(r["constructed_loss"] for r in rows)),
+        "learned_init_norm": float(np.mean([r["learned_init_norm"] for r in rows])),
+        "learned_norm": float(np.mean([r["learned_norm"] for r in rows])),
         "max_trace_rel_stderr": float(max(abs(r[f"{m}_trace_stderr"] / r[f"{m}_trace"])
                                           for r in rows for m in _MODELS)),
     }  # fmt: skip
@@ -349,7 +351,11 @@ def _report(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], stats: d
         "subsets and |z|), labelled by its exact values; the construction (logit scale 2 ln T) "
         "is exact only up to O(1/T): its largest training loss is "
         f"{_fmt(stats['max_constructed_loss'])}. Ratios are constructed / learned per function; "
-        "'norm' is the Frobenius norm of all weights together.", "",
+        "'norm' is the Frobenius norm of all weights together. The twin starts at "
+        f"norm {_fmt(stats['learned_init_norm'])} (mean over functions; N(0, 1/fan-in) "
+        f"entries) and ends at {_fmt(stats['learned_norm'])}: at this width the learned norm "
+        "is set mostly by the initialisation scale, which bounds how far below the "
+        "construction's norm it can be.", "",
         "## Figure 2: per class (mean ± std over functions)", "", _class_table(stats), "",
         "![Figure 2](figure2_trace_norm.png) ![domination](domination.png)", "",
         "## Claims", "", *_claims(stats), "",
