@@ -4,7 +4,7 @@ Each entry names the module attribute holding the :class:`~jaxbounds.experiments
 the module is imported only when the experiment is run, so ``jaxbounds reproduce --list`` needs
 none of them.
 
->>> REGISTRY.names()
+>>> REGISTRY.names()  # doctest: +NORMALIZE_WHITESPACE
 ('tt-sequence-length', 'shallow-gd-table1', 'pac-bayes-perturbation', 'property-testing',
  'pac-bayes-flatness', 'pac-bayes-gap')
 """
