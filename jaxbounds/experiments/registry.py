@@ -6,7 +6,7 @@ none of them.
 
 >>> REGISTRY.names()  # doctest: +NORMALIZE_WHITESPACE
 ('tt-sequence-length', 'shallow-gd-table1', 'pac-bayes-perturbation', 'property-testing',
- 'cot-parity', 'spectrum-adaptive')
+ 'pac-bayes-flatness', 'pac-bayes-gap', 'cot-parity', 'spectrum-adaptive')
 """
 
 from __future__ import annotations
@@ -37,6 +37,16 @@ REGISTRY = ExperimentRegistry(
             "property-testing",
             "jaxbounds.experiments.property_testing:EXPERIMENT",
             "PAC-Bayes flat constructions, App. H, Fig. 8 (degree/sparsity testers)",
+        ),
+        (
+            "pac-bayes-flatness",
+            "jaxbounds.experiments.pac_bayes_flatness:EXPERIMENT",
+            "PAC-Bayes flat construction vs learned: trace and norm, Sec. 2.2, Fig. 2",
+        ),
+        (
+            "pac-bayes-gap",
+            "jaxbounds.experiments.pac_bayes_gap:EXPERIMENT",
+            "PAC-Bayes flat constructions: gap vs degree and sparsity, Sec. 2.1",
         ),
         (
             "cot-parity",
