@@ -20,20 +20,24 @@ Kernels measured (one jitted program each, compiled ahead of time and timed sepa
 
 Each kernel runs in a fresh subprocess, so peak RSS (``ru_maxrss``, compiler included) is its
 own; that process first runs the kernel once (the timed run), reads its peak, then times one
-gradient of the same loss (jitted ``value_and_grad``, median of 3), so the time ratio comes from
-one process. Reported per kernel:
+gradient of the same loss (jitted ``value_and_grad``, median of 2), so the time ratio comes from
+one process. The parent records each child's wall time and CPU time (user + sys), so a run on
+a shared machine still gives a quiet-machine estimate (about CPU / 2 on 2 cores), and XLA's
+compiled allocation plan (``memory_analysis().temp_size_in_bytes``) beside the peak RSS.
+Reported per kernel:
 
 - time per probe / sample / step over one gradient (target <= 1.3); dataset-level runs divide by
   one gradient of the dataset loss (16 batch gradients, accumulated);
 - peak RSS over the peak RSS of a process that only computes one gradient (target <= 2.0);
-- the same kernel with fewer probes / samples / steps (and 4 instead of 16 batches): peak RSS
+- the same kernel with fewer probes / samples / steps (and 2 instead of 16 batches): peak RSS
   must not grow with the count.
 
 A PyTorch twin of the same model with the same weights (hand-written attention, since
 PyTorch's fused attention has no double backward on CPU) runs PyHessian's Hutchinson loop
 (``hessian(...).trace``, double backprop) for the per-probe comparison.
 
-Run:  python bench/scale.py            (full model; about 10-15 minutes on 2 cores)
+Run:  python bench/scale.py            (full model; about 255 gradient-equivalents of work
+                                        plus ~20 compiles: over 15 minutes on 2 cores)
       python bench/scale.py --quick    (2 layers, d = 64, vocab 512: seconds per job)
       python bench/scale.py --summarize   (tables from the records of a run cut short)
 Prints one JSON record per job (also appended to ``bench/results/scale[_quick].jsonl`` as each
@@ -324,6 +328,9 @@ def _run_once(fn, params, data, key) -> dict:
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(params, data, key).compile()
     rec = {"compile_s": time.perf_counter() - start}
+    mem = compiled.memory_analysis()  # XLA's allocation plan: temporaries beside args/outputs
+    if mem is not None:
+        rec["xla_temp_mb"] = mem.temp_size_in_bytes / 2**20
     start = time.perf_counter()
     out = jax.block_until_ready(compiled(params, data, key))
     rec["run_s"] = time.perf_counter() - start
@@ -418,7 +425,7 @@ def plan() -> list[tuple[str, list[tuple[int, int]]]]:
     return [
         ("grad", [(0, 1)]),
         ("hessian_trace", [(2, 1), (8, 1)]),
-        ("average_sharpness", [(4, 1), (16, 1)]),
+        ("average_sharpness", [(2, 1), (16, 1)]),
         ("worst_case_sharpness", [(1, 1), (5, 1)]),
         ("torch_pyhessian", [(8, 1)]),
         ("top_eigenvalues", [(3, 1), (10, 1)]),
@@ -443,13 +450,18 @@ def spawn(args, job: str, variants: list[tuple[int, int]]) -> dict:
         cmd.append("--quick")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     start = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:  # report and go on: the other jobs still measure something
         sys.stderr.write(proc.stderr[-4000:])
         emit({"record": "failed", "job": job, "variants": variants, "rc": proc.returncode})
         return None
     rec = json.loads(proc.stdout.strip().splitlines()[-1])
     rec["wall_s"] = time.perf_counter() - start
+    # CPU seconds of the child (user + sys): on a shared machine wall time is inflated by the
+    # other processes, CPU time much less (quiet-machine wall ~ cpu_s / 2 on 2 cores)
+    rec["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rec["load_avg_1min"] = os.getloadavg()[0]
     emit({"record": "job", **rec})
     with open(_stem(args.quick) + ".jsonl", "a") as f:
@@ -501,6 +513,9 @@ def summarize(recs: list[dict]) -> dict:
             "peak_over_grad_peak": main["peak_rss_mb"] / base_peak,
             "value": main.get("value"),
             "stderr": main.get("stderr"),
+            "xla_temp_mb": main.get("xla_temp_mb"),
+            "job_wall_s": rec.get("wall_s"),
+            "job_cpu_s": rec.get("cpu_s"),
             "memory_twins": [
                 {k: t[k] for k in ("count", "num_batches", "peak_rss_mb")} for t in twins
             ],
@@ -512,6 +527,8 @@ def summarize(recs: list[dict]) -> dict:
         "dataset_grad_peak_rss_mb": dgrad["peak_rss_mb"],
         "rows": rows,
         "missing": [job for job, _ in plan() if job not in by],
+        "jobs_wall_s": sum(r.get("wall_s", 0.0) for r in recs),
+        "jobs_cpu_s": sum(r.get("cpu_s", 0.0) for r in recs),
     }
     if "torch_pyhessian" not in by or "hessian_trace" not in by:
         return out
@@ -543,8 +560,8 @@ def markdown(summary: dict, cfg: Config, wall_s: float) -> str:
         f" whole run {wall_s / 60:.1f} min.",
         "",
         "| kernel | per unit / one gradient (target <= 1.3) | peak RSS / gradient's "
-        "(target <= 2.0) | peak RSS at fewer units or batches |",
-        "|---|---|---|---|",
+        "(target <= 2.0) | peak RSS at fewer units or batches | job wall / CPU |",
+        "|---|---|---|---|---|",
     ]
     for r in summary["rows"]:
         twins = ", ".join(
@@ -555,8 +572,16 @@ def markdown(summary: dict, cfg: Config, wall_s: float) -> str:
             f"| `{r['job']}`, {r['count']} ({r['unit']}), {r['num_batches']} batch(es) | "
             f"{r['run_s']:.1f} s / {_per_unit(r['job'], r['count'])} / {r['grad_s']:.2f} s = "
             f"**{r['per_unit_over_grad']:.2f}** | {r['peak_rss_mb']:.0f} MB = "
-            f"**{r['peak_over_grad_peak']:.2f}** | {twins or '-'} |"
+            f"**{r['peak_over_grad_peak']:.2f}** | {twins or '-'} | "
+            f"{(r['job_wall_s'] or math.nan) / 60:.1f} / "
+            f"{(r['job_cpu_s'] or math.nan) / 60:.1f} min |"
         )
+    lines += [
+        "",
+        f"All jobs: wall {summary['jobs_wall_s'] / 60:.1f} min, CPU (user + sys of the child "
+        f"processes) {summary['jobs_cpu_s'] / 60:.1f} min; on 2 free cores the wall time is "
+        f"about CPU / 2 = {summary['jobs_cpu_s'] / 120:.1f} min.",
+    ]
     if summary["missing"]:
         lines += ["", "Not measured (run cut short): " + ", ".join(summary["missing"]) + "."]
     if "torch_grad_s" not in summary:
@@ -586,7 +611,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small model (seconds per job)")
     parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--variants", default="[[0, 1]]", help=argparse.SUPPRESS)
-    parser.add_argument("--grad-reps", type=int, default=3, help="timed gradients per job")
+    parser.add_argument("--grad-reps", type=int, default=2, help="timed gradients per job")
     parser.add_argument("--only", action="append", help="run only these jobs (and grad)")
     parser.add_argument(
         "--summarize", action="store_true", help="only rebuild the tables from the .jsonl records"
