@@ -20,9 +20,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxbounds._atomic import write_bytes_atomic
+from jaxbounds._atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 
-__all__ = ["csv_text", "machine_info", "new_figure", "save_figure", "sort_records", "versions"]
+__all__ = [
+    "csv_text", "machine_info", "new_figure", "save_figure", "sort_records", "versions",
+    "write_rendered",
+]  # fmt: skip
 
 
 def _sort_value(value: Any) -> tuple:
@@ -151,3 +154,23 @@ def save_figure(figure: Any, path: str | os.PathLike[str], **kwargs: Any) -> Pat
     kwargs = {"dpi": 120, "bbox_inches": "tight", **kwargs}
     figure.savefig(buffer, format=path.suffix.lstrip(".") or "png", **kwargs)
     return write_bytes_atomic(path, buffer.getvalue())
+
+
+def write_rendered(
+    out_dir: str | os.PathLike[str], figures: Mapping[str, Any], stats: Any, report: str
+) -> None:
+    """The usual end of an experiment's ``render``: figures, ``statistics.json``, ``report.md``.
+
+    Args:
+      out_dir: the run's output folder.
+      figures: file name -> figure; a None figure (matplotlib missing, or nothing to draw) is
+        skipped.
+      stats: the JSON-ready statistics.
+      report: the text of ``report.md``.
+    """
+    out_dir = Path(out_dir)
+    for name, figure in figures.items():
+        if figure is not None:
+            save_figure(figure, out_dir / name)
+    write_json_atomic(out_dir / "statistics.json", stats)
+    write_text_atomic(out_dir / "report.md", report)

@@ -718,14 +718,12 @@ def _trained_figure(trained: Sequence[Mapping[str, Any]]):
 
 def render(rows: list[dict], meta: dict, out_dir: Path) -> None:
     """The bounds and trained figures, ``statistics.json`` and ``report.md``."""
-    out_dir = Path(out_dir)
     stats = statistics(rows)
-    for name, figure in (("figure_bounds_vs_T.png", _bounds_figure(stats["bounds"])),
-                         ("figure_trained.png", _trained_figure(stats["trained"]))):  # fmt: skip
-        if figure is not None:
-            runner.save_figure(figure, out_dir / name)
-    runner.write_json_atomic(out_dir / "statistics.json", stats)
-    runner.write_text_atomic(out_dir / "report.md", _report(rows, meta, stats))
+    figures = {
+        "figure_bounds_vs_T.png": _bounds_figure(stats["bounds"]),
+        "figure_trained.png": _trained_figure(stats["trained"]),
+    }
+    runner.write_rendered(out_dir, figures, stats, _report(rows, meta, stats))
 
 
 EXPERIMENT = runner.Experiment(

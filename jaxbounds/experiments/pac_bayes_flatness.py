@@ -441,14 +441,12 @@ def _domination_figure(rows: Sequence[Mapping[str, Any]]):
 
 def render(rows: list[dict], meta: dict, out_dir: Path) -> None:
     """Figure 2 analogue, the domination scatter, ``statistics.json`` and ``report.md``."""
-    out_dir = Path(out_dir)
     stats = statistics(rows)
-    for name, figure in (("figure2_trace_norm.png", _figure2(stats)),
-                         ("domination.png", _domination_figure(rows))):  # fmt: skip
-        if figure is not None:
-            runner.save_figure(figure, out_dir / name)
-    runner.write_json_atomic(out_dir / "statistics.json", stats)
-    runner.write_text_atomic(out_dir / "report.md", _report(rows, meta, stats))
+    figures = {
+        "figure2_trace_norm.png": _figure2(stats),
+        "domination.png": _domination_figure(rows),
+    }
+    runner.write_rendered(out_dir, figures, stats, _report(rows, meta, stats))
 
 
 EXPERIMENT = runner.Experiment(

@@ -545,14 +545,9 @@ def _bounds_figure(stats: Mapping[str, Any]):
 
 def render(rows: list[dict], meta: dict, out_dir: Path) -> None:
     """The P-vs-sigma and bounds figures, ``statistics.json`` and ``report.md``."""
-    out_dir = Path(out_dir)
     stats = statistics(rows)
-    for name, figure in (("figure_P_vs_sigma.png", _p_figure(rows)),
-                         ("figure_bounds.png", _bounds_figure(stats))):  # fmt: skip
-        if figure is not None:
-            runner.save_figure(figure, out_dir / name)
-    runner.write_json_atomic(out_dir / "statistics.json", stats)
-    runner.write_text_atomic(out_dir / "report.md", _report(rows, meta, stats))
+    figures = {"figure_P_vs_sigma.png": _p_figure(rows), "figure_bounds.png": _bounds_figure(stats)}
+    runner.write_rendered(out_dir, figures, stats, _report(rows, meta, stats))
 
 
 EXPERIMENT = runner.Experiment(

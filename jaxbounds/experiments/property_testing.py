@@ -470,16 +470,12 @@ def _queries_figure(stats: Mapping[str, Any], num_bits: int):
 
 def render(rows: list[dict], meta: dict, out_dir: Path) -> None:
     """Figure 8 analogue, the query-count figure, ``statistics.json`` and ``report.md``."""
-    out_dir = Path(out_dir)
     stats = statistics(rows)
-    figure = _figure8(stats)
-    if figure is not None:
-        runner.save_figure(figure, out_dir / "figure8_first_acceptance.png")
-    figure = _queries_figure(stats, meta["config_grid"]["num_bits"])
-    if figure is not None:
-        runner.save_figure(figure, out_dir / "queries.png")
-    runner.write_json_atomic(out_dir / "statistics.json", stats)
-    runner.write_text_atomic(out_dir / "report.md", _report(rows, meta, stats))
+    figures = {
+        "figure8_first_acceptance.png": _figure8(stats),
+        "queries.png": _queries_figure(stats, meta["config_grid"]["num_bits"]),
+    }
+    runner.write_rendered(out_dir, figures, stats, _report(rows, meta, stats))
 
 
 EXPERIMENT = runner.Experiment(

@@ -56,6 +56,7 @@ from jaxbounds.experiments._output import (
     save_figure,
     sort_records,
     versions,
+    write_rendered,
 )
 from jaxbounds.experiments._stats import (
     KendallTau,
@@ -102,6 +103,7 @@ __all__ = [
     "unit_key",
     "write_bytes_atomic",
     "write_json_atomic",
+    "write_rendered",
     "write_text_atomic",
 ]
 

@@ -503,14 +503,12 @@ def _matrix_figure(stats: Mapping[str, Any]):
 
 def render(rows: list[dict], meta: dict, out_dir: Path) -> None:
     """The proxy and matrix figures, ``statistics.json`` and ``report.md``."""
-    out_dir = Path(out_dir)
     stats = statistics(rows)
-    for name, figure in (("figure_proxies.png", _proxy_figure(stats)),
-                         ("figure_matrices.png", _matrix_figure(stats))):  # fmt: skip
-        if figure is not None:
-            runner.save_figure(figure, out_dir / name)
-    runner.write_json_atomic(out_dir / "statistics.json", stats)
-    runner.write_text_atomic(out_dir / "report.md", _report(rows, meta, stats))
+    figures = {
+        "figure_proxies.png": _proxy_figure(stats),
+        "figure_matrices.png": _matrix_figure(stats),
+    }
+    runner.write_rendered(out_dir, figures, stats, _report(rows, meta, stats))
 
 
 EXPERIMENT = runner.Experiment(

@@ -897,17 +897,13 @@ def _bounds_figure(rows: Sequence[Mapping[str, Any]]):
 
 def render(rows: list[dict], meta: dict, out_dir: Path) -> None:
     """Figures 1-3 analogues, the bounds figure, ``statistics.json`` and ``report.md``."""
-    out_dir = Path(out_dir)
-    for name, (column, label, paper_figure) in FIGURES.items():
-        figure = _trend_figure(rows, column, label, f"{paper_figure} analogue ({meta['scale']})")
-        if figure is not None:
-            runner.save_figure(figure, out_dir / name)
-    figure = _bounds_figure(rows)
-    if figure is not None:
-        runner.save_figure(figure, out_dir / "figure4_bounds.png")
+    figures = {
+        name: _trend_figure(rows, column, label, f"{paper_figure} analogue ({meta['scale']})")
+        for name, (column, label, paper_figure) in FIGURES.items()
+    }
+    figures["figure4_bounds.png"] = _bounds_figure(rows)
     stats = statistics(rows)
-    runner.write_json_atomic(out_dir / "statistics.json", stats)
-    runner.write_text_atomic(out_dir / "report.md", _report(rows, meta, stats))
+    runner.write_rendered(out_dir, figures, stats, _report(rows, meta, stats))
 
 
 EXPERIMENT = runner.Experiment(
