@@ -77,14 +77,25 @@ def read_rows(
     ints: Iterable[str] = (),
     floats: Iterable[str] = (),
     lists: Iterable[str] = (),
+    bools: Iterable[str] = (),
+    strings: Iterable[str] | None = None,
 ) -> list[dict]:
-    """The rows of a run's ``results.csv`` with the named columns parsed (lists are JSON)."""
+    """The rows of a run's ``results.csv`` with the named columns parsed (lists are JSON).
+
+    With ``strings`` given, every column not named in any argument is read as a float and the
+    ``strings`` columns stay text.
+    """
     with (Path(run_dir) / "results.csv").open() as f:
         rows = list(csv.DictReader(f))
-    parse = (
-        [(k, int) for k in ints] + [(k, float) for k in floats] + [(k, json.loads) for k in lists]
-    )
+    parse: dict[str, Callable[[str], Any]] = {k: int for k in ints}
+    parse.update({k: float for k in floats})
+    parse.update({k: json.loads for k in lists})
+    parse.update({k: (lambda v: v.lower() == "true") for k in bools})
+    keep = set(strings or ())
     for row in rows:
-        for key, fn in parse:
-            row[key] = fn(row[key])
+        for key, value in row.items():
+            if key in parse:
+                row[key] = parse[key](value)
+            elif strings is not None and key not in keep:
+                row[key] = float(value)
     return rows

@@ -11,7 +11,6 @@ domination bookkeeping and the training's argument checks (no compilation).
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -24,10 +23,10 @@ from jax.flatten_util import ravel_pytree
 from jaxbounds.data.boolean import FourierFunction
 from jaxbounds.experiments import _fourier_training as ft
 from jaxbounds.experiments import pac_bayes_flatness as pbf
-from jaxbounds.experiments.runner import run_experiment
 from jaxbounds.models import as_pure
 from jaxbounds.models.construction import construction
 from kernels.walsh import cube_points
+from tests.helpers import read_rows, run_smoke
 
 
 def _dense(params, batch):
@@ -105,22 +104,11 @@ STRINGS = ("domination_fails", "matrices_above_construction")
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("pbf")
-    summary = run_experiment(pbf.EXPERIMENT, scale="smoke", out_dir=out, quiet=True)
-    assert summary.num_missing == 0
-    return summary.out_dir
+    return run_smoke(pbf.EXPERIMENT, tmp_path_factory)
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    with (run_dir / "results.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    for row in rows:
-        for key, value in row.items():
-            if key in BOOLS:
-                row[key] = value.lower() == "true"
-            elif key not in STRINGS:
-                row[key] = float(value)
-    return rows
+    return read_rows(run_dir, bools=BOOLS, strings=STRINGS)
 
 
 @pytest.mark.slow

@@ -9,7 +9,6 @@ exponents recomputed from ``results.csv``.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
@@ -20,8 +19,8 @@ import pytest
 from jaxbounds.bounds.pac_bayes import construction_norm_bound
 from jaxbounds.experiments import _fourier_training as ft
 from jaxbounds.experiments import pac_bayes_gap as pbg
-from jaxbounds.experiments.runner import run_experiment
 from kernels.walsh import cube_points
+from tests.helpers import read_rows, run_smoke
 
 
 def test_fit_power_law_matches_normal_equations():
@@ -83,19 +82,11 @@ def test_split_is_a_partition():
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("pbg")
-    summary = run_experiment(pbg.EXPERIMENT, scale="smoke", out_dir=out, quiet=True)
-    assert summary.num_missing == 0
-    return summary.out_dir
+    return run_smoke(pbg.EXPERIMENT, tmp_path_factory)
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    with (run_dir / "results.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    for row in rows:
-        for key, value in row.items():
-            row[key] = value.lower() == "true" if key == "reached_threshold" else float(value)
-    return rows
+    return read_rows(run_dir, bools=("reached_threshold",), strings=())
 
 
 @pytest.mark.slow
