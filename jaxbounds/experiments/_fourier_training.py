@@ -34,7 +34,7 @@ import optax
 from flax import nnx
 
 from jaxbounds.data.boolean import FourierFunction, random_fourier_function
-from jaxbounds.experiments.pac_bayes_perturbation import forward, loss
+from jaxbounds.experiments.pac_bayes_perturbation import forward, grad_sq, loss
 from jaxbounds.models import as_pure
 from jaxbounds.models.construction import ConstructionTransformer
 from jaxbounds.training import make_step
@@ -44,6 +44,7 @@ __all__ = [
     "TrainedModel",
     "apply",
     "evaluate_loss",
+    "grad_sq",
     "init_params",
     "loss",
     "target_function",

@@ -153,6 +153,14 @@ class Spread:
     stderr: float
     n: int
 
+    def to_dict(self) -> dict[str, float]:
+        """The fields as a JSON-ready dict (``statistics.json``).
+
+        >>> mean_spread([1.0, 3.0]).to_dict()
+        {'mean': 2.0, 'std': 1.4142135623730951, 'stderr': 1.0, 'n': 2}
+        """
+        return dataclasses.asdict(self)
+
     def format(self, digits: int = 3) -> str:
         """``mean ± std`` with ``digits`` significant digits (``mean (n=1)`` for one value)."""
         if self.n < 2:
@@ -266,13 +274,17 @@ def claim_line(claim: str, reproduced: bool | None, evidence: str) -> str:
 
 
 def group_rows(
-    rows: Iterable[Mapping[str, Any]], by: Sequence[str] | Callable[[Mapping[str, Any]], Any]
+    rows: Iterable[Mapping[str, Any]],
+    by: Sequence[str] | Callable[[Mapping[str, Any]], Any],
+    *,
+    sort: bool = False,
 ) -> dict[Any, list[Mapping[str, Any]]]:
     """Group result rows (e.g. the seeds of each configuration) in first-seen order.
 
     Args:
       rows: result rows (dicts).
       by: column names (the group key is the tuple of their values) or a function of a row.
+      sort: order the groups by their keys instead of first-seen.
 
     Returns:
       ``{group key: [rows]}``.
@@ -280,9 +292,11 @@ def group_rows(
     >>> rows = [{"T": 20, "seed": 0}, {"T": 40, "seed": 0}, {"T": 20, "seed": 1}]
     >>> {k: len(v) for k, v in group_rows(rows, ["T"]).items()}
     {(20,): 2, (40,): 1}
+    >>> list(group_rows(rows[::-1], ["T"], sort=True))
+    [(20,), (40,)]
     """
     key = by if callable(by) else (lambda row: tuple(row.get(c) for c in by))
     groups: dict[Any, list[Mapping[str, Any]]] = {}
     for row in rows:
         groups.setdefault(key(row), []).append(row)
-    return groups
+    return dict(sorted(groups.items())) if sort else groups

@@ -59,7 +59,6 @@ References:
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -74,10 +73,9 @@ from flax import nnx
 from jaxbounds.bounds import pac_bayes
 from jaxbounds.data.boolean import FourierFunction, parity, parity_cot_data
 from jaxbounds.experiments import runner
-from jaxbounds.experiments.pac_bayes_perturbation import forward
+from jaxbounds.experiments.pac_bayes_perturbation import forward, grad_sq
 from jaxbounds.models import as_pure
 from jaxbounds.models.construction import ConstructionTransformer, construction
-from jaxbounds.models.ntk import ntk_diagonal
 from jaxbounds.training import train_minibatch
 from kernels.walsh import cube_points
 
@@ -198,11 +196,6 @@ def _bound_inputs(cfg: Mapping[str, Any], seed: int) -> jax.Array:
     return jax.random.bernoulli(key, 0.5, (cfg["num_inputs"], t)).astype(jnp.int32)
 
 
-@functools.cache
-def _grad_sq():
-    return jax.jit(lambda p, x: ntk_diagonal(forward, p, x))
-
-
 def _bound_pair(T, G_u, L, cfg: Mapping[str, Any], m) -> tuple[Any, Any]:
     common = {"T": T, "G_u": G_u, "norm_sq": L, "subgaussian_scale": cfg["subgaussian_scale"],
               "num_examples": m}  # fmt: skip
@@ -219,13 +212,13 @@ def bound_row(cfg: Mapping[str, Any], seed: int) -> dict[str, Any]:
     with jax.enable_x64(True):
         params = as_pure(construction(_step_function(), seq_len=t))[1]
         bits = _bound_inputs(cfg, seed)
-        grad_sq = np.asarray(_grad_sq()(params, bits))
+        norms_sq = np.asarray(grad_sq(params, bits))
         out = np.asarray(forward(params, bits))
         target = np.asarray(_step_function()(bits))
-    G_u = float(grad_sq.max())
+    G_u = float(norms_sq.max())
     L = float(pac_bayes.construction_norm_bound(1, 2, t))
     row: dict[str, Any] = {
-        "G_u": G_u, "grad_sq_mean": float(grad_sq.mean()), "L": L,
+        "G_u": G_u, "grad_sq_mean": float(norms_sq.mean()), "L": L,
         "num_inputs_used": int(bits.shape[0]), "exact_max": t <= cfg["exact_max_len"],
         "construction_max_error": float(np.max(np.abs(out - target))),
     }  # fmt: skip
@@ -465,12 +458,12 @@ def _train_statistics(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
     """Per T: mean ± std over seeds of each mode, and the seed-paired CoT minus direct gaps."""
     trows = [r for r in rows if r["part"] == "train"]
     out = []
-    for (t,), group in sorted(runner.group_rows(trows, ["seq_len"]).items()):
+    for (t,), group in runner.group_rows(trows, ["seq_len"], sort=True).items():
         entry: dict[str, Any] = {"seq_len": t}
         by_mode = {mode: {r["seed"]: r for r in group if r["mode"] == mode}
                    for mode in ("direct", "cot")}  # fmt: skip
         for mode, seeds in by_mode.items():
-            entry[mode] = {k: _spread_dict(runner.mean_spread(r[k] for r in seeds.values()))
+            entry[mode] = {k: runner.mean_spread(r[k] for r in seeds.values()).to_dict()
                            for k in _TRAIN_STATS}  # fmt: skip
             entry[mode]["num_train"] = next(iter(seeds.values()))["num_train"] if seeds else None
             entry[mode]["reached_0.02"] = sum(r["epochs_to_loss_0.02"] >= 0
@@ -478,14 +471,9 @@ def _train_statistics(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
         common = sorted(set(by_mode["direct"]) & set(by_mode["cot"]))
         for k in ("gap", "error_gap", "test_accuracy"):
             diff = [by_mode["cot"][s][k] - by_mode["direct"][s][k] for s in common]
-            entry[f"cot_minus_direct_{k}"] = _spread_dict(runner.mean_spread(diff))
+            entry[f"cot_minus_direct_{k}"] = runner.mean_spread(diff).to_dict()
         out.append(entry)
     return out
-
-
-def _spread_dict(spread: runner.Spread) -> dict[str, float]:
-    """A :class:`~jaxbounds.experiments.runner.Spread` as a JSON dict."""
-    return {"mean": spread.mean, "std": spread.std, "stderr": spread.stderr, "n": spread.n}
 
 
 def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -501,7 +489,7 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 
 def _spread(s: Mapping[str, float], digits: int = 3) -> str:
-    return runner.Spread(s["mean"], s["std"], s["stderr"], s["n"]).format(digits)
+    return runner.Spread(**s).format(digits)
 
 
 def _below_zero(s: Mapping[str, float]) -> bool:

@@ -57,7 +57,6 @@ from jaxbounds.experiments import _fourier_training as ft
 from jaxbounds.experiments import runner
 from jaxbounds.models import as_pure
 from jaxbounds.models.construction import construction
-from jaxbounds.models.ntk import ntk_diagonal
 from kernels.curvature import hessian_trace, hvp, top_eigenvalues
 from kernels.norms import tree_norm
 from kernels.walsh import cube_points
@@ -129,7 +128,6 @@ def _jitted():
     return {
         "trace": jax.jit(trace, static_argnums=3),
         "top": jax.jit(top, static_argnums=3),
-        "grad_sq": jax.jit(lambda p, x: ntk_diagonal(ft.apply, p, x)),
         "loss": jax.jit(ft.loss),
     }
 
@@ -155,7 +153,7 @@ def measure(
     with jax.enable_x64(True):
         k1, k2 = jax.random.split(key)
         est = fns["trace"](params, batch, k1, num_matvecs)
-        grad_sq = np.asarray(fns["grad_sq"](params, batch["bits"]))
+        grad_sq = np.asarray(ft.grad_sq(params, batch["bits"]))
         out = {
             "trace": float(est.mean), "trace_stderr": float(est.stderr),
             "gn_trace": float(2 * grad_sq.mean()), "G_u": float(grad_sq.max()),
@@ -223,10 +221,6 @@ def _domination(row: Mapping[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ statistics
 
 
-def _classes(rows: Sequence[Mapping[str, Any]]) -> dict[tuple, list[Mapping[str, Any]]]:
-    return dict(sorted(runner.group_rows(rows, ["degree", "sparsity"]).items()))
-
-
 def _geo(values: Sequence[float]) -> float:
     v = np.asarray(values, float)
     return float(np.exp(np.mean(np.log(v)))) if np.all(v > 0) else float("nan")
@@ -263,9 +257,10 @@ def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     fails: dict[str, int] = {}
     for r in rows:
         fails[r["domination_fails"]] = fails.get(r["domination_fails"], 0) + 1
+    classes = runner.group_rows(rows, ["degree", "sparsity"], sort=True)
     return {
         "classes": [{"degree": d, "sparsity": s, **class_ratios(g)}
-                    for (d, s), g in _classes(rows).items()],
+                    for (d, s), g in classes.items()],
         "pooled": pooled,
         "num_functions": len(rows),
         "num_dominated": int(sum(bool(r["dominated"]) for r in rows)),

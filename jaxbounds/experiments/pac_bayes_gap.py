@@ -53,7 +53,6 @@ from jaxbounds.experiments import _fourier_training as ft
 from jaxbounds.experiments import runner
 from jaxbounds.models import as_pure
 from jaxbounds.models.construction import construction
-from jaxbounds.models.ntk import ntk_diagonal
 from kernels.norms import tree_norm
 from kernels.walsh import cube_points
 
@@ -114,11 +113,6 @@ def _per_example():
     return jax.jit(lambda p, x, y: (ft.apply(p, x) - y) ** 2)
 
 
-@functools.cache
-def _grad_sq():
-    return jax.jit(lambda p, x: ntk_diagonal(ft.apply, p, x))
-
-
 def run_unit(unit: runner.Unit) -> dict[str, Any]:
     """One function of one class: train on the split, test on the rest, the construction's G_u."""
     cfg, seed = unit.config, unit.seed
@@ -142,7 +136,7 @@ def run_unit(unit: runner.Unit) -> dict[str, Any]:
         test_losses = np.asarray(_per_example()(trained.params, x_test, y_test))
         built = as_pure(construction(ft.target_function(**args, normalization="unit_norm"),
                                      seq_len=t))[1]  # fmt: skip
-        G_u = float(np.max(np.asarray(_grad_sq()(built, x_train))))
+        G_u = float(np.max(np.asarray(ft.grad_sq(built, x_train))))
     train_loss, test_loss = float(train_losses.mean()), float(test_losses.mean())
     return {
         "train_loss": train_loss, "test_loss": test_loss, "gap": test_loss - train_loss,
@@ -214,10 +208,6 @@ def fit_power_law(xs: Sequence[Sequence[float]], y: Sequence[float]) -> PowerLaw
     return PowerLaw(tuple(float(c) for c in coef), tuple(float(s) for s in se), int(keep.sum()))
 
 
-def _classes(rows: Sequence[Mapping[str, Any]]) -> dict[tuple, list[Mapping[str, Any]]]:
-    return dict(sorted(runner.group_rows(rows, ["degree", "sparsity"]).items()))
-
-
 def class_bound(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The class's semi-analytic bound (construction G_u, Theorem 10 L, estimated Sigma)."""
     cfg = group[0]
@@ -240,7 +230,7 @@ def _fit_dict(fit: PowerLaw, names: Sequence[str]) -> dict[str, Any]:
 def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Per-class gaps and bounds, pooled / per-seed / per-slice exponents (statistics.json)."""
     classes = []
-    for (d, s), group in _classes(rows).items():
+    for (d, s), group in runner.group_rows(rows, ["degree", "sparsity"], sort=True).items():
         gap = runner.mean_spread(r["gap"] for r in group)
         classes.append({
             "degree": d, "sparsity": s, "num_functions": len(group),

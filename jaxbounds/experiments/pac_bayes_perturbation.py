@@ -60,6 +60,7 @@ __all__ = [
     "check_case",
     "class_bounds",
     "forward",
+    "grad_sq",
     "loss",
     "run_unit",
     "statistics",
@@ -197,9 +198,14 @@ def _inputs(cfg: Mapping[str, Any], seed: int) -> jax.Array:
     return jax.random.bernoulli(key, 0.5, (cfg["num_inputs"], t)).astype(jnp.int32)
 
 
-@functools.cache
-def _grad_sq():
-    return jax.jit(lambda p, x: ntk_diagonal(forward, p, x))
+@jax.jit
+def grad_sq(params: Mapping[str, jax.Array], bits: jax.Array) -> jax.Array:
+    r"""$\|\nabla_\theta f_\theta(x)\|^2$ for every row $x$ of ``bits``.
+
+    The NTK diagonal of :func:`forward`: its max is $G_u$, twice its mean the Gauss-Newton trace.
+    One compiled program per shape, shared by every experiment on this model.
+    """
+    return ntk_diagonal(forward, params, bits)
 
 
 @functools.cache
@@ -219,7 +225,7 @@ def run_unit(unit: runner.Unit) -> dict[str, Any]:
         target = f(bits)
         labels = out if cfg["labels"] == "construction" else target
         batch = {"bits": bits, "labels": labels}
-        grad_sq = np.asarray(_grad_sq()(params, bits))
+        grad_norms_sq = np.asarray(grad_sq(params, bits))
         sigmas = unit_sigmas(cfg)
         key = jax.random.fold_in(jax.random.key(seed), 99)
         p_raw, p_se, trace_term, average = [], [], [], []
@@ -239,7 +245,7 @@ def run_unit(unit: runner.Unit) -> dict[str, Any]:
     p_raw, p_se = np.asarray(p_raw), np.asarray(p_se)
     P, P_se = p_raw / sigmas**2, p_se / sigmas**2
     L = float(pac_bayes.construction_norm_bound(cfg["sparsity"], cfg["degree"], cfg["seq_len"]))
-    G_u = float(grad_sq.max())
+    G_u = float(grad_norms_sq.max())
     k = cfg["num_sigmas"]
     bounds = _bounds(cfg, G_u, L, P[:k])
     return {
@@ -251,7 +257,7 @@ def run_unit(unit: runner.Unit) -> dict[str, Any]:
         "trace_term": trace_term,
         "average": average,
         "G_u": G_u,
-        "grad_sq_mean": float(grad_sq.mean()),
+        "grad_sq_mean": float(grad_norms_sq.mean()),
         "norm_sq": norm_sq,
         "L": L,
         "max_error": max_error,
@@ -280,10 +286,8 @@ def _bounds(cfg: Mapping[str, Any], G_u: float, L: float, P: np.ndarray) -> dict
 
 
 def _classes(rows: Sequence[Mapping[str, Any]]) -> dict[tuple, list[Mapping[str, Any]]]:
-    groups = runner.group_rows(
-        [r for r in rows if r["target"] == "random"], ["seq_len", "degree", "sparsity"]
-    )
-    return dict(sorted(groups.items()))
+    random = [r for r in rows if r["target"] == "random"]
+    return runner.group_rows(random, ["seq_len", "degree", "sparsity"], sort=True)
 
 
 def class_bounds(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -256,10 +256,6 @@ def run_unit(unit: runner.Unit) -> dict:
 # ------------------------------------------------------------------------------------ render
 
 
-def _by(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[tuple, list]:
-    return dict(sorted(runner.group_rows(rows, list(keys)).items()))
-
-
 def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The numbers of ``report.md`` (also in ``statistics.json``), from the result rows.
 
@@ -273,7 +269,7 @@ def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ("degree", "true_degree", "first_degree", "degree_queries"),
         ("sparsity", "true_sparsity", "first_sparsity", "sparsity_queries"),
     ):
-        for (eps, t), group in _by(rows, ["eps", true]).items():
+        for (eps, t), group in runner.group_rows(rows, ["eps", true], sort=True).items():
             values = [r[found] for r in group]
             spread = runner.mean_spread(values)
             out[tester].setdefault(str(eps), {})[str(t)] = {
@@ -283,7 +279,7 @@ def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 "above": float(np.mean([v > t for v in values])),
                 "queries": float(np.mean([r[queries] for r in group])),
             }  # fmt: skip
-    for (eps,), group in _by(rows, ["eps"]).items():
+    for (eps,), group in runner.group_rows(rows, ["eps"], sort=True).items():
         out["overall"][str(eps)] = {
             f"{tester}_{what}": float(np.mean([fn(r) for r in group]))
             for tester, true, found in (("degree", "true_degree", "first_degree"),
@@ -332,7 +328,8 @@ def _rho_table(rows: Sequence[Mapping[str, Any]]) -> str:
     out = []
     smallest = min(r["eps"] for r in rows)
     rows = [r for r in rows if r["eps"] == smallest]
-    for (eps, k, w), group in _by(rows, ["eps", "degree", "sparsity"]).items():
+    classes = runner.group_rows(rows, ["eps", "degree", "sparsity"], sort=True)
+    for (eps, k, w), group in classes.items():
         rho = group[0]["rho_below_exact"]
         t = group[0]["num_trials"]
         observed = float(np.mean([r["rho_below"] for r in group]))

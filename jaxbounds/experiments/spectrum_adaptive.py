@@ -238,13 +238,8 @@ def growth_rate(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
     return round(float(slope), 12), round(float(intercept), 12)
 
 
-def _by(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[tuple, list]:
-    return dict(sorted(runner.group_rows(rows, list(keys)).items()))
-
-
 def _spread(values: Sequence[float]) -> dict[str, float]:
-    s = runner.mean_spread(values)
-    return {"mean": s.mean, "std": s.std, "stderr": s.stderr, "n": s.n}
+    return runner.mean_spread(values).to_dict()
 
 
 def _kind(name: str) -> str:
@@ -266,7 +261,7 @@ def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     rank and chosen p (both N conventions) over the matrices of that kind, all layers and seeds.
     """
     out: dict[str, Any] = {"cells": {}, "depth_growth": {}, "n_growth": {}, "matrices": {}}
-    for (depth, n), group in _by(rows, ["depth", "num_examples"]).items():
+    for (depth, n), group in runner.group_rows(rows, ["depth", "num_examples"], sort=True).items():
         cell = {p: _spread([r[p] for r in group]) for p in _PROXIES}
         cell |= {f"ln_{p}": _spread([math.log(r[p]) for r in group]) for p in _PROXIES}
         for q in ("train_loss", "test_loss", "test_accuracy", "loss_gap"):
@@ -275,9 +270,9 @@ def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     fits = (("depth_growth", "num_examples", lambda r: r["depth"]),
             ("n_growth", "depth", lambda r: math.log(r["num_examples"])))  # fmt: skip
     for key, axis, x_of in fits:
-        for (fixed,), group in _by(rows, [axis]).items():
+        for (fixed,), group in runner.group_rows(rows, [axis], sort=True).items():
             slopes: dict[str, list[float]] = {p: [] for p in _PROXIES}
-            for _, seed_rows in _by(group, ["seed"]).items():
+            for _, seed_rows in runner.group_rows(group, ["seed"], sort=True).items():
                 if len(seed_rows) < 2:
                     continue
                 for p in _PROXIES:
@@ -288,7 +283,7 @@ def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                                           strict=True)]  # fmt: skip
             entry["norm_minus_spectrum"] = {**_spread(diff), "values": diff}
             out[key][str(fixed)] = entry
-    for (depth,), group in _by(rows, ["depth"]).items():
+    for (depth,), group in runner.group_rows(rows, ["depth"], sort=True).items():
         per: dict[str, dict[str, list]] = {}
         for r in group:
             for i, name in enumerate(r["matrices"]):
