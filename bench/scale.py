@@ -14,30 +14,32 @@ Kernels measured (one jitted program each, compiled ahead of time and timed sepa
 - ``average_sharpness`` (16 antithetic pairs, Gaussian sigma = 1e-3) on one batch,
 - ``worst_case_sharpness`` (l2 ball, radius 0.05, 5 ascent steps) on one batch,
 - dataset level, 16 batches (8,192 tokens), one batch of activations in memory at a time:
-  ``hutchinson_trace(dataset_hvp(...))`` and ``average_sharpness`` /
-  ``worst_case_sharpness`` of ``dataset_loss(loss_fn)`` (the mean over the batches, streamed with
-  ``lax.scan``; its gradient is accumulated batch by batch).
+  ``hutchinson_trace(dataset_hvp(...))`` (2 probes, the minimum: 32 batch products) and
+  ``average_sharpness`` of ``dataset_loss(loss_fn)`` (2 antithetic pairs, the minimum; the mean
+  over the batches, streamed with ``lax.scan``). ``--only dataset_grad`` /
+  ``--only dataset_worst_case_sharpness`` add the dataset gradient and worst-case sharpness.
 
 Each kernel runs in a fresh subprocess, so peak RSS (``ru_maxrss``, compiler included) is its
-own; that process first runs the kernel once (the timed run), reads its peak, then times one
-gradient of the same loss (jitted ``value_and_grad``, median of 2), so the time ratio comes from
-one process. The parent records each child's wall time and CPU time (user + sys), so a run on
-a shared machine still gives a quiet-machine estimate (about CPU / 2 on 2 cores), and XLA's
-compiled allocation plan (``memory_analysis().temp_size_in_bytes``) beside the peak RSS.
-Reported per kernel:
+own. That process compiles the kernel at a smaller count (or 2 batches) only for XLA's
+allocation plan (``memory_analysis().temp_size_in_bytes``), then compiles and runs it once at the
+measured count while a thread samples its RSS every 50 ms, reads its peak, and times one
+gradient of the same loss (jitted ``value_and_grad``), so the time ratio comes from one process.
+The parent records each child's wall time and CPU time (user + sys), so a run on a shared
+machine still gives a quiet-machine estimate (about CPU / 2 on 2 cores). Reported per kernel:
 
 - time per probe / sample / step over one gradient (target <= 1.3); dataset-level runs divide by
-  one gradient of the dataset loss (16 batch gradients, accumulated);
+  the number of batches times one batch gradient;
 - peak RSS over the peak RSS of a process that only computes one gradient (target <= 2.0);
-- the same kernel with fewer probes / samples / steps (and 2 instead of 16 batches): peak RSS
-  must not grow with the count.
+- that memory does not grow with the count or the batches: XLA's temporaries at the smaller
+  count / 2 batches against the measured run's, and the RSS timeline of the run (its peak within
+  the first probe's / sample's / batch's share of the run against the whole run's), drawn in
+  ``bench/results/scale_memory.png``.
 
 A PyTorch twin of the same model with the same weights (hand-written attention, since
 PyTorch's fused attention has no double backward on CPU) runs PyHessian's Hutchinson loop
 (``hessian(...).trace``, double backprop) for the per-probe comparison.
 
-Run:  python bench/scale.py            (full model; about 255 gradient-equivalents of work
-                                        plus ~20 compiles: over 15 minutes on 2 cores)
+Run:  python bench/scale.py            (full model; see the README for the measured time)
       python bench/scale.py --quick    (2 layers, d = 64, vocab 512: seconds per job)
       python bench/scale.py --summarize   (tables from the records of a run cut short)
 Prints one JSON record per job (also appended to ``bench/results/scale[_quick].jsonl`` as each
@@ -321,8 +323,51 @@ def _summary_value(out) -> dict:
     return {"value": [float(x) for x in np.ravel(jax.device_get(out))]}
 
 
-def _run_once(fn, params, data, key) -> dict:
-    """Compile ahead of time, run once (timed), then read this process's peak RSS."""
+class _RssSampler:
+    """Samples this process's resident set size every ``period`` seconds in a thread (the
+    compiled program runs with the GIL released), so a run's memory can be read over time."""
+
+    def __init__(self, period: float = 0.05):
+        import threading
+
+        self.period, self.samples = period, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        start = time.perf_counter()
+        with open("/proc/self/statm") as f:
+            while not self._stop.is_set():
+                f.seek(0)
+                rss = int(f.read().split()[1]) * page / 2**20
+                self.samples.append((time.perf_counter() - start, rss))
+                self._stop.wait(self.period)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self, run_s: float, units: int) -> dict:
+        """Peak RSS within the first unit's share of the run (``run_s / units``) and over the
+        whole run, and the timeline thinned to at most 200 points (for the figure)."""
+        if not self.samples:
+            return {}
+        first = [r for t, r in self.samples if t <= run_s / units] or [self.samples[0][1]]
+        step = max(1, len(self.samples) // 200)
+        return {
+            "rss_first_unit_mb": max(first),
+            "rss_run_peak_mb": max(r for _, r in self.samples),
+            "rss_timeline": [(round(t, 2), round(r)) for t, r in self.samples[::step]],
+        }
+
+
+def _compile(fn, params, data, key) -> tuple[object, dict]:
+    """Compile ahead of time: the executable, its compile time and XLA's temporaries."""
     import jax
 
     start = time.perf_counter()
@@ -331,18 +376,29 @@ def _run_once(fn, params, data, key) -> dict:
     mem = compiled.memory_analysis()  # XLA's allocation plan: temporaries beside args/outputs
     if mem is not None:
         rec["xla_temp_mb"] = mem.temp_size_in_bytes / 2**20
-    start = time.perf_counter()
-    out = jax.block_until_ready(compiled(params, data, key))
-    rec["run_s"] = time.perf_counter() - start
+    return compiled, rec
+
+
+def _run_once(fn, params, data, key, units: int) -> dict:
+    """Compile ahead of time, run once (timed, RSS sampled), then read this process's peak."""
+    import jax
+
+    compiled, rec = _compile(fn, params, data, key)
+    with _RssSampler() as sampler:
+        start = time.perf_counter()
+        out = jax.block_until_ready(compiled(params, data, key))
+        rec["run_s"] = time.perf_counter() - start
     rec["peak_rss_mb"] = _peak_mb()
+    rec.update(sampler.summary(rec["run_s"], units))
     rec.update(_summary_value(out))
     return rec
 
 
 def run_job(cfg: Config, job: str, variants: list[tuple[int, int]], grad_reps: int) -> dict:
-    """Run the kernel at each (count, num_batches), smallest first, reading the peak RSS after
-    each (``ru_maxrss`` only grows, so the last peak is the largest run's and the rise from one
-    to the next is what the larger count or data added); then time the matching gradient."""
+    """Compile the kernel at each (count, num_batches); the last is run (timed, its RSS sampled
+    over time, then the process's peak read), the others only compiled, for XLA's allocation
+    plan at a smaller count or fewer batches (does memory depend on the count?). Then time
+    ``grad_reps`` gradients of one batch in the same process (time ratios from one process)."""
     import jax
 
     start = time.perf_counter()
@@ -352,16 +408,19 @@ def run_job(cfg: Config, job: str, variants: list[tuple[int, int]], grad_reps: i
     rec = {"job": job, "setup_s": time.perf_counter() - start, "rss_after_setup_mb": _rss_mb()}
     dataset = job.startswith("dataset")
     runs = []
-    for count, num_batches in variants:
+    for i, (count, num_batches) in enumerate(variants):
         fn, _ = _program(job, count, num_batches, loss_fn)
         data = jax.tree_util.tree_map(
             (lambda a, n=num_batches: a[:n]) if dataset else (lambda a: a[0]), batches
         )
-        run = _run_once(fn, params, data, key)
+        if i < len(variants) - 1:
+            run = {**_compile(fn, params, data, key)[1], "compile_only": True}
+        else:
+            units = max(1, _per_unit(job, count)) * (num_batches if dataset else 1)
+            run = _run_once(fn, params, data, key, units)
         runs.append({"count": count, "num_batches": num_batches, **run})
     rec["runs"] = runs
-    # the gradient, timed in the kernel's own process (dataset rows share dataset_grad's run)
-    if job == "grad" or (grad_reps and not dataset):
+    if grad_reps:  # the one-batch gradient, timed in the kernel's own process
         fn, _ = _program("grad", 0, 1, loss_fn)
         data = jax.tree_util.tree_map(lambda a: a[0], batches)
         rec["grad_s"], rec["grad_all_s"] = _time_grad(fn, params, data, key, grad_reps)
@@ -415,11 +474,13 @@ def run_torch(cfg: Config, num_probes: int, grad_reps: int) -> dict:
 
 
 def plan() -> list[tuple[str, list[tuple[int, int]]]]:
-    """(job, [(count, num_batches), ...]): a smaller run first, then the measured one.
+    """(job, [(count, num_batches), ...]): the measured run last, compile-only twins before it.
 
-    Ordered by importance (a run cut short still has the single-batch kernels). Dataset-level
-    gradients are timed once (``dataset_grad``: 16 batch gradients) and shared by the dataset
-    rows; every single-batch kernel times its own gradient in its process.
+    Ordered by importance (a run cut short still has the single-batch kernels). The twins are
+    only compiled (XLA's allocation plan at a smaller count or 2 batches); growth during the
+    measured run itself is read from its RSS timeline. The dataset-level runs use the kernels'
+    minimum count (2 probes / 2 antithetic pairs): over 16 batches one probe is 16 Hessian-vector
+    products. ``dataset_grad`` and ``dataset_worst_case_sharpness`` run only with ``--only``.
     """
     nb = 16
     return [
@@ -427,13 +488,19 @@ def plan() -> list[tuple[str, list[tuple[int, int]]]]:
         ("hessian_trace", [(2, 1), (8, 1)]),
         ("average_sharpness", [(2, 1), (16, 1)]),
         ("worst_case_sharpness", [(1, 1), (5, 1)]),
-        ("torch_pyhessian", [(8, 1)]),
+        ("torch_pyhessian", [(2, 1)]),
         ("top_eigenvalues", [(3, 1), (10, 1)]),
-        ("dataset_grad", [(0, nb)]),
         ("dataset_average_sharpness", [(2, 2), (2, nb)]),
         ("dataset_trace", [(2, 2), (2, nb)]),
-        ("dataset_worst_case_sharpness", [(1, 2), (1, nb)]),
     ]
+
+
+_MIN_GRAD_REPS = {"grad": 3, "torch_pyhessian": 2}  # timed gradients (torch: after a warm-up)
+
+OPTIONAL = {  # run only when named with --only
+    "dataset_grad": [(0, 16)],
+    "dataset_worst_case_sharpness": [(1, 2), (1, 16)],
+}
 
 
 def child(args) -> dict:
@@ -445,7 +512,8 @@ def child(args) -> dict:
 
 def spawn(args, job: str, variants: list[tuple[int, int]]) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--job", job, "--variants",
-           json.dumps(variants), "--grad-reps", str(args.grad_reps)]  # fmt: skip
+           json.dumps(variants), "--grad-reps",
+           str(max(_MIN_GRAD_REPS.get(job, 0), args.grad_reps))]  # fmt: skip
     if args.quick:
         cmd.append("--quick")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -487,9 +555,7 @@ def _per_unit(job: str, count: int) -> int:
 
 def summarize(recs: list[dict]) -> dict:
     by = {r["job"]: r for r in recs}
-    grad = by["grad"]["runs"][0]
-    dgrad = by.get("dataset_grad", {"runs": [{"run_s": math.nan, "peak_rss_mb": math.nan}]})
-    dgrad = dgrad["runs"][0]
+    grad = by["grad"]["runs"][-1]
     rows = []
     for job in UNITS:
         if job == "torch_pyhessian" or job not in by:
@@ -497,39 +563,45 @@ def summarize(recs: list[dict]) -> dict:
         rec = by[job]
         main, twins = rec["runs"][-1], rec["runs"][:-1]
         dataset = job.startswith("dataset")
-        base_peak = dgrad["peak_rss_mb"] if dataset else grad["peak_rss_mb"]
-        grad_s = dgrad["run_s"] if dataset else rec["grad_s"]
-        count = main["count"]
+        count, nb = main["count"], main["num_batches"]
+        # time base: gradients of one batch timed in the job's own process, times the batches
+        grad_s = rec.get("grad_s", by["grad"]["grad_s"]) * (nb if dataset else 1)
         rows.append({
             "job": job,
             "count": count,
             "unit": UNITS[job],
-            "num_batches": main["num_batches"],
+            "num_batches": nb,
             "run_s": main["run_s"],
             "compile_s": main["compile_s"],
             "grad_s": grad_s,
             "per_unit_over_grad": main["run_s"] / _per_unit(job, count) / grad_s,
             "peak_rss_mb": main["peak_rss_mb"],
-            "peak_over_grad_peak": main["peak_rss_mb"] / base_peak,
+            "peak_over_grad_peak": main["peak_rss_mb"] / grad["peak_rss_mb"],
+            "rss_first_unit_mb": main.get("rss_first_unit_mb"),
+            "rss_run_peak_mb": main.get("rss_run_peak_mb"),
+            "rss_timeline": main.get("rss_timeline"),
             "value": main.get("value"),
             "stderr": main.get("stderr"),
             "xla_temp_mb": main.get("xla_temp_mb"),
             "job_wall_s": rec.get("wall_s"),
             "job_cpu_s": rec.get("cpu_s"),
             "memory_twins": [
-                {k: t[k] for k in ("count", "num_batches", "peak_rss_mb")} for t in twins
+                {k: t.get(k) for k in ("count", "num_batches", "peak_rss_mb", "xla_temp_mb")}
+                for t in twins
             ],
         })  # fmt: skip
     out = {
         "grad_s": by["grad"]["grad_s"],
         "grad_peak_rss_mb": grad["peak_rss_mb"],
-        "dataset_grad_s": dgrad["run_s"],
-        "dataset_grad_peak_rss_mb": dgrad["peak_rss_mb"],
+        "grad_xla_temp_mb": grad.get("xla_temp_mb"),
         "rows": rows,
         "missing": [job for job, _ in plan() if job not in by],
         "jobs_wall_s": sum(r.get("wall_s", 0.0) for r in recs),
         "jobs_cpu_s": sum(r.get("cpu_s", 0.0) for r in recs),
     }
+    if "dataset_grad" in by:
+        dgrad = by["dataset_grad"]["runs"][-1]
+        out.update(dataset_grad_s=dgrad["run_s"], dataset_grad_peak_rss_mb=dgrad["peak_rss_mb"])
     if "torch_pyhessian" not in by or "hessian_trace" not in by:
         return out
     torch = by["torch_pyhessian"]
@@ -550,29 +622,41 @@ def summarize(recs: list[dict]) -> dict:
     }
 
 
+def _memory_cell(r: dict) -> str:
+    """XLA's temporaries at the smaller count / fewer batches vs the measured run, and the RSS
+    timeline of the run: peak within the first unit's share of the run vs the whole run."""
+    parts = [
+        f"XLA temp {t['count']} x {t['num_batches']} b: {t['xla_temp_mb']:.0f} MB"
+        for t in r["memory_twins"]
+        if t.get("xla_temp_mb") is not None
+    ]
+    if r.get("xla_temp_mb") is not None:
+        parts.append(f"measured: {r['xla_temp_mb']:.0f} MB")
+    if r.get("rss_first_unit_mb") is not None:
+        parts.append(
+            f"RSS first unit {r['rss_first_unit_mb']:.0f} -> run peak {r['rss_run_peak_mb']:.0f} MB"
+        )
+    return "; ".join(parts) or "-"
+
+
 def markdown(summary: dict, cfg: Config, wall_s: float) -> str:
     lines = [
         f"{num_params(cfg):,} parameters, batches of {cfg.batch} x {cfg.seq} tokens, float32, "
         f"CPU; one gradient {summary['grad_s']:.2f} s (peak RSS of a gradient-only process "
-        f"{summary['grad_peak_rss_mb']:.0f} MB); one gradient of the {cfg.num_batches}-batch "
-        "dataset loss "
-        f"{summary['dataset_grad_s']:.2f} s (peak {summary['dataset_grad_peak_rss_mb']:.0f} MB);"
-        f" whole run {wall_s / 60:.1f} min.",
+        f"{summary['grad_peak_rss_mb']:.0f} MB); whole run {wall_s / 60:.1f} min.",
         "",
         "| kernel | per unit / one gradient (target <= 1.3) | peak RSS / gradient's "
-        "(target <= 2.0) | peak RSS at fewer units or batches | job wall / CPU |",
+        "(target <= 2.0) | memory vs count (XLA plan; RSS over the run) | job wall / CPU |",
         "|---|---|---|---|---|",
     ]
     for r in summary["rows"]:
-        twins = ", ".join(
-            f"{t['count']} x {t['num_batches']} b: {t['peak_rss_mb']:.0f} MB"
-            for t in r["memory_twins"]
-        )
+        nb = r["num_batches"]
+        base = f"{nb} x {r['grad_s'] / nb:.2f} s" if nb > 1 else f"{r['grad_s']:.2f} s"
         lines.append(
-            f"| `{r['job']}`, {r['count']} ({r['unit']}), {r['num_batches']} batch(es) | "
-            f"{r['run_s']:.1f} s / {_per_unit(r['job'], r['count'])} / {r['grad_s']:.2f} s = "
+            f"| `{r['job']}`, {r['count']} ({r['unit']}), {nb} batch(es) | "
+            f"{r['run_s']:.1f} s / {_per_unit(r['job'], r['count'])} / {base} = "
             f"**{r['per_unit_over_grad']:.2f}** | {r['peak_rss_mb']:.0f} MB = "
-            f"**{r['peak_over_grad_peak']:.2f}** | {twins or '-'} | "
+            f"**{r['peak_over_grad_peak']:.2f}** | {_memory_cell(r)} | "
             f"{(r['job_wall_s'] or math.nan) / 60:.1f} / "
             f"{(r['job_cpu_s'] or math.nan) / 60:.1f} min |"
         )
@@ -600,6 +684,38 @@ def markdown(summary: dict, cfg: Config, wall_s: float) -> str:
     return "\n".join(lines)
 
 
+def figure(summary: dict, path: str) -> None:
+    """RSS over time of each measured run (one panel per kernel), the gradient's peak marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in summary["rows"] if r.get("rss_timeline")]
+    if not rows:
+        return
+    cols = min(4, len(rows))
+    nrows = -(-len(rows) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.8 * nrows), squeeze=False)
+    for ax, r in zip(axes.flat, rows, strict=False):
+        t, rss = zip(*r["rss_timeline"], strict=True)
+        ax.plot(t, [x / 1024 for x in rss], lw=1.2)
+        ax.axhline(summary["grad_peak_rss_mb"] / 1024, color="k", ls="--", lw=0.8,
+                   label="gradient's peak")  # fmt: skip
+        ax.axhline(2 * summary["grad_peak_rss_mb"] / 1024, color="r", ls=":", lw=0.8,
+                   label="2x (target)")  # fmt: skip
+        ax.set_title(f"{r['job']} ({r['count']}, {r['num_batches']} b)", fontsize=8)
+        ax.set_xlabel("seconds into the run", fontsize=8)
+        ax.set_ylabel("RSS (GB)", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes.flat[0].legend(fontsize=7)
+    for ax in list(axes.flat)[len(rows):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _stem(quick: bool) -> str:
     out = os.path.join(ROOT, "bench", "results")
     os.makedirs(out, exist_ok=True)
@@ -611,7 +727,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small model (seconds per job)")
     parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--variants", default="[[0, 1]]", help=argparse.SUPPRESS)
-    parser.add_argument("--grad-reps", type=int, default=2, help="timed gradients per job")
+    parser.add_argument(
+        "--grad-reps", type=int, default=1,
+        help="timed one-batch gradients in each kernel's process (the grad job times >= 3)",
+    )
     parser.add_argument("--only", action="append", help="run only these jobs (and grad)")
     parser.add_argument(
         "--summarize", action="store_true", help="only rebuild the tables from the .jsonl records"
@@ -635,8 +754,9 @@ def main() -> None:
     recs = []
     if os.path.exists(_stem(args.quick) + ".jsonl"):
         os.remove(_stem(args.quick) + ".jsonl")
-    for job, variants in plan():
-        if args.only and job not in args.only and job not in ("grad", "dataset_grad"):
+    jobs = plan() + [(job, v) for job, v in OPTIONAL.items() if job in (args.only or ())]
+    for job, variants in jobs:
+        if args.only and job not in args.only and job != "grad":
             continue
         rec = spawn(args, job, variants)
         if rec is not None:
@@ -659,6 +779,7 @@ def report(args, cfg: Config, recs: list[dict], wall: float) -> None:
         json.dump({"records": recs, "summary": summary}, f, indent=1)
     with open(stem + ".md", "w") as f:
         f.write(table + "\n")
+    figure(summary, stem + "_memory.png")
 
 
 if __name__ == "__main__":

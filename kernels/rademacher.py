@@ -111,6 +111,7 @@ from kernels._checks import (
     runtime_checks_enabled,
 )
 from kernels._jit import compile_once
+from kernels._random import sign_vector as _draw_signs
 from kernels.estimate import Estimate
 from kernels.norms import dual_exponent, tree_norm, vector_norm
 from kernels.parallel import SampleStats, sample_statistics
@@ -134,7 +135,6 @@ __all__ = [
     "sign_vectors",
 ]
 
-_WORD_BITS = 32
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # salt of the key of the random restarts of rademacher_search (the signs use the key itself)
 _RESTART_SALT = 0x5EA4C4
@@ -195,29 +195,6 @@ def _check_delta(delta: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------- sign vectors
-
-
-def _unpack_signs(words: jax.Array, num_examples: int, dtype: Any) -> jax.Array:
-    """Words ``[..., W]`` (uint32) -> signs ``[..., num_examples]``: bit i%32 of word i//32."""
-    dtype = jnp.dtype(dtype)
-    lead = words.shape[:-1]
-    shifts = jnp.arange(_WORD_BITS, dtype=jnp.uint32).reshape((1,) * words.ndim + (_WORD_BITS,))
-    if dtype == jnp.float32:
-        # move bit k to the IEEE sign bit and OR in the bits of 1.0: a shift, a mask, a bitcast.
-        top = (words[..., None] << (jnp.uint32(_WORD_BITS - 1) - shifts)) & jnp.uint32(0x80000000)
-        out = jax.lax.bitcast_convert_type(top | jnp.uint32(0x3F800000), jnp.float32)
-    else:
-        bit = (words[..., None] >> shifts) & jnp.uint32(1)
-        one = jnp.ones((), dtype)
-        out = jnp.where(bit == jnp.uint32(1), -one, one)
-    return out.reshape(*lead, -1)[..., :num_examples]
-
-
-def _draw_signs(draw_key: jax.Array, num_examples: int, dtype: Any) -> jax.Array:
-    """The sign vector ``[num_examples]`` of one draw from its key ``fold_in(key, k)``."""
-    num_words = -(-num_examples // _WORD_BITS)
-    words = jax.random.bits(draw_key, (num_words,), jnp.uint32)
-    return _unpack_signs(words, num_examples, dtype)
 
 
 def _signs_at(key: jax.Array, indices: jax.Array, num_examples: int, dtype: Any) -> jax.Array:

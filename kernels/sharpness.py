@@ -73,6 +73,7 @@ from kernels._checks import (
     is_concrete,
 )
 from kernels._jit import compile_once
+from kernels._random import sign_vector
 from kernels.estimate import Estimate, estimate_from_samples
 from kernels.norms import project_lp_ball, tree_norm
 from kernels.parallel import SampleStats, map_samples, sample_devices, sample_statistics
@@ -684,7 +685,7 @@ def sharpness_decomposition(
     key_pairs, key_probes = jax.random.split(key)
 
     def probe(k: jax.Array) -> jax.Array:
-        v = prob.scales * jax.random.rademacher(k, prob.scales.shape, prob.scales.dtype)
+        v = prob.scales * sign_vector(k, prob.scales.shape[0], prob.scales.dtype)
         return jnp.vdot(v, hvp(v))
 
     pair_fn = _decomposition_pair(prob, base, sigma, hvp)
@@ -716,7 +717,7 @@ def _trace_at(
         value, hvp = _hessian_at(prob, prob.flat + draw(k_u))
 
         def probe(kp: jax.Array) -> jax.Array:
-            v = jax.random.rademacher(kp, prob.flat.shape, prob.flat.dtype)
+            v = sign_vector(kp, prob.flat.shape[0], prob.flat.dtype)
             return jnp.vdot(v, hvp(v))
 
         # probes of one perturbation run one at a time on its device (perturbations shard)
