@@ -31,8 +31,8 @@ machine still gives a quiet-machine estimate (about CPU / 2 on 2 cores). Reporte
   the number of batches times one batch gradient;
 - peak RSS over the peak RSS of a process that only computes one gradient (target <= 2.0);
 - that memory does not grow with the count or the batches: XLA's temporaries at the smaller
-  count / 2 batches against the measured run's, and the RSS timeline of the run (its peak within
-  the first probe's / sample's / batch's share of the run against the whole run's), drawn in
+  count / 2 batches against the measured run's, and the RSS timeline of the run (its peak in the
+  second half, the later probes / samples / batches, against the first half's), drawn in
   ``bench/results/scale_memory.png``.
 
 A PyTorch twin of the same model with the same weights (hand-written attention, since
@@ -577,8 +577,7 @@ def summarize(recs: list[dict]) -> dict:
             "per_unit_over_grad": main["run_s"] / _per_unit(job, count) / grad_s,
             "peak_rss_mb": main["peak_rss_mb"],
             "peak_over_grad_peak": main["peak_rss_mb"] / grad["peak_rss_mb"],
-            "rss_first_unit_mb": main.get("rss_first_unit_mb"),
-            "rss_run_peak_mb": main.get("rss_run_peak_mb"),
+            **_halves(main.get("rss_timeline")),
             "rss_timeline": main.get("rss_timeline"),
             "value": main.get("value"),
             "stderr": main.get("stderr"),
@@ -622,9 +621,21 @@ def summarize(recs: list[dict]) -> dict:
     }
 
 
+def _halves(timeline: list | None) -> dict:
+    """Peak RSS in the first and the second half of a run (from its sampled timeline): with
+    memory independent of the count, the second half (later probes / samples / batches) needs
+    no more than the first."""
+    if not timeline:
+        return {}
+    mid = timeline[-1][0] / 2
+    first = [r for t, r in timeline if t <= mid]
+    second = [r for t, r in timeline if t > mid] or first
+    return {"rss_first_half_mb": max(first), "rss_second_half_mb": max(second)}
+
+
 def _memory_cell(r: dict) -> str:
-    """XLA's temporaries at the smaller count / fewer batches vs the measured run, and the RSS
-    timeline of the run: peak within the first unit's share of the run vs the whole run."""
+    """XLA's temporaries at the smaller count / fewer batches vs the measured run, and the peak
+    RSS in the first vs the second half of the run."""
     parts = [
         f"XLA temp {t['count']} x {t['num_batches']} b: {t['xla_temp_mb']:.0f} MB"
         for t in r["memory_twins"]
@@ -632,9 +643,10 @@ def _memory_cell(r: dict) -> str:
     ]
     if r.get("xla_temp_mb") is not None:
         parts.append(f"measured: {r['xla_temp_mb']:.0f} MB")
-    if r.get("rss_first_unit_mb") is not None:
+    if r.get("rss_first_half_mb") is not None:
         parts.append(
-            f"RSS first unit {r['rss_first_unit_mb']:.0f} -> run peak {r['rss_run_peak_mb']:.0f} MB"
+            f"RSS peak 1st / 2nd half of the run {r['rss_first_half_mb']:.0f} / "
+            f"{r['rss_second_half_mb']:.0f} MB"
         )
     return "; ".join(parts) or "-"
 

@@ -845,13 +845,15 @@ def _lanczos_run(flat: _Flat, key: jax.Array, num_steps: int, v0: jax.Array | No
         beta = jnp.linalg.norm(w)
         scale = jnp.maximum(scale, jnp.abs(alpha) + beta)
         broke = beta <= 1e3 * tiny * scale
-        fresh = _orth(flat.probe(jax.random.fold_in(key_restart, j)), basis)
-        fresh_norm = jnp.linalg.norm(fresh)
-        nxt = jnp.where(
-            broke,
-            fresh / jnp.where(fresh_norm > 0, fresh_norm, 1.0),
-            w / jnp.where(broke, 1.0, beta),
-        )
+
+        def restart(w: jax.Array) -> jax.Array:
+            fresh = _orth(flat.probe(jax.random.fold_in(key_restart, j)), basis)
+            fresh_norm = jnp.linalg.norm(fresh)
+            return fresh / jnp.where(fresh_norm > 0, fresh_norm, 1.0)
+
+        # the restart vector only on breakdown: its orthogonalisation reads the whole basis
+        # twice, as much memory traffic as the step's own (under vmap, cond runs both branches)
+        nxt = jax.lax.cond(broke, restart, lambda w: w / beta, w)
         basis = basis.at[j + 1].set(nxt)
         return basis, alphas.at[j].set(alpha), betas.at[j].set(jnp.where(broke, 0.0, beta)), scale
 

@@ -872,22 +872,23 @@ def _apgd_restart(
         eta0 = _apgd_start(prob, p, radius, k)
 
         def body(i: jax.Array, state: _Ascent) -> _Ascent:
-            # iteration 0 evaluates the start, iteration i >= 1 takes APGD step i - 1:
-            # value_grad (hence loss_fn) appears once in the program
+            # iteration 0 evaluates the start, which the update accepts (every value beats the
+            # initial -inf: the state becomes the start's with no select over the whole state);
+            # iteration i >= 1 takes APGD step i - 1. value_grad (hence loss_fn) appears once
             x_new = jnp.where(i == 0, eta0, _apgd_candidate(state, i - 1, p, radius))
             f_new, g_new = value_grad(x_new)
             num_bad = state.num_bad + jnp.logical_not(jnp.isfinite(f_new)).astype(jnp.int32)
-            start = _Ascent(x_new, x_new, f_new, g_new, x_new, f_new, g_new, alpha0, num_bad)
-            moved = _apgd_update(state._replace(num_bad=num_bad), x_new, f_new, g_new)
-            return jax.tree_util.tree_map(lambda a, b: jnp.where(i == 0, a, b), start, moved)
+            return _apgd_update(state._replace(num_bad=num_bad), x_new, f_new, g_new)
 
         f0, g0 = jax.eval_shape(value_grad, eta0)
-        zero_f, zero_g = jnp.zeros(f0.shape, f0.dtype), jnp.zeros(g0.shape, g0.dtype)
+        lowest, zero_g = jnp.full(f0.shape, -jnp.inf, f0.dtype), jnp.zeros(g0.shape, g0.dtype)
         init = _Ascent(
-            eta0, eta0, zero_f, zero_g, eta0, zero_f, zero_g, alpha0, jnp.zeros((), jnp.int32)
+            eta0, eta0, lowest, zero_g, eta0, lowest, zero_g, alpha0, jnp.zeros((), jnp.int32)
         )
         state = jax.lax.fori_loop(0, num_steps + 1, body, init)
-        return state.best_f, state.best_x, state.num_bad
+        # no finite value anywhere (possible only with the runtime checks off): NaN, not -inf
+        best_f = jnp.where(jnp.isneginf(state.best_f), jnp.nan, state.best_f)
+        return best_f, state.best_x, state.num_bad
 
     return run
 
