@@ -532,7 +532,7 @@ def spawn(args, job: str, variants: list[tuple[int, int]]) -> dict:
     rec["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rec["load_avg_1min"] = os.getloadavg()[0]
     emit({"record": "job", **rec})
-    with open(_stem(args.quick) + ".jsonl", "a") as f:
+    with open(_stem(args.quick, bool(args.only)) + ".jsonl", "a") as f:
         f.write(json.dumps(rec) + "\n")
     return rec
 
@@ -679,7 +679,7 @@ def markdown(summary: dict, cfg: Config, wall_s: float) -> str:
         f"about CPU / 2 = {summary['jobs_cpu_s'] / 120:.1f} min.",
     ]
     if summary["missing"]:
-        lines += ["", "Not measured (run cut short): " + ", ".join(summary["missing"]) + "."]
+        lines += ["", "Not measured in this run: " + ", ".join(summary["missing"]) + "."]
     if "torch_grad_s" not in summary:
         return "\n".join(lines)
     lines += [
@@ -728,10 +728,13 @@ def figure(summary: dict, path: str) -> None:
     plt.close(fig)
 
 
-def _stem(quick: bool) -> str:
+def _stem(quick: bool, partial: bool = False) -> str:
+    """``bench/results/scale[_quick][_partial]``: runs with ``--only`` write their own files, so
+    they never replace the records of a full run."""
     out = os.path.join(ROOT, "bench", "results")
     os.makedirs(out, exist_ok=True)
-    return os.path.join(out, "scale_quick" if quick else "scale")
+    name = "scale" + ("_quick" if quick else "") + ("_partial" if partial else "")
+    return os.path.join(out, name)
 
 
 def main() -> None:
@@ -743,18 +746,32 @@ def main() -> None:
         "--grad-reps", type=int, default=1,
         help="timed one-batch gradients in each kernel's process (the grad job times >= 3)",
     )
-    parser.add_argument("--only", action="append", help="run only these jobs (and grad)")
+    parser.add_argument(
+        "--only", action="append",
+        help="run only these jobs (and grad); records and tables go to scale[_quick]_partial.*",
+    )
     parser.add_argument(
         "--summarize", action="store_true", help="only rebuild the tables from the .jsonl records"
     )
     args = parser.parse_args()
+    if args.grad_reps < 0:
+        parser.error(f"--grad-reps: expected an integer >= 0, got {args.grad_reps}")
+    known = [job for job, _ in plan()] + list(OPTIONAL)
+    for job in args.only or ():
+        if job not in known:
+            parser.error(f"--only: unknown job {job!r}; choose from {', '.join(known)}")
     if args.job:
         print(json.dumps(child(args)), flush=True)
         return
     cfg = QUICK if args.quick else FULL
     if args.summarize:
-        with open(_stem(args.quick) + ".jsonl") as f:
+        path = _stem(args.quick, bool(args.only)) + ".jsonl"
+        if not os.path.exists(path):
+            parser.error(f"--summarize: no records at {path}; run the benchmark first")
+        with open(path) as f:
             recs = [json.loads(line) for line in f if line.strip()]
+        if not any(r.get("job") == "grad" for r in recs):
+            parser.error(f"--summarize: {path} has no 'grad' record (the base of every ratio)")
         report(args, cfg, recs, sum(r["wall_s"] for r in recs))
         return
     import jax
@@ -764,8 +781,9 @@ def main() -> None:
           "num_params": num_params(cfg), "config": dataclasses.asdict(cfg)})  # fmt: skip
     start = time.perf_counter()
     recs = []
-    if os.path.exists(_stem(args.quick) + ".jsonl"):
-        os.remove(_stem(args.quick) + ".jsonl")
+    records = _stem(args.quick, bool(args.only)) + ".jsonl"
+    if os.path.exists(records):  # a new run starts new records; the last run's are kept aside
+        os.replace(records, records + ".prev")
     jobs = plan() + [(job, v) for job, v in OPTIONAL.items() if job in (args.only or ())]
     for job, variants in jobs:
         if args.only and job not in args.only and job != "grad":
@@ -774,7 +792,7 @@ def main() -> None:
         if rec is not None:
             recs.append(rec)
     wall = time.perf_counter() - start
-    if not args.only:
+    if any(r["job"] == "grad" for r in recs):
         report(args, cfg, recs, wall)
 
 
@@ -786,7 +804,7 @@ def report(args, cfg: Config, recs: list[dict], wall: float) -> None:
     emit({"record": "summary", **summary})
     table = markdown(summary, cfg, wall)
     print(table)
-    stem = _stem(args.quick)
+    stem = _stem(args.quick, bool(args.only))
     with open(stem + ".json", "w") as f:
         json.dump({"records": recs, "summary": summary}, f, indent=1)
     with open(stem + ".md", "w") as f:
