@@ -292,7 +292,9 @@ class SigmaSearch:
 class _Problem:
     flat: jax.Array  # theta, raveled
     unravel: Callable[[jax.Array], Any]
-    loss: Callable[[jax.Array], jax.Array]  # flat -> scalar, traced once (jitted closure)
+    # flat displacement d -> L(theta + d), traced once (jitted closure). theta + d is formed
+    # leaf by leaf from the unraveled d, so no raveled perturbed vector is ever materialised.
+    loss: Callable[[jax.Array], jax.Array]
     scales: jax.Array  # s = mask * (|theta| or 1)
     dim: Any  # number of perturbed coordinates (support of s)
     ok: jax.Array  # params finite and scale valid: later checks report only their own failure
@@ -385,8 +387,12 @@ def _setup(
     check_finite(params, "params")
     check_positive(scale, perturbation.scale_name)
     ok = jnp.logical_and(jnp.all(jnp.isfinite(flat)), _valid_scale(scale))
+    # an all-true mask (the default) becomes a broadcast of ones that XLA folds away, not a
+    # parameter-sized constant in the program
+    ones = jnp.ones(flat.shape, dtype)
+    mask_values = ones if mask.all() else jnp.asarray(mask, dtype)
     if perturbation.adaptive:
-        scales = jnp.asarray(mask, dtype) * jnp.abs(flat)
+        scales = mask_values * jnp.abs(flat)
         dim = jnp.sum(scales != 0)
         check_that(
             jnp.logical_or(jnp.logical_not(ok), dim > 0),
@@ -394,11 +400,11 @@ def _setup(
         )
         ok = jnp.logical_and(ok, dim > 0)
     else:
-        scales = jnp.asarray(mask, dtype)
+        scales = mask_values
         dim = int(mask.sum())
     # One jitted closure: every use below (L(θ), perturbed points, derivatives) reuses the
     # jaxpr of a single trace of loss_fn, this shape check included.
-    loss = jax.jit(lambda x: loss_fn(unravel(x), batch))
+    loss = jax.jit(lambda d: loss_fn(jax.tree_util.tree_map(jnp.add, params, unravel(d)), batch))
     _check_loss_value(jax.eval_shape(loss, flat))
     return _Problem(flat, unravel, loss, scales, dim, ok)
 
@@ -429,15 +435,15 @@ def _checked_base(prob: _Problem, base: jax.Array) -> jax.Array:
 
 def _loss_at_params(prob: _Problem) -> tuple[jax.Array, jax.Array]:
     """L(theta) (checked) and the updated check gate."""
-    base = prob.loss(prob.flat)
+    base = prob.loss(jnp.zeros_like(prob.flat))
     return base, _checked_base(prob, base)
 
 
 def _hessian_at(
-    prob: _Problem, point: jax.Array
+    prob: _Problem, shift: jax.Array
 ) -> tuple[jax.Array, Callable[[jax.Array], jax.Array]]:
-    """L at ``point`` and ``v -> H v`` there, from one linearisation of the gradient."""
-    (value, _), linear = jax.linearize(jax.value_and_grad(prob.loss), point)
+    """L at theta + ``shift`` and ``v -> H v`` there, from one linearisation of the gradient."""
+    (value, _), linear = jax.linearize(jax.value_and_grad(prob.loss), shift)
     return value, lambda v: linear(v)[1]
 
 
@@ -484,8 +490,9 @@ def _sampler(kind: str, scale: Any, prob: _Problem) -> Callable[[jax.Array], jax
 def _increase(prob: _Problem, base: jax.Array, u: jax.Array, antithetic: bool) -> jax.Array:
     r"""$\frac12(f(u) + f(-u))$ (one after the other) or $f(u)$; $f = L(\theta+.) - L(\theta)$."""
     if not antithetic:
-        return prob.loss(prob.flat + u) - base
-    values = jax.lax.map(prob.loss, jnp.stack([prob.flat + u, prob.flat - u]))
+        return prob.loss(u) - base
+    # one evaluation after the other over the sign of u: never two perturbed vectors at once
+    values = jax.lax.map(lambda sign: prob.loss(sign * u), jnp.array([1, -1], u.dtype))
     return 0.5 * ((values[0] - base) + (values[1] - base))
 
 
@@ -679,7 +686,7 @@ def sharpness_decomposition(
     num_probes = check_positive_int(num_probes, "num_probes", minimum=2)
     chunk_size = _check_chunk(chunk_size)
     prob = _setup(loss_fn, params, batch, key, perturbation)
-    base, hvp = _hessian_at(prob, prob.flat)
+    base, hvp = _hessian_at(prob, jnp.zeros_like(prob.flat))
     ok = _checked_base(prob, base)
     sigma = jnp.asarray(perturbation.scale, prob.flat.dtype)
     key_pairs, key_probes = jax.random.split(key)
@@ -714,7 +721,7 @@ def _trace_at(
 
     def one(index: jax.Array) -> tuple[jax.Array, ...]:
         k_u, k_probe = jax.random.split(jax.random.fold_in(key, index))
-        value, hvp = _hessian_at(prob, prob.flat + draw(k_u))
+        value, hvp = _hessian_at(prob, draw(k_u))
 
         def probe(kp: jax.Array) -> jax.Array:
             v = sign_vector(kp, prob.flat.shape[0], prob.flat.dtype)
@@ -866,7 +873,7 @@ def _apgd_restart(
     prob: _Problem, p: float, radius: jax.Array, alpha0: jax.Array, num_steps: int
 ) -> Callable[[jax.Array], tuple[jax.Array, jax.Array, jax.Array]]:
     r"""``key -> (best loss, best eta, non-finite count)`` of one APGD run on the ball."""
-    value_grad = jax.value_and_grad(lambda eta: prob.loss(prob.flat + prob.scales * eta))
+    value_grad = jax.value_and_grad(lambda eta: prob.loss(prob.scales * eta))
 
     def run(k: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         eta0 = _apgd_start(prob, p, radius, k)
