@@ -389,8 +389,7 @@ def _setup(
     ok = jnp.logical_and(jnp.all(jnp.isfinite(flat)), _valid_scale(scale))
     # an all-true mask (the default) becomes a broadcast of ones that XLA folds away, not a
     # parameter-sized constant in the program
-    ones = jnp.ones(flat.shape, dtype)
-    mask_values = ones if mask.all() else jnp.asarray(mask, dtype)
+    mask_values = jnp.ones(flat.shape, dtype) if mask.all() else jnp.asarray(mask, dtype)
     if perturbation.adaptive:
         scales = mask_values * jnp.abs(flat)
         dim = jnp.sum(scales != 0)
