@@ -256,9 +256,9 @@ def _peak_mb() -> float:
 
 
 def _rss_mb() -> float:
-    import psutil
-
-    return psutil.Process().memory_info().rss / 2**20
+    """This process's resident set size now (``/proc/self/statm``, Linux)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _program(job: str, count: int, num_batches: int, loss_fn):
@@ -335,14 +335,10 @@ class _RssSampler:
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
-        page = os.sysconf("SC_PAGE_SIZE")
         start = time.perf_counter()
-        with open("/proc/self/statm") as f:
-            while not self._stop.is_set():
-                f.seek(0)
-                rss = int(f.read().split()[1]) * page / 2**20
-                self.samples.append((time.perf_counter() - start, rss))
-                self._stop.wait(self.period)
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter() - start, _rss_mb()))
+            self._stop.wait(self.period)
 
     def __enter__(self):
         self._thread.start()
@@ -352,15 +348,13 @@ class _RssSampler:
         self._stop.set()
         self._thread.join()
 
-    def summary(self, run_s: float, units: int) -> dict:
-        """Peak RSS within the first unit's share of the run (``run_s / units``) and over the
-        whole run, and the timeline thinned to at most 200 points (for the figure)."""
+    def summary(self) -> dict:
+        """Peak RSS over the run and the timeline thinned to at most 200 points (for the first
+        vs second half of the run, :func:`_halves`, and the figure)."""
         if not self.samples:
             return {}
-        first = [r for t, r in self.samples if t <= run_s / units] or [self.samples[0][1]]
         step = max(1, len(self.samples) // 200)
         return {
-            "rss_first_unit_mb": max(first),
             "rss_run_peak_mb": max(r for _, r in self.samples),
             "rss_timeline": [(round(t, 2), round(r)) for t, r in self.samples[::step]],
         }
@@ -379,7 +373,7 @@ def _compile(fn, params, data, key) -> tuple[object, dict]:
     return compiled, rec
 
 
-def _run_once(fn, params, data, key, units: int) -> dict:
+def _run_once(fn, params, data, key) -> dict:
     """Compile ahead of time, run once (timed, RSS sampled), then read this process's peak."""
     import jax
 
@@ -389,7 +383,7 @@ def _run_once(fn, params, data, key, units: int) -> dict:
         out = jax.block_until_ready(compiled(params, data, key))
         rec["run_s"] = time.perf_counter() - start
     rec["peak_rss_mb"] = _peak_mb()
-    rec.update(sampler.summary(rec["run_s"], units))
+    rec.update(sampler.summary())
     rec.update(_summary_value(out))
     return rec
 
@@ -416,8 +410,7 @@ def run_job(cfg: Config, job: str, variants: list[tuple[int, int]], grad_reps: i
         if i < len(variants) - 1:
             run = {**_compile(fn, params, data, key)[1], "compile_only": True}
         else:
-            units = max(1, _per_unit(job, count)) * (num_batches if dataset else 1)
-            run = _run_once(fn, params, data, key, units)
+            run = _run_once(fn, params, data, key)
         runs.append({"count": count, "num_batches": num_batches, **run})
     rec["runs"] = runs
     if grad_reps:  # the one-batch gradient, timed in the kernel's own process
