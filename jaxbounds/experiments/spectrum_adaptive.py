@@ -445,23 +445,26 @@ def _proxy_figure(stats: Mapping[str, Any]):
     styles = {"spectrum_adaptive": ("o-", "spectrum-adaptive (N = n)"),
               "norm_based": ("s--", "norm-based"),
               "spectrum_adaptive_width_n": ("^:", "spectrum-adaptive (N = d)")}  # fmt: skip
+
+    def panel(ax, xs, lines, cell, name):
+        """One line per (value of the other axis, proxy), mean ± std over seeds."""
+        for j, line in enumerate(lines):
+            for p, (fmt, label) in styles.items():
+                c = [cell(x, line)[p] for x in xs]
+                ax.errorbar(
+                    xs, [v["mean"] for v in c], yerr=[np.nan_to_num(v["std"]) for v in c],
+                    fmt=fmt, color=f"C{j}", capsize=3, label=f"{label}, {name} = {line}",
+                )  # fmt: skip
+
     ax = figure.add_subplot(1, 2, 1)
-    for j, n in enumerate(ns):
-        for p, (fmt, label) in styles.items():
-            c = [cells[str(d)][str(n)][p] for d in depths]
-            ax.errorbar(depths, [x["mean"] for x in c], yerr=[np.nan_to_num(x["std"]) for x in c],
-                        fmt=fmt, color=f"C{j}", capsize=3, label=f"{label}, N = {n}")  # fmt: skip
+    panel(ax, depths, ns, lambda d, n: cells[str(d)][str(n)], "N")
     ax.set_yscale("log")
     ax.set_xlabel("depth L")
     ax.set_ylabel("proxy (mean ± std over seeds)")
     ax.set_title("proxies vs depth", fontsize=9)
     ax.legend(fontsize=5.5, ncol=1)
     ax = figure.add_subplot(1, 2, 2)
-    for j, d in enumerate(depths):
-        for p, (fmt, label) in styles.items():
-            c = [cells[str(d)][str(n)][p] for n in ns]
-            ax.errorbar(ns, [x["mean"] for x in c], yerr=[np.nan_to_num(x["std"]) for x in c],
-                        fmt=fmt, color=f"C{j}", capsize=3, label=f"{label}, L = {d}")  # fmt: skip
+    panel(ax, ns, depths, lambda n, d: cells[str(d)][str(n)], "L")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(ns, labels=[str(n) for n in ns])
