@@ -20,20 +20,24 @@ Kernels measured (one jitted program each, compiled ahead of time and timed sepa
   ``--only dataset_worst_case_sharpness`` add the dataset gradient and worst-case sharpness.
 
 Each kernel runs in a fresh subprocess, so peak RSS (``ru_maxrss``, compiler included) is its
-own. That process compiles the kernel at a smaller count (or 2 batches) only for XLA's
-allocation plan (``memory_analysis().temp_size_in_bytes``), then compiles and runs it once at the
-measured count while a thread samples its RSS every 50 ms, reads its peak, and times one
-gradient of the same loss (jitted ``value_and_grad``), so the time ratio comes from one process.
+own. That process compiles and runs the kernel once at the measured count while a thread
+samples its RSS every 50 ms, reads its peak and XLA's allocation plan
+(``memory_analysis().temp_size_in_bytes``), and times one gradient of the same loss (jitted
+``value_and_grad``), so the time ratio comes from one process. With ``--twins`` it first
+compiles the kernel at a smaller count (or 2 batches) too, only for XLA's allocation plan. The
+jobs of a run share a temporary directory: the first job initialises the weights and saves
+them, the others read them (~1.5 s instead of ~6 s), and XLA's compilation cache there holds
+the one-batch gradient every job times (each kernel is still compiled once, in its job).
 The parent records each child's wall time and CPU time (user + sys), so a run on a shared
 machine still gives a quiet-machine estimate (about CPU / 2 on 2 cores). Reported per kernel:
 
 - time per probe / sample / step over one gradient (target <= 1.3); dataset-level runs divide by
   the number of batches times one batch gradient;
 - peak RSS over the peak RSS of a process that only computes one gradient (target <= 2.0);
-- that memory does not grow with the count or the batches: XLA's temporaries at the smaller
-  count / 2 batches against the measured run's, and the RSS timeline of the run (its peak in the
-  second half, the later probes / samples / batches, against the first half's), drawn in
-  ``bench/results/scale_memory.png``.
+- that memory does not grow with the count or the batches: the RSS timeline of the run (its
+  peak in the second half, the later probes / samples / batches, against the first half's),
+  drawn in ``bench/results/scale_memory.png``, and with ``--twins`` XLA's temporaries at the
+  smaller count / 2 batches against the measured run's.
 
 A PyTorch twin of the same model with the same weights (hand-written attention, since
 PyTorch's fused attention has no double backward on CPU) runs PyHessian's Hutchinson loop
@@ -41,6 +45,7 @@ PyTorch's fused attention has no double backward on CPU) runs PyHessian's Hutchi
 
 Run:  python bench/scale.py            (full model; see the README for the measured time)
       python bench/scale.py --quick    (2 layers, d = 64, vocab 512: seconds per job)
+      python bench/scale.py --twins    (also XLA's allocation plan at smaller counts)
       python bench/scale.py --summarize   (tables from the records of a run cut short)
 Prints one JSON record per job (also appended to ``bench/results/scale[_quick].jsonl`` as each
 job ends), then a JSON summary and a markdown table, written to
@@ -58,6 +63,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -98,8 +104,12 @@ def emit(record: dict) -> None:
 # --------------------------------------------------------------------------- JAX model
 
 
-def build_jax(cfg: Config, seed: int = 0):
-    """The nnx model split into ``(loss_fn, params)`` plus the data (token arrays)."""
+def build_jax(cfg: Config, seed: int = 0, weights: str | None = None):
+    """The nnx model split into ``(loss_fn, params)`` plus the data (token arrays).
+
+    ``weights``: an ``.npz`` of the parameter leaves shared by the jobs of one run: read when
+    it exists (the model is built abstractly, ``nnx.eval_shape``, and filled: ~1.5 s instead
+    of ~6 s of initialisers at 124M), written after initialising when it does not."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -146,8 +156,18 @@ def build_jax(cfg: Config, seed: int = 0):
             x = jax.lax.scan(lambda x, s: (nnx.merge(graphdef, s)(x), None), x, state)[0]
             return self.wte.attend(self.lnf(x))  # tied readout
 
-    model = Decoder(nnx.Rngs(seed))
-    graphdef, params = nnx.split(model, nnx.Param)
+    if weights is not None and os.path.exists(weights):
+        graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Decoder(nnx.Rngs(seed))), nnx.Param)
+        treedef = jax.tree_util.tree_structure(abstract)
+        with np.load(weights) as saved:
+            leaves = [jnp.asarray(saved[f"arr_{i}"]) for i in range(treedef.num_leaves)]
+        params = jax.tree_util.tree_unflatten(treedef, leaves)
+    else:
+        graphdef, params = nnx.split(Decoder(nnx.Rngs(seed)), nnx.Param)
+        if weights is not None:  # write then rename: a reader never sees half a file
+            part = weights + ".part.npz"
+            np.savez(part, *(np.asarray(x) for x in jax.tree_util.tree_leaves(params)))
+            os.replace(part, weights)
 
     def loss_fn(params, batch):
         """Mean next-token cross-entropy on one batch ``(inputs, targets)``."""
@@ -388,7 +408,9 @@ def _run_once(fn, params, data, key) -> dict:
     return rec
 
 
-def run_job(cfg: Config, job: str, variants: list[tuple[int, int]], grad_reps: int) -> dict:
+def run_job(
+    cfg: Config, job: str, variants: list[tuple[int, int]], grad_reps: int, weights: str | None
+) -> dict:
     """Compile the kernel at each (count, num_batches); the last is run (timed, its RSS sampled
     over time, then the process's peak read), the others only compiled, for XLA's allocation
     plan at a smaller count or fewer batches (does memory depend on the count?). Then time
@@ -396,7 +418,7 @@ def run_job(cfg: Config, job: str, variants: list[tuple[int, int]], grad_reps: i
     import jax
 
     start = time.perf_counter()
-    loss_fn, params, batches = build_jax(cfg)
+    loss_fn, params, batches = build_jax(cfg, weights=weights)
     key = jax.random.key(0)
     jax.block_until_ready((params, batches))
     rec = {"job": job, "setup_s": time.perf_counter() - start, "rss_after_setup_mb": _rss_mb()}
@@ -434,14 +456,14 @@ def _time_grad(fn, params, data, key, reps: int) -> tuple[float, list[float]]:
     return statistics.median(times), [round(t, 4) for t in times]
 
 
-def run_torch(cfg: Config, num_probes: int, grad_reps: int) -> dict:
+def run_torch(cfg: Config, num_probes: int, grad_reps: int, weights: str | None) -> dict:
     """PyTorch twin: one backward (median) and PyHessian's trace loop, same weights and batch."""
     import numpy as np
     import torch
 
     torch.set_num_threads(2)
     start = time.perf_counter()
-    _, params, batches = build_jax(cfg)
+    _, params, batches = build_jax(cfg, weights=weights)
     model = torch_model(cfg, params_to_numpy(params))
     del params
     inputs, targets = (torch.as_tensor(np.array(a[0])).long() for a in batches)
@@ -470,10 +492,11 @@ def plan() -> list[tuple[str, list[tuple[int, int]]]]:
     """(job, [(count, num_batches), ...]): the measured run last, compile-only twins before it.
 
     Ordered by importance (a run cut short still has the single-batch kernels). The twins are
-    only compiled (XLA's allocation plan at a smaller count or 2 batches); growth during the
-    measured run itself is read from its RSS timeline. The dataset-level runs use the kernels'
-    minimum count (2 probes / 2 antithetic pairs): over 16 batches one probe is 16 Hessian-vector
-    products. ``dataset_grad`` and ``dataset_worst_case_sharpness`` run only with ``--only``.
+    only compiled, and only with ``--twins`` (XLA's allocation plan at a smaller count or 2
+    batches); growth during the measured run itself is read from its RSS timeline. The
+    dataset-level runs use the kernels' minimum count (2 probes / 2 antithetic pairs): over 16
+    batches one probe is 16 Hessian-vector products. ``dataset_grad`` and
+    ``dataset_worst_case_sharpness`` run only with ``--only``.
     """
     nb = 16
     return [
@@ -498,9 +521,15 @@ OPTIONAL = {  # run only when named with --only
 
 def child(args) -> dict:
     cfg = QUICK if args.quick else FULL
+    weights = None
+    if args.cache:  # shared by the jobs of one run: the weights and compiled programs
+        import jax
+
+        weights = os.path.join(args.cache, "weights.npz")
+        jax.config.update("jax_compilation_cache_dir", os.path.join(args.cache, "xla"))
     if args.job == "torch_pyhessian":
-        return run_torch(cfg, json.loads(args.variants)[0][0], args.grad_reps)
-    return run_job(cfg, args.job, json.loads(args.variants), args.grad_reps)
+        return run_torch(cfg, json.loads(args.variants)[0][0], args.grad_reps, weights)
+    return run_job(cfg, args.job, json.loads(args.variants), args.grad_reps, weights)
 
 
 def spawn(args, job: str, variants: list[tuple[int, int]]) -> dict:
@@ -509,6 +538,8 @@ def spawn(args, job: str, variants: list[tuple[int, int]]) -> dict:
            str(max(_MIN_GRAD_REPS.get(job, 0), args.grad_reps))]  # fmt: skip
     if args.quick:
         cmd.append("--quick")
+    if args.cache:
+        cmd += ["--cache", args.cache]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     start = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -746,6 +777,12 @@ def main() -> None:
     parser.add_argument(
         "--summarize", action="store_true", help="only rebuild the tables from the .jsonl records"
     )
+    parser.add_argument(
+        "--twins", action="store_true",
+        help="also compile each kernel at a smaller count / 2 batches for XLA's allocation plan "
+        "(does memory depend on the count?); ~45 s more on the full model",
+    )
+    parser.add_argument("--cache", help=argparse.SUPPRESS)  # set by the parent for its children
     args = parser.parse_args()
     if args.grad_reps < 0:
         parser.error(f"--grad-reps: expected an integer >= 0, got {args.grad_reps}")
@@ -778,12 +815,17 @@ def main() -> None:
     if os.path.exists(records):  # a new run starts new records; the last run's are kept aside
         os.replace(records, records + ".prev")
     jobs = plan() + [(job, v) for job, v in OPTIONAL.items() if job in (args.only or ())]
-    for job, variants in jobs:
-        if args.only and job not in args.only and job != "grad":
-            continue
-        rec = spawn(args, job, variants)
-        if rec is not None:
-            recs.append(rec)
+    # one directory for the run: the model's weights, initialised by the first job and read by
+    # the others, and XLA's compilation cache (the one-batch gradient that every job times is
+    # compiled once); removed at the end, also when the run is interrupted
+    with tempfile.TemporaryDirectory(prefix="jaxbounds-scale-") as cache:
+        args.cache = cache
+        for job, variants in jobs:
+            if args.only and job not in args.only and job != "grad":
+                continue
+            rec = spawn(args, job, variants if args.twins else variants[-1:])
+            if rec is not None:
+                recs.append(rec)
     wall = time.perf_counter() - start
     if any(r["job"] == "grad" for r in recs):
         report(args, cfg, recs, wall)
