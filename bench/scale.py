@@ -166,8 +166,13 @@ def build_jax(cfg: Config, seed: int = 0, weights: str | None = None):
         graphdef, params = nnx.split(Decoder(nnx.Rngs(seed)), nnx.Param)
         if weights is not None:  # write then rename: a reader never sees half a file
             part = weights + ".part.npz"
-            np.savez(part, *(np.asarray(x) for x in jax.tree_util.tree_leaves(params)))
-            os.replace(part, weights)
+            try:
+                np.savez(part, *(np.asarray(x) for x in jax.tree_util.tree_leaves(params)))
+                os.replace(part, weights)
+            except OSError as err:  # e.g. a full temporary disk: every job initialises instead
+                sys.stderr.write(f"scale: weights not shared between jobs ({err})\n")
+                if os.path.exists(part):
+                    os.remove(part)
 
     def loss_fn(params, batch):
         """Mean next-token cross-entropy on one batch ``(inputs, targets)``."""
