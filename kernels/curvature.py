@@ -7,7 +7,12 @@ registered pytree operator (a frozen dataclass: ``loss_fn`` is static, ``params`
 are leaves), so a kernel called again with new parameters or a new batch of the same shapes
 compiles nothing. A kernel that receives such an operator linearises it once per program
 (:meth:`HessianOperator.linearize`): the gradient's forward and backward pass at ``params`` run
-once and every probe only runs the tangent program. A plain callable (``lambda v: d * v``) works
+once and every probe only runs the tangent program. Hutchinson needs only the quadratic forms
+$v^\top H v$, which it takes from such an operator by forward over forward mode (the second
+derivative of $t \mapsto L(\theta + tv)$, :meth:`HessianOperator.form`): no linearisation, no
+backward pass, memory of about a forward pass, and on a dataset operator one scalar accumulated
+over the batches (falling back to products when the loss has no second forward-mode
+derivative, e.g. a ``jax.custom_vjp`` inside it). A plain callable (``lambda v: d * v``) works
 too; it is part of the compilation key by identity, so keep the same object across calls.
 
 A dataset too large for one batch: stack equal-size batches along a leading axis and use
@@ -141,6 +146,12 @@ class _LossOperator:
     def linearize(self) -> tuple[Matvec, jax.Array]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def form(self, v: Any) -> jax.Array:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def check_inputs(self) -> jax.Array:  # pragma: no cover - abstract
+        raise NotImplementedError
+
     def __call__(self, v: Any) -> Any:
         """$H v$ for one pytree ``v`` shaped like ``params`` (linearises afresh each call)."""
         product, _ = self.linearize()
@@ -180,14 +191,37 @@ class HessianOperator(_LossOperator):
         """
         grad_fn = jax.grad(_as_scalar(self.loss_fn, self.batch), has_aux=True)
         _, product, value = jax.linearize(grad_fn, self.params, has_aux=True)
-        params_ok = _check_params(self.params)
-        loss_ok = jnp.isfinite(value)
-        check_that(
-            jnp.logical_or(jnp.logical_not(params_ok), loss_ok),
-            "loss_fn: non-finite loss {} at params",
-            value,
-        )
-        return product, jnp.logical_and(params_ok, loss_ok)
+        return product, _check_loss_at(self.params, value)
+
+    def form(self, v: Any) -> jax.Array:
+        r"""$v^\top H v$ by forward over forward mode.
+
+        The second derivative of $t \mapsto L(\theta + t v)$ at 0 (two nested ``jax.jvp``): no
+        backward pass, so no activations are kept (memory of about one forward pass with two
+        tangents).
+        """
+        value = _as_scalar(self.loss_fn, self.batch)
+
+        def slope(p: Any) -> jax.Array:
+            return jax.jvp(lambda q: value(q)[0], (p,), (v,))[1]
+
+        return jax.jvp(slope, (self.params,), (v,))[1]
+
+    def check_inputs(self) -> jax.Array:
+        """The runtime checks of :meth:`linearize` (one forward pass for the loss at ``params``)."""
+        return _check_loss_at(self.params, _as_scalar(self.loss_fn, self.batch)(self.params)[0])
+
+
+def _check_loss_at(params: Any, value: jax.Array) -> jax.Array:
+    """Runtime checks of finite ``params`` and loss ``value`` at them; returns the verdict."""
+    params_ok = _check_params(params)
+    loss_ok = jnp.isfinite(value)
+    check_that(
+        jnp.logical_or(jnp.logical_not(params_ok), loss_ok),
+        "loss_fn: non-finite loss {} at params",
+        value,
+    )
+    return jnp.logical_and(params_ok, loss_ok)
 
 
 @jax.tree_util.register_dataclass
@@ -220,9 +254,7 @@ class DatasetHessianOperator(_LossOperator):
         Raises:
           ValueError: (runtime check) for non-finite ``params`` or ``weights``.
         """
-        params_ok = _check_params(self.params)
-        check_finite(self.weights, "weights")
-        valid = jnp.logical_and(params_ok, _all_finite(self.weights))
+        valid = self.check_inputs()
         loss_fn, params = self.loss_fn, self.params
 
         def product(v: Any) -> Any:
@@ -237,6 +269,28 @@ class DatasetHessianOperator(_LossOperator):
             return jax.lax.scan(body, zero, (self.batches, self.weights))[0]
 
         return product, valid
+
+    def form(self, v: Any) -> jax.Array:
+        r"""$v^\top H v = \sum_b w_b\, v^\top \nabla^2 L_b v$ by forward over forward mode.
+
+        One batch at a time (a ``lax.scan`` accumulating a scalar): no parameter-sized
+        accumulator, no backward pass.
+        """
+
+        def body(total: jax.Array, xs: Any) -> tuple[jax.Array, None]:
+            batch, weight = xs
+            term = HessianOperator(self.loss_fn, self.params, batch).form(v)
+            return total + (weight.astype(term.dtype) * term).astype(total.dtype), None
+
+        dtype = ravel_pytree(self.params)[0].dtype
+        zero = jnp.zeros((), dtype)
+        return jax.lax.scan(body, zero, (self.batches, self.weights))[0]
+
+    def check_inputs(self) -> jax.Array:
+        """Runtime checks of finite ``params`` and ``weights`` (the loss is not evaluated)."""
+        params_ok = _check_params(self.params)
+        check_finite(self.weights, "weights")
+        return jnp.logical_and(params_ok, _all_finite(self.weights))
 
 
 def hvp(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any) -> HessianOperator:
@@ -450,9 +504,10 @@ class _Flat:
 
     size: int
     dtype: Any
-    matvec: Callable[[jax.Array], jax.Array]
+    matvec: Callable[[jax.Array], jax.Array] | None  # None when only ``form`` is set up
     valid: jax.Array
     name: str  # the argument a non-finite product is blamed on
+    form: Callable[[jax.Array], jax.Array] | None = None  # x -> x^T A x, loss operators only
 
     def probe(self, key: jax.Array, kind: str = "rademacher") -> jax.Array:
         if kind == "rademacher":
@@ -477,23 +532,63 @@ def _template(like: Any) -> Any:
     return like
 
 
+def _check_like(matvec: _LossOperator, like: Any) -> None:
+    """Static: ``like`` has the pytree structure and shapes of the operator's ``params``."""
+
+    def shapes(tree: Any) -> tuple[Any, list[tuple[int, ...]]]:
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        return treedef, [jnp.shape(leaf) for leaf in leaves]
+
+    if shapes(like) != shapes(matvec.params):
+        raise ValueError("like: expected the pytree structure and shapes of the operator's params")
+
+
 def _linear(matvec: Any, like: Any) -> tuple[Matvec, jax.Array, str]:
     """Linearise a loss operator once (checking ``like`` against it); pass a callable through."""
     if isinstance(matvec, _LossOperator):
-
-        def shapes(tree: Any) -> tuple[Any, list[tuple[int, ...]]]:
-            leaves, treedef = jax.tree_util.tree_flatten(tree)
-            return treedef, [jnp.shape(leaf) for leaf in leaves]
-
-        if shapes(like) != shapes(matvec.params):
-            raise ValueError(
-                "like: expected the pytree structure and shapes of the operator's params"
-            )
+        _check_like(matvec, like)
         product, valid = matvec.linearize()
         return product, valid, "loss_fn"
     if not callable(matvec):
         raise ValueError(f"matvec: expected a callable v -> A v, got {type(matvec).__name__}")
     return matvec, jnp.asarray(True), "matvec"
+
+
+def _forward_mode_ok(form: Callable[[Any], jax.Array], params: Any) -> bool:
+    """Whether a loss operator's ``form`` (jitted) traces at ``params``.
+
+    It does when the loss has second forward-mode derivatives; a ``jax.custom_vjp`` inside the
+    loss has none, and the kernels then use Hessian-vector products.
+    """
+    try:
+        jax.eval_shape(form, params)
+    except (TypeError, NotImplementedError):  # what JAX raises for a custom_vjp under jvp
+        return False
+    return True
+
+
+def _setup_forms(matvec: Any, like: Any) -> _Flat:
+    """The flat problem of a quadratic-form estimator (Hutchinson).
+
+    For a loss operator whose loss has forward-mode derivatives, ``x -> x^T H x`` by forward
+    over forward mode (no linearisation, no Hessian-vector product); otherwise the products of
+    :func:`_setup`.
+    """
+    if not isinstance(matvec, _LossOperator):
+        return _setup(matvec, like)
+    like = _template(like)
+    _check_like(matvec, like)
+    form = jax.jit(matvec.form)  # one trace of the loss serves the probe here and the loop
+    if not _forward_mode_ok(form, matvec.params):
+        return _setup(matvec, like)
+    valid = matvec.check_inputs()
+    flat, unravel = ravel_pytree(jax.tree_util.tree_map(jnp.zeros_like, like))
+    size, dtype = flat.size, flat.dtype
+
+    def flat_form(x: jax.Array) -> jax.Array:
+        return form(unravel(x)).astype(dtype)
+
+    return _Flat(size, dtype, None, valid, "loss_fn", form=flat_form)
 
 
 def _setup(matvec: Any, like: Any) -> _Flat:
@@ -537,11 +632,11 @@ def _hutchinson(
     chunk = _chunk(chunk_size)
     if probe not in ("rademacher", "gaussian"):
         raise ValueError(f"probe: expected 'rademacher' or 'gaussian', got {probe!r}")
-    flat = _setup(matvec, like)
+    flat = _setup_forms(matvec, like)
 
     def one(k: jax.Array) -> jax.Array:
         v = flat.probe(k, probe)
-        return jnp.vdot(v, flat.matvec(v))
+        return flat.form(v) if flat.form is not None else jnp.vdot(v, flat.matvec(v))
 
     stats = sample_statistics(one, key, num_samples=num_probes, chunk_size=chunk)
     flat.check_products(stats.num_nonfinite, num_probes, "probes")
@@ -566,10 +661,12 @@ def hutchinson_trace(
     sample standard deviation of $v_i^\top A v_i$ over $\sqrt m$. Probe $i$ is drawn from
     ``jax.random.fold_in(key, i)`` inside the program and the mean and variance are streamed
     (:func:`kernels.parallel.sample_statistics`), so memory is that of ``chunk_size`` probes.
+    For a :func:`hvp` / :func:`dataset_hvp` operator $v_i^\top A v_i$ is computed directly by
+    forward over forward mode (module docstring), without the product $A v_i$.
 
     Args:
       matvec: ``v -> A v`` on pytrees shaped like ``like`` (A symmetric): a :func:`hvp` /
-        :func:`dataset_hvp` operator (linearised once here) or any traceable callable.
+        :func:`dataset_hvp` operator or any traceable callable.
       like: pytree of float32/float64 arrays (or int n) fixing probe structure and dtype; for a
         loss operator, shaped like its ``params``.
       key: PRNG key (``jax.random.key``).
@@ -732,8 +829,9 @@ def hessian_trace(
 ) -> Estimate:
     r"""Estimate $\operatorname{tr}\nabla^2_\theta L(\theta, b)$ of a loss on one batch.
 
-    Builds :func:`hvp` (linearised once) and runs :func:`hutchinson_trace` (``num_matvecs``
-    probes) or :func:`hutchpp_trace` (``num_matvecs`` products). For data that does not fit one
+    Builds :func:`hvp` and runs :func:`hutchinson_trace` (``num_matvecs`` probes, each a
+    quadratic form by forward over forward mode) or :func:`hutchpp_trace` (``num_matvecs``
+    products of the operator linearised once). For data that does not fit one
     batch use :func:`dataset_hvp` with :func:`hutchinson_trace` (module docstring).
 
     Args:

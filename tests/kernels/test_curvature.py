@@ -604,8 +604,11 @@ def test_second_call_with_new_data_traces_and_compiles_nothing(name):
     jax.block_until_ready((params2, batch2, key2))
     first = kernel(counter, params, batch, jax.random.key(30))
     # one trace of the loss per program: the linearisation (a dataset operator is traced at
-    # each product site of the program, and once more by sample_statistics' shape probe)
-    assert counter.count <= (2 if name.startswith("dataset") else 1), counter.count
+    # each product site of the program, and once more by sample_statistics' shape probe);
+    # Hutchinson on a one-batch operator: its quadratic form and the loss at params (check)
+    hutchinson_one_batch = name in ("hessian_trace", "hutchinson_trace")
+    budget = 2 if name.startswith("dataset") or hutchinson_one_batch else 1
+    assert counter.count <= budget, counter.count
     traced = counter.count
     with count_compiles() as messages:
         second = kernel(counter, params2, batch2, key2)
@@ -901,3 +904,65 @@ def test_sharded_equals_single_device(operator):
     assert sharded.keys() == single.keys()
     for name, values in single.items():
         np.testing.assert_allclose(sharded[name], values, rtol=1e-10, atol=1e-14, err_msg=name)
+
+
+# --------------------------------------------------------------------------- quadratic forms
+
+
+def test_quadratic_form_is_v_hessian_v_on_one_batch_and_on_a_dataset():
+    loss, params, batch = make_poly()
+    batches = jax.tree_util.tree_map(lambda a: jnp.stack([a, 2.0 * a, -a]), batch)
+    flat, unravel = ravel_pytree(params)
+    weights = jnp.array([0.5, 0.3, 0.2])
+    dense = dense_hessian(loss, params, batch)
+    dense_set = sum(
+        w * dense_hessian(loss, params, jax.tree_util.tree_map(lambda a, i=i: a[i], batches))
+        for i, w in enumerate(np.asarray(weights))
+    )
+    for seed in range(3):
+        x = np.asarray(jax.random.normal(jax.random.key(seed), flat.shape, flat.dtype))
+        v = unravel(jnp.asarray(x))
+        np.testing.assert_allclose(hvp(loss, params, batch).form(v), x @ dense @ x, rtol=1e-12)
+        op = dataset_hvp(loss, params, batches, weights=weights)
+        np.testing.assert_allclose(op.form(v), x @ dense_set @ x, rtol=1e-12)
+
+
+def test_hutchinson_quadratic_forms_equal_the_products_probe_by_probe():
+    # a loss operator's Hutchinson uses forward-over-forward quadratic forms; the same
+    # operator as a plain callable uses v . Hv: same probes, same estimate to rounding
+    loss, params, batch = make_poly()
+    key = jax.random.key(5)
+    op = hvp(loss, params, batch)
+    forms = hutchinson_trace(op, params, key, num_probes=6)
+    products = hutchinson_trace(lambda v: op(v), params, key, num_probes=6)
+    np.testing.assert_allclose(forms.mean, products.mean, rtol=1e-12)
+    np.testing.assert_allclose(forms.stderr, products.stderr, rtol=1e-9)
+    batches = jax.tree_util.tree_map(lambda a: jnp.stack([a, 0.5 * a]), batch)
+    dop = dataset_hvp(loss, params, batches)
+    np.testing.assert_allclose(
+        hutchinson_trace(dop, params, key, num_probes=6).mean,
+        hutchinson_trace(lambda v: dop(v), params, key, num_probes=6).mean,
+        rtol=1e-12,
+    )
+
+
+@jax.custom_vjp
+def _square_sum(x):
+    return jnp.sum(x**2)
+
+
+_square_sum.defvjp(lambda x: (_square_sum(x), x), lambda x, g: (2.0 * g * x,))
+
+
+def test_custom_vjp_loss_falls_back_to_products():
+    # no forward-mode derivative through a custom_vjp: the trace comes from products (exact
+    # for Rademacher probes on this diagonal Hessian 2 * batch * I)
+    def loss(p, batch):
+        return batch * _square_sum(p["w"])
+
+    params = {"w": jnp.arange(1.0, 6.0)}
+    with pytest.raises((TypeError, NotImplementedError)):
+        hvp(loss, params, 1.5).form(params)
+    est = hessian_trace(loss, params, 1.5, jax.random.key(0), num_matvecs=3)
+    np.testing.assert_allclose(est.mean, 2 * 1.5 * 5, rtol=1e-12)
+    assert float(est.stderr) == 0.0
