@@ -282,8 +282,7 @@ class DatasetHessianOperator(_LossOperator):
             term = HessianOperator(self.loss_fn, self.params, batch).form(v)
             return total + (weight.astype(term.dtype) * term).astype(total.dtype), None
 
-        dtype = ravel_pytree(self.params)[0].dtype
-        zero = jnp.zeros((), dtype)
+        zero = jnp.zeros((), jnp.result_type(*jax.tree_util.tree_leaves(self.params)))
         return jax.lax.scan(body, zero, (self.batches, self.weights))[0]
 
     def check_inputs(self) -> jax.Array:
@@ -576,11 +575,11 @@ def _setup_forms(matvec: Any, like: Any) -> _Flat:
     """
     if not isinstance(matvec, _LossOperator):
         return _setup(matvec, like)
-    like = _template(like)
-    _check_like(matvec, like)
     form = jax.jit(matvec.form)  # one trace of the loss serves the probe here and the loop
     if not _forward_mode_ok(form, matvec.params):
         return _setup(matvec, like)
+    like = _template(like)
+    _check_like(matvec, like)
     valid = matvec.check_inputs()
     flat, unravel = ravel_pytree(jax.tree_util.tree_map(jnp.zeros_like, like))
     size, dtype = flat.size, flat.dtype
