@@ -14,7 +14,7 @@ Kernels measured (one jitted program each, compiled ahead of time and timed sepa
 - ``average_sharpness`` (16 antithetic pairs, Gaussian sigma = 1e-3) on one batch,
 - ``worst_case_sharpness`` (l2 ball, radius 0.05, 5 ascent steps) on one batch,
 - dataset level, 16 batches (8,192 tokens), one batch of activations in memory at a time:
-  ``hutchinson_trace(dataset_hvp(...))`` (2 probes, the minimum: 32 batch products) and
+  ``hutchinson_trace(dataset_hvp(...))`` (2 probes, the minimum: 32 batch quadratic forms) and
   ``average_sharpness`` of ``dataset_loss(loss_fn)`` (2 antithetic pairs, the minimum; the mean
   over the batches, streamed with ``lax.scan``). ``--only dataset_grad`` /
   ``--only dataset_worst_case_sharpness`` add the dataset gradient and worst-case sharpness.
