@@ -500,7 +500,7 @@ def plan() -> list[tuple[str, list[tuple[int, int]]]]:
     only compiled, and only with ``--twins`` (XLA's allocation plan at a smaller count or 2
     batches); growth during the measured run itself is read from its RSS timeline. The
     dataset-level runs use the kernels' minimum count (2 probes / 2 antithetic pairs): over 16
-    batches one probe is 16 Hessian-vector products. ``dataset_grad`` and
+    batches one probe is 16 quadratic forms. ``dataset_grad`` and
     ``dataset_worst_case_sharpness`` run only with ``--only``.
     """
     nb = 16
