@@ -83,6 +83,44 @@ def test_none_is_one_at_a_time():
     assert "scan" not in vectorised
 
 
+def _batch_counter():
+    """``(f, calls)``: the identity on a scalar, recording in ``calls`` each time it is vmapped."""
+    calls = []
+
+    @jax.custom_batching.custom_vmap
+    def f(x):
+        return x
+
+    @f.def_vmap
+    def _rule(axis_size, in_batched, x):
+        calls.append(axis_size)
+        return x, in_batched[0]
+
+    return f, calls
+
+
+@pytest.mark.parametrize("num", [1, 5])
+def test_one_at_a_time_never_vmaps(num):
+    """chunk_size None / 1, or a single element, runs the function unbatched (no size-1
+    vmap: batching a perturbed model's weights turns its matmuls into batched ones, much
+    slower on CPU); larger chunks vectorise."""
+    f, calls = _batch_counter()
+    xs = jnp.arange(float(num))
+    for chunk_size in (None, 1):
+        np.testing.assert_array_equal(map_chunked(f, xs, chunk_size=chunk_size), xs)
+        stats = sample_statistics(
+            lambda k: f(jax.random.uniform(k)), jax.random.key(0), num_samples=num,
+            chunk_size=chunk_size,
+        )  # fmt: skip
+        assert int(stats.count) == num
+    np.testing.assert_array_equal(map_chunked(f, xs[:1], chunk_size=4), xs[:1])
+    assert calls == []
+    map_chunked(f, jnp.arange(4.0), chunk_size=2)
+    sample_statistics(lambda k: f(jax.random.uniform(k)), jax.random.key(0), num_samples=4,
+                      chunk_size=2)  # fmt: skip
+    assert calls == [2, 2]
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match=r"^xs"):
         num_leading({"a": jnp.ones(3), "b": jnp.ones(4)})
