@@ -70,12 +70,12 @@ def _chunk_size(chunk_size: int | None) -> int:
 def map_chunked(fn: Callable[[Any], Any], xs: Any, *, chunk_size: int | None = None) -> Any:
     """Map ``fn`` over the leading axis of ``xs``, ``chunk_size`` elements vectorised at a time.
 
-    ``chunk_size=None`` (or 1), or a single element, is a sequential ``lax.map``, one element
-    at a time and unbatched (least memory; no size-1 ``vmap``, which on CPU turns a perturbed
-    model's matmuls into slower batched ones); ``chunk_size >= len(xs)`` vectorises everything
-    with ``jax.vmap``; anything between
-    is a ``lax.map`` over ``vmap``-ed chunks, so peak memory holds ``chunk_size`` elements'
-    intermediates, not all of them. Element ``i`` of the output is ``fn(xs[i])`` whatever the
+    ``chunk_size=None`` (or 1) is a sequential ``lax.map``, one element at a time and
+    unbatched (least memory; a single element is a plain call: never a size-1 ``vmap``, which
+    on CPU turns a perturbed model's matmuls into slower batched ones); ``chunk_size >=
+    len(xs)`` vectorises everything with ``jax.vmap``; anything between is a ``lax.map`` over
+    ``vmap``-ed chunks, so peak memory holds ``chunk_size`` elements' intermediates, not all
+    of them. Element ``i`` of the output is ``fn(xs[i])`` whatever the
     chunk size.
 
     Args:
@@ -98,7 +98,11 @@ def map_chunked(fn: Callable[[Any], Any], xs: Any, *, chunk_size: int | None = N
     """
     num = num_leading(xs)
     chunk = _chunk_size(chunk_size)
-    if chunk == 1 or num == 1:  # never a size-1 vmap (see sample_statistics)
+    if num == 1:  # one element: a plain call (no size-1 vmap, see sample_statistics; no
+        # scan, whose stacked output would be one more buffer beside the result)
+        out = fn(jax.tree_util.tree_map(lambda a: a[0], xs))
+        return jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], out)
+    if chunk == 1:
         return jax.lax.map(fn, xs)
     if chunk >= num:
         return jax.vmap(fn)(xs)
