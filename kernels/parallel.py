@@ -101,12 +101,17 @@ def map_chunked(fn: Callable[[Any], Any], xs: Any, *, chunk_size: int | None = N
     if num == 1:  # one element: a plain call (no size-1 vmap, see sample_statistics; no
         # scan, whose stacked output would be one more buffer beside the result)
         out = fn(jax.tree_util.tree_map(lambda a: a[0], xs))
-        return jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], out)
+        return jax.tree_util.tree_map(_leading_one, out)
     if chunk == 1:
         return jax.lax.map(fn, xs)
     if chunk >= num:
         return jax.vmap(fn)(xs)
     return jax.lax.map(fn, xs, batch_size=chunk)
+
+
+def _leading_one(leaf: Any) -> jax.Array:
+    """``leaf`` with a leading axis of length 1 (a Python scalar becomes an array first)."""
+    return (leaf if isinstance(leaf, jax.Array) else jnp.asarray(leaf))[None]
 
 
 def map_samples(

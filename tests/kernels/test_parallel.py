@@ -121,6 +121,22 @@ def test_one_at_a_time_never_vmaps(num):
     assert calls == [2, 2]
 
 
+def test_single_element_matches_lax_map():
+    """One element is a plain call; its output (keys, Python scalars, pytrees) is what
+    ``lax.map`` gives."""
+    keys = jax.random.split(jax.random.key(2), 1)
+    split = map_chunked(lambda k: jax.random.split(k), keys)
+    want = jax.lax.map(lambda k: jax.random.split(k), keys)
+    np.testing.assert_array_equal(jax.random.key_data(split), jax.random.key_data(want))
+    fn = lambda x: {"a": 2 * x, "b": (x, 3)}  # noqa: E731
+    got, ref = map_chunked(fn, jnp.ones(1), chunk_size=8), jax.lax.map(fn, jnp.ones(1))
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(ref)
+    for g, r in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(ref), strict=True):
+        assert g.shape == r.shape
+        assert g.dtype == r.dtype
+        np.testing.assert_array_equal(g, r)
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match=r"^xs"):
         num_leading({"a": jnp.ones(3), "b": jnp.ones(4)})
