@@ -506,7 +506,7 @@ class _Flat:
     matvec: Callable[[jax.Array], jax.Array] | None  # None when only ``form`` is set up
     valid: jax.Array
     name: str  # the argument a non-finite product is blamed on
-    form: Callable[[jax.Array], jax.Array] | None = None  # x -> x^T A x, loss operators only
+    form: Callable[[jax.Array], jax.Array] | None = None  # x -> x^T A x (set by _setup_forms)
 
     def probe(self, key: jax.Array, kind: str = "rademacher") -> jax.Array:
         if kind == "rademacher":
@@ -569,20 +569,18 @@ def _forward_mode_ok(form: Callable[[Any], jax.Array], params: Any) -> bool:
 def _setup_forms(matvec: Any, like: Any) -> _Flat:
     """The flat problem of a quadratic-form estimator (Hutchinson).
 
-    For a loss operator whose loss has forward-mode derivatives, ``x -> x^T H x`` by forward
-    over forward mode (no linearisation, no Hessian-vector product); otherwise the products of
-    :func:`_setup`.
+    ``form``: for a loss operator whose loss has forward-mode derivatives, ``x -> x^T H x`` by
+    forward over forward mode (no linearisation, no Hessian-vector product); otherwise
+    ``x . (A x)`` from the products of :func:`_setup`.
     """
-    if not isinstance(matvec, _LossOperator):
-        return _setup(matvec, like)
-    form = jax.jit(matvec.form)  # one trace of the loss serves the probe here and the loop
-    if not _forward_mode_ok(form, matvec.params):
-        return _setup(matvec, like)
+    form = jax.jit(matvec.form) if isinstance(matvec, _LossOperator) else None
+    if form is None or not _forward_mode_ok(form, matvec.params):  # x^T (A x)
+        flat = _setup(matvec, like)
+        return dataclasses.replace(flat, form=lambda x: jnp.vdot(x, flat.matvec(x)))
     like = _template(like)
     _check_like(matvec, like)
     valid = matvec.check_inputs()
-    flat, unravel = ravel_pytree(jax.tree_util.tree_map(jnp.zeros_like, like))
-    size, dtype = flat.size, flat.dtype
+    size, dtype, unravel = _flat_space(like)
 
     def flat_form(x: jax.Array) -> jax.Array:
         return form(unravel(x)).astype(dtype)
@@ -590,11 +588,16 @@ def _setup_forms(matvec: Any, like: Any) -> _Flat:
     return _Flat(size, dtype, None, valid, "loss_fn", form=flat_form)
 
 
+def _flat_space(like: Any) -> tuple[int, Any, Callable[[jax.Array], Any]]:
+    """Size, dtype and unravel function of the flat vectors of the pytree template ``like``."""
+    flat, unravel = ravel_pytree(jax.tree_util.tree_map(jnp.zeros_like, like))
+    return flat.size, flat.dtype, unravel
+
+
 def _setup(matvec: Any, like: Any) -> _Flat:
     like = _template(like)
     product, valid, name = _linear(matvec, like)
-    flat, unravel = ravel_pytree(jax.tree_util.tree_map(jnp.zeros_like, like))
-    size, dtype = flat.size, flat.dtype
+    size, dtype, unravel = _flat_space(like)
 
     def flat_mv(x: jax.Array) -> jax.Array:
         out = ravel_pytree(product(unravel(x)))[0]
@@ -635,7 +638,7 @@ def _hutchinson(
 
     def one(k: jax.Array) -> jax.Array:
         v = flat.probe(k, probe)
-        return flat.form(v) if flat.form is not None else jnp.vdot(v, flat.matvec(v))
+        return flat.form(v)
 
     stats = sample_statistics(one, key, num_samples=num_probes, chunk_size=chunk)
     flat.check_products(stats.num_nonfinite, num_probes, "probes")
