@@ -1,8 +1,14 @@
-"""Root pytest configuration: numeric settings shared by the tests and the kernels' doctests."""
+"""Root pytest configuration: numeric settings shared by the tests and the kernels' doctests.
+
+The tests run with float64 enabled (they compare with exact references). The doctests of the
+packages show what a user with JAX's defaults gets: each runs with ``jax_enable_x64`` off
+(float32), and the setting is restored after it.
+"""
 
 import os
 
 import jax
+import pytest
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
@@ -15,3 +21,17 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 if os.environ.get("JAXBOUNDS_TEST_XLA_OPT", "0") != "1":
     os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
     jax.config.update("jax_disable_most_optimizations", True)
+
+
+@pytest.fixture(autouse=True)
+def _doctests_in_float32(request):
+    """Doctests run with JAX's default dtypes (x64 off); tests keep float64."""
+    if not isinstance(request.node, pytest.DoctestItem):
+        yield
+        return
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", previous)

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "check_array_leaves",
     "check_finite",
     "check_key",
     "check_positive",
@@ -166,6 +167,36 @@ def ensure_that(x: Any, ok: Any, message: str, *values: Any) -> Any:
 def check_that(ok: Any, message: str, *values: Any) -> None:
     """Fail with ``message`` unless every element of ``ok`` is true (see :func:`ensure_that`)."""
     ensure_that(jnp.zeros((), jnp.int32), ok, message, *values)
+
+
+def _is_array_like(leaf: Any) -> bool:
+    """An array (jax, numpy, a tracer) or a real/complex number: what a kernel can trace."""
+    if isinstance(leaf, bool):
+        return True
+    return isinstance(leaf, jax.Array | np.ndarray | np.generic | int | float | complex)
+
+
+def check_array_leaves(tree: Any, name: str) -> None:
+    """Static: every leaf of ``tree`` is an array or a number; else a ValueError naming ``name``.
+
+    A model object passed whole (an equinox module holds its methods and activation functions
+    as leaves, a string or an arbitrary object) cannot be traced: the error names the first
+    such leaf by its path and says how to pass the arrays alone.
+
+    >>> check_array_leaves({"w": np.zeros(2), "act": "relu"}, "params")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: params: leaf ['act'] is a str, not an array: pass a pytree of arrays only ...
+    """
+    leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+    for path, leaf in leaves:
+        if not _is_array_like(leaf):
+            raise ValueError(
+                f"{name}: leaf {jax.tree_util.keystr(path) or '(root)'} is a "
+                f"{type(leaf).__name__}, not an array: pass a pytree of arrays only (for an "
+                "equinox module, params, static = eqx.partition(model, eqx.is_array); for a flax "
+                "nnx module, graphdef, params = nnx.split(model, nnx.Param))"
+            )
 
 
 def check_finite(tree: Any, name: str) -> None:

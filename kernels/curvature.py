@@ -50,7 +50,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from kernels._checks import check_finite, check_key, check_positive, check_positive_int, check_that
+from kernels._checks import (
+    check_array_leaves,
+    check_finite,
+    check_key,
+    check_positive,
+    check_positive_int,
+    check_that,
+)
 from kernels._jit import compile_once
 from kernels._random import sign_vector
 from kernels.estimate import Estimate
@@ -86,6 +93,7 @@ _SUPPORTED = ("float32", "float64")
 
 def _check_floating(tree: Any, name: str) -> None:
     """Static: ``tree`` has array leaves, all float32/float64, and at least one element."""
+    check_array_leaves(tree, name)
     leaves = jax.tree_util.tree_leaves(tree)
     if not leaves:
         raise ValueError(f"{name}: expected a pytree with at least one array leaf, got {tree!r}")
@@ -317,7 +325,7 @@ def hvp(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any) -> He
     >>> import jax.numpy as jnp
     >>> op = hvp(lambda x, batch: jnp.sum(x**3), jnp.array([1.0, 2.0]), ())
     >>> op(jnp.array([1.0, 1.0]))
-    Array([ 6., 12.], dtype=float64)
+    Array([ 6., 12.], dtype=float32)
     """
     if not callable(loss_fn):
         raise ValueError(f"loss_fn: expected a callable (params, batch) -> scalar, got {loss_fn!r}")
@@ -370,7 +378,7 @@ def dataset_hvp(
     >>> loss = lambda p, b: 0.5 * jnp.sum(b * p**2)
     >>> op = dataset_hvp(loss, jnp.zeros(2), jnp.array([[1.0, 2.0], [3.0, 4.0]]))
     >>> op(jnp.ones(2))
-    Array([2., 3.], dtype=float64)
+    Array([2., 3.], dtype=float32)
     """
     if not callable(loss_fn):
         raise ValueError(f"loss_fn: expected a callable (params, batch) -> scalar, got {loss_fn!r}")
@@ -692,7 +700,7 @@ def hutchinson_trace(
     >>> import jax, jax.numpy as jnp
     >>> d = jnp.array([1.0, 2.0, 3.0])
     >>> hutchinson_trace(lambda v: d * v, 3, jax.random.key(0), num_probes=4).mean
-    Array(6., dtype=float64)
+    Array(6., dtype=float32)
     """
     return _hutchinson(matvec, like, key, num_probes, chunk_size, probe)
 
@@ -863,7 +871,7 @@ def hessian_trace(
     ...     loss, {"w": jnp.zeros(2)}, jnp.array([1.0, 2.0]), jax.random.key(0), num_matvecs=8
     ... )
     >>> est.mean
-    Array(3., dtype=float64)
+    Array(3., dtype=float32)
     """
     if method not in ("hutchinson", "hutchpp"):
         raise ValueError(f"method: expected 'hutchinson' or 'hutchpp', got {method!r}")
@@ -1007,7 +1015,7 @@ def lanczos(
     >>> d = jnp.array([1.0, 2.0, 3.0])
     >>> tri = lanczos(lambda v: d * v, 3, jax.random.key(0), num_steps=3)
     >>> jnp.round(jnp.linalg.eigvalsh(tri.matrix()), 6)
-    Array([1., 2., 3.], dtype=float64)
+    Array([1., 2., 3.], dtype=float32)
     """
     check_key(key, "key")
     flat = _setup(matvec, like)
@@ -1057,8 +1065,8 @@ def top_eigenvalues(
 
     >>> import jax, jax.numpy as jnp
     >>> d = jnp.array([1.0, 5.0, 3.0, 2.0])
-    >>> top_eigenvalues(lambda v: d * v, 4, jax.random.key(0), k=2, num_steps=4)
-    Array([5., 3.], dtype=float64)
+    >>> jnp.round(top_eigenvalues(lambda v: d * v, 4, jax.random.key(0), k=2, num_steps=4), 4)
+    Array([5., 3.], dtype=float32)
     """
     check_key(key, "key")
     flat = _setup(matvec, like)
@@ -1154,7 +1162,7 @@ def slq_nodes(
     >>> jnp.round(q.nodes, 6)
     Array([[1., 2.],
            [1., 2.],
-           [1., 2.]], dtype=float64)
+           [1., 2.]], dtype=float32)
     """
     return _slq(matvec, like, key, num_probes, num_steps, chunk_size)
 
@@ -1219,7 +1227,7 @@ def spectral_density(
     >>> s = spectral_density(lambda v: d * v, 2, jax.random.key(0), num_probes=2, num_steps=2,
     ...                      num_grid=5, bandwidth=1.0)
     >>> jnp.round(s.grid, 6)
-    Array([-4., -1.,  2.,  5.,  8.], dtype=float64)
+    Array([-4., -1.,  2.,  5.,  8.], dtype=float32)
     """
     check_positive_int(num_grid, "num_grid", minimum=2)
     if bandwidth is not None:

@@ -439,8 +439,8 @@ def project_lp_ball(v: jax.Array, *, p: float, radius: Any) -> jax.Array:
         ``radius`` is not a finite value > 0 or ``v`` has a NaN/inf entry (runtime checks).
 
     >>> import jax.numpy as jnp
-    >>> project_lp_ball(jnp.array([3.0, 4.0]), p=2, radius=1.0).tolist()
-    [0.6000000000000001, 0.8]
+    >>> project_lp_ball(jnp.array([3.0, 4.0]), p=2, radius=1.0)
+    Array([0.6, 0.8], dtype=float32)
     """
     p = _check_projection_exponent(p, "p", "projections")
     v = _projection_input(v, "v")

@@ -92,9 +92,9 @@ def map_chunked(fn: Callable[[Any], Any], xs: Any, *, chunk_size: int | None = N
 
     >>> import jax.numpy as jnp
     >>> map_chunked(lambda x: x**2, jnp.arange(5), chunk_size=2)
-    Array([ 0,  1,  4,  9, 16], dtype=int64)
+    Array([ 0,  1,  4,  9, 16], dtype=int32)
     >>> map_chunked(lambda x: x**2, jnp.arange(5))  # one at a time
-    Array([ 0,  1,  4,  9, 16], dtype=int64)
+    Array([ 0,  1,  4,  9, 16], dtype=int32)
     """
     num = num_leading(xs)
     chunk = _chunk_size(chunk_size)
@@ -333,7 +333,7 @@ def sample_statistics(
       Chan, Golub & LeVeque 1979, Stanford report STAN-CS-79-773 (pairwise variance updates).
 
     >>> import jax, jax.numpy as jnp
-    >>> stats = sample_statistics(lambda k: jnp.float64(2.0), jax.random.key(0), num_samples=5)
+    >>> stats = sample_statistics(lambda k: jnp.asarray(2.0), jax.random.key(0), num_samples=5)
     >>> int(stats.count), float(stats.mean), float(stats.m2), int(stats.num_nonfinite)
     (5, 2.0, 0.0, 0)
     """

@@ -96,9 +96,9 @@ def fwht(x: jax.Array) -> jax.Array:
 
     >>> import jax.numpy as jnp
     >>> fwht(jnp.array([1, 0, 0, 0]))
-    Array([1, 1, 1, 1], dtype=int64)
+    Array([1, 1, 1, 1], dtype=int32)
     >>> fwht(jnp.array([1.0, 2.0, 3.0, 4.0]))
-    Array([10., -2., -4.,  0.], dtype=float64)
+    Array([10., -2., -4.,  0.], dtype=float32)
     """
     x, n = _cube_array(x, "x", to_float=False)
     batch = x.shape[:-1]
@@ -131,7 +131,7 @@ def walsh_spectrum(values: jax.Array) -> jax.Array:
 
     >>> import jax.numpy as jnp
     >>> walsh_spectrum(jnp.array([1.0, 0.0, 0.0, 1.0]))  # chi_{0,1} (0/1 even parity of 2 bits)
-    Array([0.5, 0. , 0. , 0.5], dtype=float64)
+    Array([0.5, 0. , 0. , 0.5], dtype=float32)
     """
     values, n = _cube_array(values, "values", to_float=True)
     return fwht(values) / 2**n

@@ -45,8 +45,8 @@ def positional_encoding(num_positions: int, embed_dim: int, *, dtype: Any = None
     the last coordinate is a sine).
 
     >>> import jax.numpy as jnp
-    >>> positional_encoding(2, 4, dtype=jnp.float64)[0]
-    Array([0., 1., 0., 1.], dtype=float64)
+    >>> positional_encoding(2, 4)[0]
+    Array([0., 1., 0., 1.], dtype=float32)
     """
     dtype = jnp.result_type(float) if dtype is None else dtype
     pos = np.arange(num_positions, dtype=np.float64)[:, None]

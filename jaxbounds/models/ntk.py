@@ -165,7 +165,7 @@ def empirical_ntk(
     >>> empirical_ntk(apply, {"w": jnp.zeros(2)}, x, tile_size=2)
     Array([[1., 1., 0.],
            [1., 5., 6.],
-           [0., 6., 9.]], dtype=float64)
+           [0., 6., 9.]], dtype=float32)
     """
     if jnp.ndim(inputs) < 1:
         raise ValueError(f"inputs: expected an array with a leading example axis, got {inputs!r}")
@@ -212,7 +212,7 @@ def ntk_diagonal(
     >>> import jax.numpy as jnp
     >>> x = jnp.array([[1.0, 0.0], [1.0, 2.0]])
     >>> ntk_diagonal(lambda p, x: x @ p["w"], {"w": jnp.zeros(2)}, x)  # ||x_a||^2
-    Array([1., 5.], dtype=float64)
+    Array([1., 5.], dtype=float32)
     """
     check_positive_int(chunk_size, "chunk_size")
     flat, unravel = ravel_pytree(params)

@@ -88,7 +88,7 @@ def apply_in_chunks(
 
     >>> import jax.numpy as jnp
     >>> apply_in_chunks(lambda p, x: x * p, 2.0, jnp.arange(5.0), chunk_size=2)
-    Array([0., 2., 4., 6., 8.], dtype=float64)
+    Array([0., 2., 4., 6., 8.], dtype=float32)
     """
     check_positive_int(chunk_size, "chunk_size")
     if len(inputs) <= chunk_size:

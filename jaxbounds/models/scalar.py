@@ -78,7 +78,7 @@ def project_rows(x: jax.Array) -> jax.Array:
     >>> import jax.numpy as jnp
     >>> project_rows(jnp.array([[3.0, 4.0], [0.3, 0.4]]))
     Array([[0.6, 0.8],
-           [0.3, 0.4]], dtype=float64)
+           [0.3, 0.4]], dtype=float32)
     """
     sq = jnp.sum(x * x, axis=-1, keepdims=True)
     return x * jax.lax.rsqrt(jnp.maximum(sq, jnp.ones_like(sq)))

@@ -37,7 +37,7 @@ def logistic_loss(scores: jax.Array, labels: jax.Array) -> jax.Array:
 
     >>> import jax.numpy as jnp
     >>> logistic_loss(jnp.array([0.0, 0.0]), jnp.array([0, 1]))  # log 2
-    Array(0.69314718, dtype=float64)
+    Array(0.6931472, dtype=float32)
     """
     signs = (2 * labels - 1).astype(scores.dtype)
     return jnp.mean(jnp.logaddexp(jnp.zeros_like(scores), -signs * scores))
@@ -65,7 +65,7 @@ def squared_loss(preds: jax.Array, targets: jax.Array) -> jax.Array:
 
     >>> import jax.numpy as jnp
     >>> squared_loss(jnp.array([1.0, 3.0]), jnp.array([0.0, 0.0]))
-    Array(5., dtype=float64)
+    Array(5., dtype=float32)
     """
     return jnp.mean((preds - targets.astype(preds.dtype)) ** 2)
 
@@ -75,7 +75,7 @@ def classification_loss(outputs: jax.Array, labels: jax.Array) -> jax.Array:
 
     >>> import jax.numpy as jnp
     >>> classification_loss(jnp.array([0.0, 0.0]), jnp.array([0, 1]))
-    Array(0.69314718, dtype=float64)
+    Array(0.6931472, dtype=float32)
     """
     if outputs.ndim == labels.ndim:
         return logistic_loss(outputs, labels)
@@ -87,7 +87,7 @@ def accuracy(outputs: jax.Array, labels: jax.Array) -> jax.Array:
 
     >>> import jax.numpy as jnp
     >>> accuracy(jnp.array([1.0, -1.0, 2.0]), jnp.array([1, 1, 1]))
-    Array(0.66666667, dtype=float64)
+    Array(0.6666667, dtype=float32)
     """
     preds = (outputs > 0) if outputs.ndim == labels.ndim else jnp.argmax(outputs, axis=-1)
     return jnp.mean((preds.astype(labels.dtype) == labels).astype(jnp.result_type(float)))
