@@ -99,3 +99,23 @@ def read_rows(
             elif strings is not None and key not in keep:
                 row[key] = float(value)
     return rows
+
+
+# TF32 keeps 10 explicit mantissa bits (unit roundoff 2^-11), bfloat16 7 (2^-8); a handful of
+# roundoffs of the operands' scale covers a product's rounding, as sqrt(eps) does for float32.
+_TF32_TOL = 8 * 2.0**-11
+_BF16_TOL = 8 * 2.0**-8
+
+
+def matmul_tol(dtype: Any) -> float:
+    """Relative tolerance of a result computed through matmuls of ``dtype`` at default precision.
+
+    sqrt(eps) of the dtype where float32 matmuls are full precision (CPU, float64, or
+    ``jax_default_matmul_precision="highest"``); TF32's on a GPU and bfloat16's on a TPU at JAX's
+    default precision. Use it only where a matmul of float32 operands is on the path.
+    """
+    from kernels._backend import reduced_precision_matmuls, sample_platform
+
+    if not reduced_precision_matmuls(dtype):
+        return tol(dtype)
+    return _BF16_TOL if sample_platform() == "tpu" else _TF32_TOL
