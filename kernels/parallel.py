@@ -1,15 +1,42 @@
-"""Chunked and multi-device maps over Monte Carlo samples, and streaming sample statistics.
+r"""Chunked and multi-device maps over Monte Carlo samples, and streaming sample statistics.
 
 Monte Carlo means go through :func:`sample_statistics`: sample ``i`` gets the key
-``jax.random.fold_in(key, i)``, derived inside the program from its index, and each chunk of
-``chunk_size`` samples is folded into a running (count, mean, M2) summary, so memory is that of
-one chunk whatever the number of samples, and neither ``chunk_size`` nor the device count
-changes which sample gets which key (results agree up to floating-point reassociation).
-:func:`map_chunked` and :func:`map_samples` map a function over an array of inputs (indices,
-keys, vectors) and keep every output.
+:func:`sample_key` ``(key, i)`` (``jax.random.fold_in(key, i)`` for ``i < 2**32``), derived
+inside the program from its index, and each chunk of ``chunk_size`` samples is folded into
+running double-word sums, so memory is that of one chunk whatever the number of samples, and
+neither ``chunk_size`` nor the device count changes which sample gets which key (results agree
+up to floating-point reassociation). :func:`map_chunked` and :func:`map_samples` map a function
+over an array of inputs (indices, keys, vectors) and keep every output.
 
 ``chunk_size`` means the same everywhere: samples per vectorised batch, an int >= 1; ``None``
 is one sample at a time (a sequential ``lax.map``, least memory).
+
+Counts, keys and accuracy at scale
+----------------------------------
+- **Counts.** Up to :data:`MAX_SAMPLES` ``= 2**53`` samples, with JAX's x64 on or off: sample
+  indices are carried as two uint32 words and every count the statistics need is a static
+  Python int, so nothing wraps at ``2**31`` or ``2**32``. Larger counts raise ``ValueError``.
+- **Keys.** Sample ``i = hi * 2**32 + lo`` gets the key that ``fold_in`` gives for the 64-bit
+  datum ``i``: the PRNG's hash of the counter ``(hi, lo)`` (threefry2x32:
+  ``threefry_2x32(key_data, (hi, lo))``; rbg: that on each half of its key; unsafe_rbg: the key
+  XOR the last of 10 ``rng_bit_generator`` words seeded with ``(hi, lo, hi, lo)``). For
+  ``i < 2**32`` (``hi = 0``) this is exactly ``jax.random.fold_in(key, i)``, so streams drawn
+  before are unchanged; past ``2**32`` the draws stay distinct (``fold_in`` itself reads its
+  datum as uint32 and would repeat them). Counters ``(2**32 - 1, 2**32 - 1 - j)`` are never
+  sample indices: :func:`reserved_key` hands them out for other randomness of a kernel (e.g.
+  random restarts), which therefore never coincides with a sample's key.
+- **Key implementations.** threefry2x32 keys (JAX's default, typed or raw) are vectorised over
+  a chunk. "rbg" and "unsafe_rbg" keys are accepted with the same invariances, but their
+  samples run one at a time (a sequential ``lax.map``) whatever ``chunk_size`` is: under
+  ``vmap`` their ``rng_bit_generator`` draws a whole batch from the batch's first key, so a
+  vectorised chunk would change the draws with ``chunk_size``. Other implementations work up
+  to ``2**32`` samples (one at a time).
+- **Accuracy.** Each chunk's sums of deviations from a shift (the device's first sample) are
+  added to double-word (two-float) accumulators in the samples' dtype (:mod:`kernels._accumulate`),
+  and the mean and $M_2$ are formed once at the end from the exact static count. In float32 the
+  summation error of a mean over $2^{30}$ samples stays far below 1% of its standard error (the
+  mean is returned rounded to float32, a relative error of $6\times10^{-8}$); a plain float32
+  running mean stops moving once an update falls below half an ulp.
 
 Many hosts: after ``jax.distributed.initialize()`` on every process, ``jax.devices()`` lists
 the devices of all hosts and the mesh built here spans them. Call the kernel inside
@@ -28,26 +55,199 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.random import threefry_2x32
 from jax.sharding import Mesh, PartitionSpec
 
+from kernels import _accumulate as dw
 from kernels._checks import check_key, check_positive_int
 from kernels._devices import sample_devices, using_devices
 from kernels.estimate import Estimate
 
 __all__ = [
+    "MAX_SAMPLES",
     "SampleStats",
+    "check_num_samples",
     "map_chunked",
     "map_samples",
     "num_leading",
+    "reserved_key",
     "sample_devices",
+    "sample_key",
     "sample_statistics",
     "using_devices",
+    "vmap_safe_key",
 ]
+
+MAX_SAMPLES = 2**53
+"""The most Monte Carlo samples a kernel runs (indices are two uint32 words; the count is exact
+in float64)."""
+
+_WORD = 2**32
+_MASK = _WORD - 1
+# a loop of more chunks than this runs as a loop of loops (fori_loop counts are int32)
+_LOOP_LIMIT = 2**30
+# implementations whose keys can be vmapped without changing their draws
+_VMAP_SAFE = ("threefry2x32",)
+_HASHED = ("threefry2x32", "rbg", "unsafe_rbg")
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+def check_num_samples(value: Any, name: str = "num_samples", minimum: int = 1) -> int:
+    """Return ``value`` as an int in ``[minimum, MAX_SAMPLES]``; else a ValueError naming it.
+
+    >>> check_num_samples(2**40)
+    1099511627776
+    >>> check_num_samples(2**54, "num_draws")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: num_draws: at most 2**53 Monte Carlo samples ..., got 18014398509481984
+    """
+    num = check_positive_int(value, name, minimum)
+    if num > MAX_SAMPLES:
+        raise ValueError(
+            f"{name}: at most 2**53 Monte Carlo samples (sample indices and counts are exact up "
+            f"to there), got {num}"
+        )
+    return num
+
+
+def _impl_name(key: jax.Array) -> str:
+    """The PRNG implementation of a checked key ("threefry2x32" for a raw uint32 key)."""
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return str(jax.random.key_impl(key))
+    return "threefry2x32"
+
+
+def vmap_safe_key(key: jax.Array) -> bool:
+    """Whether draws from ``key`` (and keys folded from it) are unchanged under ``jax.vmap``.
+
+    True for threefry2x32 keys (typed or raw). False for "rbg" and "unsafe_rbg" (and any other
+    implementation): ``vmap`` of their ``rng_bit_generator`` draws the whole batch from the
+    batch's first key, so a kernel maps their samples one at a time.
+
+    >>> vmap_safe_key(jax.random.key(0)), vmap_safe_key(jax.random.key(0, impl="rbg"))
+    (True, False)
+    """
+    return _impl_name(key) in _VMAP_SAFE
+
+
+def _threefry_counter(data: jax.Array, hi: jax.Array, lo: jax.Array) -> jax.Array:
+    """threefry_2x32 of the key words ``data`` [2] at the counters ``(hi, lo)`` -> ``[..., 2]``."""
+    shape = jnp.shape(hi)
+    flat = jnp.concatenate([jnp.reshape(hi, (-1,)), jnp.reshape(lo, (-1,))])
+    out = threefry_2x32((data[0], data[1]), flat)
+    size = flat.shape[0] // 2
+    return jnp.stack([out[:size], out[size:]], axis=-1).reshape(*shape, 2)
+
+
+def _derive(key: jax.Array, hi: jax.Array, lo: jax.Array) -> jax.Array:
+    """The keys of the 64-bit indices ``hi * 2**32 + lo`` (uint32 arrays of one shape)."""
+    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    impl = _impl_name(key)
+    hi = jnp.asarray(hi, jnp.uint32)
+    lo = jnp.asarray(lo, jnp.uint32)
+    if impl not in _HASHED:  # another implementation: fold_in (callers keep hi == 0)
+        fold = functools.partial(jax.random.fold_in, key)
+        for _ in range(lo.ndim):
+            fold = jax.vmap(fold)
+        return fold(lo)
+    data = jax.random.key_data(key) if typed else key
+    if impl == "threefry2x32":
+        out = _threefry_counter(data, hi, lo)
+    elif impl == "rbg":
+        halves = [_threefry_counter(data[h : h + 2], hi, lo) for h in (0, 2)]
+        out = jnp.concatenate(halves, axis=-1)
+    else:  # unsafe_rbg: key ^ the last of 10 rng_bit_generator words seeded (hi, lo, hi, lo)
+
+        def one(h: jax.Array, w: jax.Array) -> jax.Array:
+            _, bits = jax.lax.rng_bit_generator(jnp.stack([h, w, h, w]), (10, 4), jnp.uint32)
+            return data ^ bits[-1]
+
+        flat = jax.lax.map(lambda hw: one(*hw), (hi.reshape(-1), lo.reshape(-1)))
+        out = flat.reshape(*hi.shape, 4)
+    return jax.random.wrap_key_data(out, impl=impl) if typed else out
+
+
+def _words(index: int) -> tuple[np.uint32, np.uint32]:
+    return np.uint32(index // _WORD), np.uint32(index % _WORD)
+
+
+def sample_key(key: jax.Array, index: Any) -> jax.Array:
+    r"""The key of Monte Carlo sample ``index``: ``fold_in`` of the 64-bit datum ``index``.
+
+    For ``index < 2**32`` this is ``jax.random.fold_in(key, index)``. For a larger index
+    $i = h\,2^{32} + l$ it is the PRNG's hash of the counter $(h, l)$, which is what ``fold_in``
+    computes for a 64-bit datum before JAX reads it as uint32 (see the module docstring), so
+    samples past ``2**32`` get distinct keys.
+
+    Args:
+      key: a PRNG key (typed, any of threefry2x32 / rbg / unsafe_rbg, or a raw uint32 key).
+      index: a Python int in ``[0, MAX_SAMPLES)`` or a traced integer scalar (read as uint32).
+
+    Returns:
+      A key of the same kind as ``key``.
+
+    Raises:
+      ValueError: on a bad key or index, or an index >= 2**32 for another implementation.
+
+    >>> import jax
+    >>> key = jax.random.key(0)
+    >>> bool((jax.random.key_data(sample_key(key, 5))
+    ...       == jax.random.key_data(jax.random.fold_in(key, 5))).all())
+    True
+    >>> k32 = jax.random.key_data(sample_key(key, 2**32 + 5))  # not fold_in(key, 5)
+    >>> bool((k32 == jax.random.key_data(jax.random.fold_in(key, 5))).all())
+    False
+    """
+    key = check_key(key)
+    if isinstance(index, int | np.integer) and not isinstance(index, bool):
+        index = check_num_samples(int(index) + 1, "index") - 1
+        if index >= _WORD and _impl_name(key) not in _HASHED:
+            raise ValueError(
+                f"index: keys of implementation {_impl_name(key)!r} are derived with fold_in, "
+                f"whose datum is 32 bits: at most 2**32 samples, got index {index}"
+            )
+        hi, lo = _words(index)
+        return _derive(key, jnp.asarray(hi), jnp.asarray(lo))
+    index = jnp.asarray(index)
+    if not jnp.issubdtype(index.dtype, jnp.integer) or index.shape != ():
+        raise ValueError(f"index: expected an int or an integer scalar, got {index!r}")
+    return _derive(key, jnp.zeros((), jnp.uint32), index.astype(jnp.uint32))
+
+
+def reserved_key(key: jax.Array, slot: int = 0) -> jax.Array:
+    """A key derived from ``key`` that no Monte Carlo sample gets, for a kernel's other draws.
+
+    The counter ``(2**32 - 1, 2**32 - 1 - slot)`` lies past :data:`MAX_SAMPLES`, so it is never
+    a sample index (a salt folded in with ``fold_in(key, salt)`` is sample ``salt``'s key).
+
+    Args:
+      key: a PRNG key.
+      slot: which reserved key, an int in ``[0, 1024)``.
+
+    Raises:
+      ValueError: on a bad key or slot.
+
+    >>> import jax
+    >>> key = jax.random.key(0)
+    >>> bool((jax.random.key_data(reserved_key(key)) == jax.random.key_data(sample_key(key, 0))
+    ...       ).all())
+    False
+    """
+    key = check_key(key)
+    slot = check_positive_int(slot, "slot", minimum=0)
+    if slot >= 1024:
+        raise ValueError(f"slot: expected an int in [0, 1024), got {slot}")
+    impl = _impl_name(key)
+    if impl not in _HASHED:
+        raise ValueError(f"key: reserved keys need a threefry2x32 or rbg key, got {impl!r}")
+    return _derive(key, jnp.asarray(np.uint32(_MASK)), jnp.asarray(np.uint32(_MASK - slot)))
 
 
 def num_leading(xs: Any) -> int:
@@ -67,7 +267,24 @@ def _chunk_size(chunk_size: int | None) -> int:
     return 1 if chunk_size is None else check_positive_int(chunk_size, "chunk_size")
 
 
-def map_chunked(fn: Callable[[Any], Any], xs: Any, *, chunk_size: int | None = None) -> Any:
+def _sequential_keys(xs: Any, key: jax.Array | None) -> bool:
+    """Whether ``key`` or a typed key leaf of ``xs`` does not batch (its map must not vmap)."""
+    keys = [] if key is None else [check_key(key)]
+    keys += [
+        leaf
+        for leaf in jax.tree_util.tree_leaves(xs)
+        if jnp.issubdtype(jnp.result_type(leaf), jax.dtypes.prng_key)
+    ]
+    return any(not vmap_safe_key(k) for k in keys)
+
+
+def map_chunked(
+    fn: Callable[[Any], Any],
+    xs: Any,
+    *,
+    chunk_size: int | None = None,
+    key: jax.Array | None = None,
+) -> Any:
     """Map ``fn`` over the leading axis of ``xs``, ``chunk_size`` elements vectorised at a time.
 
     ``chunk_size=None`` (or 1) is a sequential ``lax.map``, one element at a time and
@@ -75,20 +292,25 @@ def map_chunked(fn: Callable[[Any], Any], xs: Any, *, chunk_size: int | None = N
     on CPU turns a perturbed model's matmuls into slower batched ones); ``chunk_size >=
     len(xs)`` vectorises everything with ``jax.vmap``; anything between is a ``lax.map`` over
     ``vmap``-ed chunks, so peak memory holds ``chunk_size`` elements' intermediates, not all
-    of them. Element ``i`` of the output is ``fn(xs[i])`` whatever the
-    chunk size.
+    of them. Element ``i`` of the output is ``fn(xs[i])`` whatever the chunk size.
+
+    Keys whose draws change under ``vmap`` ("rbg", "unsafe_rbg"; see :func:`vmap_safe_key`)
+    make the map sequential whatever ``chunk_size`` is, so the chunk size never changes the
+    draws: typed key leaves of ``xs`` are detected, and ``key`` names the key that ``fn``
+    folds its draws from when ``xs`` holds indices.
 
     Args:
       fn: function of one element (a pytree slice of ``xs``).
       xs: pytree whose leaves share a leading axis.
       chunk_size: elements per vectorised batch, an int >= 1 (static); ``None``: one at a time.
+      key: optional PRNG key that ``fn`` draws from (see above); not passed to ``fn``.
 
     Returns:
       The stacked outputs, leading axis as ``xs``.
 
     Raises:
-      ValueError: if ``chunk_size`` is not an int >= 1 or None, or the leaves of ``xs``
-        disagree on their leading axis.
+      ValueError: if ``chunk_size`` is not an int >= 1 or None, the leaves of ``xs``
+        disagree on their leading axis, or ``key`` is not a PRNG key.
 
     >>> import jax.numpy as jnp
     >>> map_chunked(lambda x: x**2, jnp.arange(5), chunk_size=2)
@@ -98,6 +320,8 @@ def map_chunked(fn: Callable[[Any], Any], xs: Any, *, chunk_size: int | None = N
     """
     num = num_leading(xs)
     chunk = _chunk_size(chunk_size)
+    if _sequential_keys(xs, key):
+        chunk = 1
     if num == 1:  # one element: a plain call. No size-1 vmap: batching a perturbed model's
         # weights turns its matmuls into batched ones, measured 1.7x slower on CPU (a
         # 67M-parameter decoder); no scan, whose stacked output is one more buffer
@@ -121,6 +345,7 @@ def map_samples(
     *,
     chunk_size: int | None = None,
     devices: Sequence[jax.Device] | None = None,
+    key: jax.Array | None = None,
 ) -> Any:
     """Map ``fn`` over Monte Carlo samples, chunked and sharded over devices.
 
@@ -137,12 +362,14 @@ def map_samples(
         one at a time.
       devices: devices to shard over; default ``jax.devices()`` (or the innermost
         :func:`using_devices` scope).
+      key: optional PRNG key that ``fn`` draws from; an "rbg" / "unsafe_rbg" key makes each
+        device's map sequential (see :func:`map_chunked`).
 
     Returns:
       The stacked outputs, leading axis as ``xs``.
 
     Raises:
-      ValueError: if ``chunk_size`` is not an int >= 1 or None.
+      ValueError: if ``chunk_size`` is not an int >= 1 or None, or ``key`` is not a PRNG key.
 
     >>> import jax
     >>> keys = jax.random.split(jax.random.key(0), 6)
@@ -151,6 +378,8 @@ def map_samples(
     """
     _chunk_size(chunk_size)
     devices = sample_devices() if devices is None else list(devices)
+    if _sequential_keys(xs, key):
+        chunk_size = None
     if len(devices) <= 1:
         return map_chunked(fn, xs, chunk_size=chunk_size)
     num = num_leading(xs)
@@ -179,19 +408,23 @@ class SampleStats:
     r"""Streaming statistics of i.i.d. Monte Carlo samples (elementwise over the sample shape).
 
     Attributes:
-      count: number of samples $K$.
-      mean: $\frac1K\sum_k Y_k$.
-      m2: $\sum_k (Y_k - \bar Y)^2$ (Welford / Chan et al.).
-      num_nonfinite: how many samples had a NaN or infinite element (those samples are
-        included in ``mean`` and ``m2``, which are then NaN or inf).
-      num_samples: $K$ as a static Python int.
+      mean: $\frac1K\sum_k Y_k$, in the samples' dtype.
+      m2: $\sum_k (Y_k - \bar Y)^2$ (>= 0), in the samples' dtype.
+      num_nonfinite: how many samples had a NaN or infinite element (int32, saturating at
+        ``2**31 - 1``; those samples are included in ``mean`` and ``m2``, which are then NaN
+        or inf).
+      num_samples: $K$ as a static Python int (also :attr:`count`).
     """
 
-    count: Any
     mean: Any
     m2: Any
     num_nonfinite: Any
     num_samples: int = dataclasses.field(metadata={"static": True})
+
+    @property
+    def count(self) -> int:
+        """$K$, the number of samples (a Python int: exact for any count)."""
+        return self.num_samples
 
     def estimate(self, *, num_evaluations: int | None = None) -> Estimate:
         r"""The mean with standard error $\sqrt{M_2/(K-1)}/\sqrt K$ as an :class:`Estimate`.
@@ -214,65 +447,154 @@ class SampleStats:
         )
 
 
-def _merge(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Chan et al.: merge two (count, mean, M2, nonfinite) summaries."""
-    n_a, mean_a, m2_a, bad_a = a
-    n_b, mean_b, m2_b, bad_b = b
-    n = n_a + n_b
-    safe = jnp.where(n > 0, n, 1).astype(mean_a.dtype)
-    frac = n_b.astype(mean_a.dtype) / safe
-    delta = mean_b - mean_a
-    mean = mean_a + delta * frac
-    m2 = m2_a + m2_b + delta**2 * n_a.astype(mean_a.dtype) * frac
-    return n, mean, m2, bad_a + bad_b
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Sums:
+    r"""Running sums of one device's share: what :func:`sample_statistics` accumulates.
+
+    With shift $s$ (the share's first sample), $d_k = Y_k - s$ over the share's $K$ samples:
+
+    Attributes:
+      shift: $s$ (zero for a share without samples).
+      s1: $\sum_k d_k$ as a double-word ``(hi, lo)``.
+      s2: $\sum_k d_k^2$ as a double-word ``(hi, lo)``.
+      num_nonfinite: samples with a NaN/inf element (int32, saturating).
+      count: $K$, static.
+    """
+
+    shift: Any
+    s1: Any
+    s2: Any
+    num_nonfinite: Any
+    count: int = dataclasses.field(metadata={"static": True})
 
 
-def _chunk_summary(values: jax.Array, valid: jax.Array) -> tuple[Any, ...]:
-    """(count, mean, M2, nonfinite) of the valid rows of a chunk of samples."""
+def _saturating_add(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a + b`` for int32 counts in [0, 2**31 - 1], saturating instead of wrapping."""
+    return a + jnp.minimum(b, _INT32_MAX - a)
+
+
+def _shifted(sums: Sums, shift: jax.Array) -> tuple[dw.DoubleWord, dw.DoubleWord]:
+    r"""``(s1, s2)`` of ``sums`` re-centred at ``shift`` $t$ (double-word).
+
+    With $e = s - t$: $\sum (d + e) = S_1 + K e$ and $\sum (d + e)^2 = S_2 + 2 e S_1 + K e^2$.
+    """
+    e = dw.two_sum(sums.shift, -shift)
+    k = dw.const(sums.count, e[0].dtype)
+    s1 = dw.add(sums.s1, dw.mul(k, e))
+    s2 = dw.add(sums.s2, dw.mul(e, dw.add(dw.add(sums.s1, sums.s1), dw.mul(k, e))))
+    return s1, s2
+
+
+def merge_sums(parts: Sequence[Sums]) -> Sums:
+    """Add the sums of disjoint shares (re-centred at the first share's shift), in order.
+
+    The counts are static Python ints, so the merged count is exact at any size.
+    """
+    first = parts[0]
+    s1, s2, bad, count = first.s1, first.s2, first.num_nonfinite, first.count
+    for part in parts[1:]:
+        if part.count == 0:  # a surplus device: nothing to add (its shift is 0)
+            bad = _saturating_add(bad, part.num_nonfinite)
+            continue
+        p1, p2 = _shifted(part, first.shift)
+        s1, s2 = dw.add(s1, p1), dw.add(s2, p2)
+        bad = _saturating_add(bad, part.num_nonfinite)
+        count += part.count
+    return Sums(first.shift, s1, s2, bad, count)
+
+
+def finish_sums(sums: Sums) -> SampleStats:
+    r"""Mean and $M_2$ from the sums: $\bar Y = s + S_1/K$, $M_2 = S_2 - S_1 \cdot S_1/K$.
+
+    Formed in double-word arithmetic with the exact $1/K$, then rounded to the dtype ($M_2$
+    clipped at 0).
+    """
+    dtype = sums.shift.dtype
+    inv = dw.const(Fraction(1, max(sums.count, 1)), dtype)
+    q = dw.mul(sums.s1, inv)  # mean - shift
+    mean = dw.value(dw.add(q, dw.of(sums.shift)))
+    m2 = dw.value(dw.add(sums.s2, dw.neg(dw.mul(sums.s1, q))))
+    m2 = jnp.maximum(m2, jnp.zeros_like(m2))  # rounding must not give a negative M2
+    return SampleStats(mean, m2, sums.num_nonfinite, sums.count)
+
+
+def _chunk_sums(values: jax.Array, valid: jax.Array, carry: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Add a chunk of samples (rows of ``values``, ``valid`` ones only) to the running sums."""
+    started, shift, s1, s2, bad = carry
     shape = (-1,) + (1,) * (values.ndim - 1)
     mask = valid.reshape(shape)
-    count = jnp.sum(valid).astype(jnp.int32)
-    denom = jnp.maximum(count, 1).astype(values.dtype)
-    mean = jnp.sum(jnp.where(mask, values, 0), axis=0) / denom
-    m2 = jnp.sum(jnp.where(mask, (values - mean[None]) ** 2, 0), axis=0)
+    # the shift is the share's first sample: deviations from it are small (no cancellation)
+    shift = jnp.where(jnp.logical_or(started, ~valid[0]), shift, values[0])
+    d = jnp.where(mask, values - shift[None], jnp.zeros((), values.dtype))
+    s1 = dw.add_float(s1, jnp.sum(d, axis=0))
+    s2 = dw.add_float(s2, jnp.sum(d * d, axis=0))
     finite = jnp.all(jnp.isfinite(values.reshape(values.shape[0], -1)), axis=1)
-    bad = jnp.sum(jnp.logical_and(valid, ~finite)).astype(jnp.int32)
-    return count, mean, m2, bad
+    chunk_bad = jnp.sum(jnp.logical_and(valid, ~finite)).astype(jnp.int32)
+    return jnp.ones((), bool), shift, s1, s2, _saturating_add(bad, chunk_bad)
 
 
-def _share_summary(
+def _loop(body: Callable[[Any], Any], count: int, carry: Any) -> Any:
+    """``body`` applied ``count`` times (a Python int of any size: loops of loops past 2**30)."""
+    outer, rest = divmod(count, _LOOP_LIMIT)
+    if outer:
+        inner = functools.partial(jax.lax.fori_loop, 0, _LOOP_LIMIT, lambda _, c: body(c))
+        carry = jax.lax.fori_loop(0, outer, lambda _, c: inner(c), carry)
+    if rest:
+        carry = jax.lax.fori_loop(0, rest, lambda _, c: body(c), carry)
+    return carry
+
+
+def _share_sums(
     fn: Callable[[jax.Array], jax.Array],
     key: jax.Array,
-    share: jax.Array,
+    start: jax.Array,
     *,
     num: int,
     chunk: int,
     per_device: int,
     out: jax.ShapeDtypeStruct,
+    sequential: bool,
 ) -> tuple[Any, ...]:
-    """Summary of the chunks ``share * per_device + c``, ``c < per_device``, in one loop."""
+    """Sums of the ``per_device`` chunks from sample index ``start`` (uint32 words [2])."""
+    num_hi, num_lo = _words(num)
+    offsets = jnp.arange(chunk, dtype=jnp.uint32)
 
-    def body(c: jax.Array, carry: tuple[Any, ...]) -> tuple[Any, ...]:
-        first = (share * per_device + c).astype(jnp.uint32) * jnp.uint32(chunk)
-        idx = first + jnp.arange(chunk, dtype=jnp.uint32)
-        # vectorised over the chunk; a chunk of one is a plain call (no size-1 vmap)
-        values = map_chunked(lambda i: fn(jax.random.fold_in(key, i)), idx, chunk_size=chunk)
-        return _merge(carry, _chunk_summary(values, idx < jnp.uint32(num)))
+    def sample(words: tuple[jax.Array, jax.Array]) -> jax.Array:
+        return fn(_derive(key, *words))
+
+    def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
+        hi0, lo0, *sums = carry
+        lo = lo0 + offsets
+        hi = hi0 + (lo < lo0).astype(jnp.uint32)  # carry into the high word
+        valid = jnp.logical_or(hi < num_hi, jnp.logical_and(hi == num_hi, lo < num_lo))
+        # vectorised over the chunk (a chunk of one is a plain call: no size-1 vmap), or one
+        # at a time for keys whose draws change under vmap
+        values = map_chunked(sample, (hi, lo), chunk_size=1 if sequential else chunk)
+        sums = _chunk_sums(values, valid, tuple(sums))
+        lo_next = lo0 + jnp.uint32(chunk)
+        hi_next = hi0 + (lo_next < lo0).astype(jnp.uint32)
+        return (hi_next, lo_next, *sums)
 
     zero = jnp.zeros(out.shape, out.dtype)
-    init = (jnp.zeros((), jnp.int32), zero, zero, jnp.zeros((), jnp.int32))
-    return jax.lax.fori_loop(0, per_device, body, init)
+    init = (start[0], start[1], jnp.zeros((), bool), zero, dw.of(zero), dw.of(zero),
+            jnp.zeros((), jnp.int32))  # fmt: skip
+    _, _, _, shift, s1, s2, bad = _loop(body, per_device, init)
+    return shift, s1, s2, bad
 
 
 def _sharded(
-    run_share: Callable[[jax.Array], tuple[Any, ...]], devices: list[jax.Device]
-) -> tuple[Any, ...]:
-    """Run ``run_share(d)`` on device ``d`` of a one-axis mesh and merge the summaries in order.
+    run_share: Callable[[jax.Array], tuple[Any, ...]],
+    starts: np.ndarray,
+    counts: list[int],
+    devices: list[jax.Device],
+) -> Sums:
+    """Run ``run_share(start words)`` on each device of a one-axis mesh; merge in order.
 
-    One device: ``run_share(0)`` directly, without a mesh.
+    One device: ``run_share`` directly, without a mesh.
     """
     if len(devices) == 1:
-        return run_share(jnp.zeros((), jnp.int32))
+        return Sums(*run_share(jnp.asarray(starts[0])), count=counts[0])
     mesh = Mesh(np.asarray(devices), ("samples",))
     spec = PartitionSpec("samples")
     parts = jax.shard_map(
@@ -281,11 +603,12 @@ def _sharded(
         in_specs=spec,
         out_specs=spec,
         check_vma=False,
-    )(jnp.arange(len(devices), dtype=jnp.int32))
-    summary = jax.tree_util.tree_map(lambda x: x[0], parts)
-    for d in range(1, len(devices)):
-        summary = _merge(summary, jax.tree_util.tree_map(lambda x, d=d: x[d], parts))
-    return summary
+    )(jnp.asarray(starts))
+    shares = [
+        Sums(*jax.tree_util.tree_map(lambda x, d=d: x[d], parts), count=counts[d])
+        for d in range(len(devices))
+    ]
+    return merge_sums(shares)
 
 
 def sample_statistics(
@@ -296,61 +619,83 @@ def sample_statistics(
     chunk_size: int | None = None,
     devices: Sequence[jax.Device] | None = None,
 ) -> SampleStats:
-    r"""Mean and $M_2$ of ``fn(fold_in(key, i))`` over ``i < num_samples``, in bounded memory.
+    r"""Mean and $M_2$ of ``fn(sample_key(key, i))`` over ``i < num_samples``, in bounded memory.
 
     $$\bar Y = \frac1K\sum_{i<K} Y_i,\quad M_2 = \sum_{i<K}(Y_i - \bar Y)^2,\quad
-    Y_i = \mathtt{fn}(\mathtt{fold\_in}(\mathtt{key}, i)),$$
+    Y_i = \mathtt{fn}(\mathtt{sample\_key}(\mathtt{key}, i)),$$
 
-    elementwise over the sample's shape. Sample $i$'s key is derived inside the program from
+    elementwise over the sample's shape; ``sample_key(key, i)`` is ``jax.random.fold_in(key, i)``
+    for ``i < 2**32`` (:func:`sample_key`). Sample $i$'s key is derived inside the program from
     its index, so neither the keys nor the values of all samples are ever held: the
     ``ceil(K / chunk_size)`` chunks are split into contiguous shares, one per device; each
-    device loops over its share, ``chunk_size`` samples vectorised
-    at a time, merging each chunk into a running (count, mean, M2) with Chan et al.'s update;
-    the devices' summaries are merged in device order. Memory is that of one chunk, and the
-    result does not depend on ``chunk_size`` or the device count (up to floating-point
-    reassociation). Samples with a NaN/inf element are counted in ``num_nonfinite`` (and make
-    ``mean``/``m2`` NaN or inf).
+    device loops over its share, ``chunk_size`` samples vectorised at a time, adding each
+    chunk's sums of $Y_i - s$ and $(Y_i - s)^2$ ($s$ the share's first sample) to double-word
+    accumulators; the devices' sums are merged in device order and
+    $\bar Y = s + S_1/K$, $M_2 = S_2 - S_1^2/K$ formed once with the exact count. Memory is that
+    of one chunk; the result does not depend on ``chunk_size`` or the device count (up to
+    floating-point reassociation), and its summation error is about that of float64 sums in
+    float32 (see the module docstring). Samples with a NaN/inf element are counted in
+    ``num_nonfinite`` (and make ``mean``/``m2`` NaN or inf).
 
     Args:
       fn: function of one PRNG key returning a floating array of a fixed shape (a sample;
         several quantities can be stacked in a vector).
-      key: PRNG key.
-      num_samples: $K \ge 1$. Static.
+      key: PRNG key (threefry2x32, typed or raw; "rbg" and "unsafe_rbg" keys run their
+        samples one at a time, see the module docstring).
+      num_samples: $1 \le K \le 2^{53}$. Static.
       chunk_size: samples per vectorised batch, an int >= 1 (static); ``None`` runs them one
         at a time.
       devices: devices to spread chunks over; default ``jax.devices()`` (or the innermost
         :func:`using_devices` scope).
 
     Returns:
-      SampleStats(count, mean, m2, num_nonfinite), elementwise over the sample's shape;
+      SampleStats(mean, m2, num_nonfinite), elementwise over the sample's shape;
       ``.estimate()`` gives the :class:`~kernels.estimate.Estimate` with its standard error.
 
     Raises:
-      ValueError: if ``num_samples`` or ``chunk_size`` is not an int >= 1, ``key`` is not a
-        PRNG key, or ``fn`` does not return a floating array.
+      ValueError: if ``num_samples`` is not an int in ``[1, 2**53]`` (at most ``2**32`` for a
+        key implementation other than threefry2x32 / rbg / unsafe_rbg), ``chunk_size`` is not
+        an int >= 1, ``key`` is not a PRNG key, or ``fn`` does not return a floating array.
 
     References:
-      Chan, Golub & LeVeque 1979, Stanford report STAN-CS-79-773 (pairwise variance updates).
+      Chan, Golub & LeVeque 1979, Stanford report STAN-CS-79-773 (shifted sums, pairwise
+      merges); Joldes, Muller & Popescu 2017, doi:10.1145/3121432 (double-word sums).
 
     >>> import jax, jax.numpy as jnp
     >>> stats = sample_statistics(lambda k: jnp.asarray(2.0), jax.random.key(0), num_samples=5)
-    >>> int(stats.count), float(stats.mean), float(stats.m2), int(stats.num_nonfinite)
+    >>> stats.count, float(stats.mean), float(stats.m2), int(stats.num_nonfinite)
     (5, 2.0, 0.0, 0)
+    >>> # float32 samples 1 + 2**-12 u, u uniform in {0, 1}: a float32 running mean of 2**16
+    >>> # of them drifts by ulps, the double-word sums give the mean of the float32 samples
+    >>> coin = lambda k: 1 + 2.0**-12 * jax.random.bernoulli(k).astype(jnp.float32)
+    >>> stats = sample_statistics(coin, jax.random.key(1), num_samples=2**16, chunk_size=256)
+    >>> stats.mean.dtype, abs(float(stats.mean) - 1 - 2.0**-13) < 1e-5
+    (dtype('float32'), True)
     """
-    num = check_positive_int(num_samples, "num_samples")
+    num = check_num_samples(num_samples, "num_samples")
     chunk = min(_chunk_size(chunk_size), num)
-    check_key(key)
+    key = check_key(key)
+    impl = _impl_name(key)
+    if num > _WORD and impl not in _HASHED:
+        raise ValueError(
+            f"num_samples: keys of implementation {impl!r} are derived with fold_in, whose datum "
+            f"is 32 bits: at most 2**32 samples, got {num} (use a threefry2x32 or rbg key)"
+        )
     num_chunks = -(-num // chunk)
     devices = sample_devices() if devices is None else list(devices)
+    per_device = -(-num_chunks // len(devices))
     # every given device takes a share (surplus ones get only padding, masked out), so the
     # program's device set is the same whatever num_samples is; fn is jitted so that its shape
     # probe and the loop share one trace.
+    share = per_device * chunk
+    starts = np.asarray([_words(d * share) for d in range(len(devices))], np.uint32)
+    counts = [min(max(num - d * share, 0), share) for d in range(len(devices))]
     fn = jax.jit(fn)
     run_share = functools.partial(
-        _share_summary, fn, key, num=num, chunk=chunk, per_device=-(-num_chunks // len(devices)),
-        out=_sample_shape(fn, key),
+        _share_sums, fn, key, num=num, chunk=chunk, per_device=per_device,
+        out=_sample_shape(fn, key), sequential=not vmap_safe_key(key),
     )  # fmt: skip
-    return SampleStats(*_sharded(run_share, devices), num_samples=num)
+    return finish_sums(_sharded(run_share, starts, counts, devices))
 
 
 def _sample_shape(fn: Callable[[jax.Array], jax.Array], key: jax.Array) -> Any:

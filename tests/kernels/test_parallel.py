@@ -1,16 +1,20 @@
 """Chunked and sharded maps over Monte Carlo samples, and streaming sample statistics."""
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from kernels import _accumulate as dw
+from kernels import parallel
 from kernels._checks import check_that
 from kernels.parallel import map_chunked, map_samples, num_leading, sample_statistics
 
@@ -278,3 +282,213 @@ def test_sharded_over_four_devices_equals_single_device():
         assert count == 13
         np.testing.assert_allclose(mean, ref.mean, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(m2, ref.m2, rtol=1e-12, atol=1e-14)
+
+
+# ------------------------------------------------------------------ keys and counts at scale
+
+
+def np_threefry2x32(key_words, x0, x1):
+    """Threefry-2x32 (20 rounds) in numpy uint64 arithmetic: the reference of the key hash."""
+    m = 0xFFFFFFFF
+    rot = [(13, 15, 26, 6), (17, 29, 16, 24)]
+    k0, k1 = int(key_words[0]), int(key_words[1])
+    ks = [k0, k1, k0 ^ k1 ^ 0x1BD11BDA]
+    x = [(int(x0) + ks[0]) & m, (int(x1) + ks[1]) & m]
+    for i in range(5):
+        for r in rot[i % 2]:
+            x[0] = (x[0] + x[1]) & m
+            x[1] = ((x[1] << r) | (x[1] >> (32 - r))) & m
+            x[1] ^= x[0]
+        x[0] = (x[0] + ks[(i + 1) % 3]) & m
+        x[1] = (x[1] + ks[(i + 2) % 3] + i + 1) & m
+    return x
+
+
+def key_words(key):
+    return [int(w) for w in np.asarray(jax.random.key_data(key)).ravel()]
+
+
+@pytest.mark.parametrize("impl", ["threefry2x32", "rbg", "unsafe_rbg"])
+def test_sample_key_is_fold_in_below_2_32(impl):
+    """Committed streams keep their keys: sample i < 2**32 gets fold_in(key, i), for every
+    built-in key implementation, from a Python int and from a traced index."""
+    key = jax.random.key(11, impl=impl)
+    for i in (0, 1, 5, 6_202_564, 2**31 - 1, 2**31, 2**32 - 1):
+        want = key_words(jax.random.fold_in(key, i))
+        assert key_words(parallel.sample_key(key, i)) == want
+        traced = jax.jit(lambda k, j: parallel.sample_key(k, j))(key, jnp.uint32(i))
+        assert key_words(traced) == want
+    raw = jax.random.key_data(jax.random.key(3)) if impl == "threefry2x32" else None
+    if raw is not None:  # raw uint32 keys stay raw
+        got = parallel.sample_key(raw, 7)
+        np.testing.assert_array_equal(got, jax.random.fold_in(raw, 7))
+
+
+def test_sample_key_past_2_32_hashes_the_64_bit_counter():
+    """Past 2**32 the key is threefry2x32 of (hi, lo) (rbg: on each half of its key), checked
+    against a numpy Threefry that reproduces fold_in below 2**32; the draws never repeat."""
+    key = jax.random.key(5)
+    words = key_words(key)
+    assert np_threefry2x32(words, 0, 12345) == key_words(jax.random.fold_in(key, 12345))
+    for i in (2**32, 2**32 + 5, 2**40 + 3, 2**53 - 1):
+        hi, lo = divmod(i, 2**32)
+        assert key_words(parallel.sample_key(key, i)) == np_threefry2x32(words, hi, lo)
+    rbg = jax.random.key(5, impl="rbg")
+    w = key_words(rbg)
+    i = 2**40 + 7
+    want = np_threefry2x32(w[:2], i >> 32, i & 0xFFFFFFFF) + np_threefry2x32(
+        w[2:], i >> 32, i & 0xFFFFFFFF
+    )
+    assert key_words(parallel.sample_key(rbg, i)) == want
+    for impl in ("threefry2x32", "rbg", "unsafe_rbg"):
+        k = jax.random.key(2, impl=impl)
+        seen = {tuple(key_words(parallel.sample_key(k, j))) for j in
+                (5, 2**32 + 5, 2**33 + 5, 2**40 + 5, 2**53 - 2**32 + 5)}  # fmt: skip
+        assert len(seen) == 5, impl
+
+
+def test_reserved_key_is_no_sample_key():
+    """The restart salt 0x5EA4C4 folded in was the key of sample 6,202,564; a reserved key is
+    the hash of a counter past every sample index."""
+    key = jax.random.key(0)
+    reserved = key_words(parallel.reserved_key(key))
+    assert reserved == np_threefry2x32(key_words(key), 2**32 - 1, 2**32 - 1)
+    assert reserved != key_words(parallel.sample_key(key, 0x5EA4C4))
+    assert key_words(parallel.reserved_key(key, 1)) != reserved
+    with pytest.raises(ValueError, match=r"^slot"):
+        parallel.reserved_key(key, -1)
+
+
+def test_counts_past_2_53_and_bad_indices_are_refused():
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match=r"^num_samples: at most 2\*\*53"):
+        sample_statistics(stat_sample, key, num_samples=2**53 + 1)
+    with pytest.raises(ValueError, match=r"^index"):
+        parallel.sample_key(key, 2**53)
+    with pytest.raises(ValueError, match=r"^index"):
+        parallel.sample_key(key, -1)
+    with pytest.raises(ValueError, match=r"^index"):
+        parallel.sample_key(key, 1.5)
+    assert parallel.check_num_samples(2**40, "num_draws") == 2**40
+
+
+def two_point_sums(shift, a, b, count, dtype):
+    """Sums of a share whose ``count`` samples are ``shift + a`` (first half) and
+    ``shift + b`` (the rest), as sample_statistics would accumulate them."""
+    na = count // 2
+    nb = count - na
+    s1 = Fraction(a) * na + Fraction(b) * nb
+    s2 = Fraction(a) ** 2 * na + Fraction(b) ** 2 * nb
+    return parallel.Sums(
+        shift=jnp.asarray(shift, dtype),
+        s1=dw.const(s1, dtype),
+        s2=dw.const(s2, dtype),
+        num_nonfinite=jnp.zeros((), jnp.int32),
+        count=count,
+    ), [(Fraction(shift) + Fraction(a), na), (Fraction(shift) + Fraction(b), nb)]
+
+
+def exact_stats(points):
+    count = sum(n for _, n in points)
+    mean = sum(v * n for v, n in points) / count
+    m2 = sum((v - mean) ** 2 * n for v, n in points)
+    return count, mean, m2
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+@pytest.mark.parametrize(
+    "counts",
+    [[2**31 - 1, 2**31 + 1], [2**32 - 3, 2**32 + 7, 5], [2**40 + 3], [2**40 - 1, 2**40 + 1, 0]],
+)
+def test_merged_sums_at_2_31_2_32_2_40_match_exact_fractions(dtype, counts):
+    """The summary arithmetic at counts around 2**31, 2**32 and 2**40 (nothing wraps in int32
+    or uint32, no weight loses the count): merged mean and M2 equal the exact rational values
+    up to the rounding of the result to the dtype."""
+    parts, points = [], []
+    for d, count in enumerate(counts):
+        shift = 0.0 if count == 0 else 0.17 + 0.01 * d
+        sums, pts = two_point_sums(shift, 0.25 * (d + 1), -0.125, count, dtype)
+        if count == 0:  # a surplus device: zero sums
+            sums = dataclasses.replace(sums, s1=dw.of(jnp.zeros((), dtype)),
+                                       s2=dw.of(jnp.zeros((), dtype)))  # fmt: skip
+            pts = []
+        parts.append(sums)
+        points += pts
+    stats = parallel.finish_sums(parallel.merge_sums(parts))
+    count, mean, m2 = exact_stats(points)
+    assert stats.count == count == sum(counts)
+    eps = float(jnp.finfo(dtype).eps)
+    assert stats.mean.dtype == dtype
+    assert abs(Fraction(float(stats.mean)) - mean) <= 2 * eps * abs(mean)
+    assert abs(Fraction(float(stats.m2)) - m2) <= 4 * eps * m2
+    est = stats.estimate()
+    se = float(np.sqrt(float(m2) / (count - 1) / count))
+    np.testing.assert_allclose(float(est.stderr), se, rtol=8 * eps)
+
+
+def test_nonfinite_counts_saturate_instead_of_wrapping():
+    big = jnp.asarray(2**31 - 10, jnp.int32)
+    assert int(parallel._saturating_add(big, jnp.asarray(100, jnp.int32))) == 2**31 - 1
+    assert int(parallel._saturating_add(big, jnp.asarray(3, jnp.int32))) == 2**31 - 7
+
+
+def test_chunk_indices_carry_across_2_32():
+    """A share that starts 3 samples below 2**32 (the words carry into the high word) uses the
+    keys of samples 2**32 - 3 ... and masks the samples past num_samples = 2**32 + 2."""
+    key = jax.random.key(9)
+
+    def word(k):  # the first word of the sample's key, as a float64 sample
+        return jax.random.key_data(k)[0].astype(jnp.float64)
+
+    start = jnp.asarray(parallel._words(2**32 - 3), jnp.uint32)
+    out = jax.ShapeDtypeStruct((), jnp.float64)
+    shift, s1, s2, bad = parallel._share_sums(
+        word, key, start, num=2**32 + 2, chunk=4, per_device=2, out=out, sequential=False
+    )
+    values = [float(word(parallel.sample_key(key, i))) for i in range(2**32 - 3, 2**32 + 2)]
+    assert float(shift) == values[0]
+    assert float(dw.value(s1)) == sum(v - values[0] for v in values)
+    np.testing.assert_allclose(float(dw.value(s2)), sum((v - values[0]) ** 2 for v in values),
+                               rtol=1e-15)  # fmt: skip
+    assert int(bad) == 0
+
+
+@pytest.mark.parametrize("chunk_size", [None, 2, 5])
+def test_loops_of_loops_equal_one_loop(monkeypatch, chunk_size):
+    """Past 2**30 chunks per device the chunk loop becomes a loop of loops (fori_loop counts
+    are int32): same statistics (the limit is lowered here to run it)."""
+    key = jax.random.key(12)
+    ref = sample_statistics(stat_sample, key, num_samples=37, chunk_size=chunk_size)
+    monkeypatch.setattr(parallel, "_LOOP_LIMIT", 4)
+    got = sample_statistics(stat_sample, key, num_samples=37, chunk_size=chunk_size)
+    np.testing.assert_allclose(got.mean, ref.mean, rtol=1e-14)
+    np.testing.assert_allclose(got.m2, ref.m2, rtol=1e-13)
+    calls = []
+    parallel._loop(lambda c: calls.append(1) or c + 1, 11, jnp.zeros((), jnp.int32))
+    assert len(calls) in (2, 3)  # traced once per loop: outer-inner body and the rest
+
+
+# ------------------------------------------------------------------ float32 accumulation
+
+
+def grid_sample(key):
+    """float32 samples 100 + (u - 1/2) with u on a 2**-23 grid: mean/sd about 350."""
+    bits = jax.random.bits(key, (), jnp.uint32) >> jnp.uint32(9)
+    return jnp.float32(100.0) + (bits.astype(jnp.float32) * jnp.float32(2.0**-23) - 0.5)
+
+
+def test_float32_mean_keeps_the_float64_accuracy_of_its_samples():
+    """2**20 float32 samples of mean/sd ~ 350 in chunks of 64: the float32 statistics equal
+    those of the same float32 values summed in float64 to 1% of the standard error (plus the
+    final rounding of the mean to float32). A float32 running mean (the Chan update) was off
+    by ~10% of the stderr here, and stops moving at larger counts."""
+    key = jax.random.key(21)
+    num = 2**20
+    s32 = sample_statistics(grid_sample, key, num_samples=num, chunk_size=64)
+    s64 = sample_statistics(lambda k: grid_sample(k).astype(jnp.float64), key,
+                            num_samples=num, chunk_size=64)  # fmt: skip
+    assert s32.mean.dtype == jnp.float32
+    se = float(s64.estimate().stderr)
+    half_ulp = float(jnp.finfo(jnp.float32).eps) * 100.0 / 2
+    assert abs(float(s32.mean) - float(s64.mean)) <= 0.01 * se + half_ulp
+    np.testing.assert_allclose(float(s32.estimate().stderr), se, rtol=1e-6)
