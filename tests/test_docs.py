@@ -1,0 +1,235 @@
+"""The documentation as a product: the site builds strictly, the API reference is complete, every
+Python block of README.md and docs/ runs, and the version is one number.
+
+- The site is built once per run with ``mkdocs build --strict`` in a subprocess (exactly the
+  command a developer types; a broken link or anchor, a page missing from the nav, a docstring
+  griffe cannot parse, or a missing snippet fails it).
+- Every name of every public ``__all__`` (``kernels``, each ``jaxbounds`` subpackage, the public
+  ``jaxbounds`` modules, and the modules a package re-exports, such as
+  ``jaxbounds.bounds.pac_bayes``) must have its anchor on its package's page of the built API
+  reference.
+- The Python blocks of the Markdown files run with Sybil, in order, one namespace per file (a
+  page reads top to bottom), with JAX's defaults (float32, standard dtype promotion, rank
+  promotion allowed): what a reader who copies them sees, not the float64 of the other tests.
+  A block that cannot run here is preceded by ``<!-- skip: next "why" -->``; one that runs but is
+  too slow for the default run by ``<!-- skip: next if(not run_slow_examples, reason="why") -->``,
+  and ``JAXBOUNDS_DOCS_SLOW=1`` runs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import pkgutil
+import re
+import subprocess
+import sys
+import tomllib
+import types
+import unittest
+from pathlib import Path
+
+import jax
+import pytest
+from sybil import Sybil
+from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
+
+import jaxbounds
+import jaxbounds.cli
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+EXTENSION = DOCS / "_ext" / "griffe_docstrings.py"
+
+# ---------------------------------------------------------------------------------------------
+# The site
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """Build the site once for this module with ``mkdocs build --strict``; return its folder."""
+    site_dir = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet"),
+            *("--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site_dir)),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    return site_dir
+
+
+def public_modules() -> list[str]:
+    """``kernels``, every ``jaxbounds`` subpackage with an ``__all__``, and the public top-level
+    ``jaxbounds`` modules with an ``__all__`` (``jaxbounds.distributed``, ``jaxbounds.cli``)."""
+    names = ["kernels"]
+    for info in pkgutil.walk_packages(jaxbounds.__path__, "jaxbounds."):
+        parts = info.name.split(".")
+        if any(p.startswith("_") for p in parts):
+            continue
+        if not info.ispkg and len(parts) > 2:  # a module inside a subpackage: public only if
+            continue  # the subpackage re-exports it (checked through that package's __all__)
+        if hasattr(importlib.import_module(info.name), "__all__"):
+            names.append(info.name)
+    return sorted(names)
+
+
+def public_names(module_name: str) -> list[str]:
+    """Dotted names of the module's ``__all__`` and of the ``__all__`` of each module it exports."""
+    module = importlib.import_module(module_name)
+    found = []
+    for name in module.__all__:
+        found.append(f"{module_name}.{name}")
+        value = getattr(module, name)
+        if isinstance(value, types.ModuleType):
+            found += public_names(value.__name__)
+    return found
+
+
+PUBLIC_MODULES = public_modules()
+
+
+def test_public_modules_are_found():
+    # The discovery above is what keeps the reference complete: if it found nothing, the test
+    # below would check nothing.
+    assert {"kernels", "jaxbounds.bounds", "jaxbounds.models", "jaxbounds.distributed"} <= set(
+        PUBLIC_MODULES
+    )
+    assert "jaxbounds.bounds.pac_bayes.semi_analytic" in public_names("jaxbounds.bounds")
+
+
+@pytest.mark.parametrize("module_name", PUBLIC_MODULES)
+def test_every_public_name_is_on_its_reference_page(site, module_name):
+    source = DOCS / "api" / f"{module_name}.md"
+    assert source.exists(), f"no API page for {module_name}: add {source} with `::: {module_name}`"
+    html = (site / "api" / module_name / "index.html").read_text()
+    anchors = set(re.findall(r'id="([\w.]+)"', html))
+    missing = [name for name in public_names(module_name) if name not in anchors]
+    assert not missing, f"not on the API page of {module_name}: {missing}"
+
+
+def _griffe_extension():
+    spec = importlib.util.spec_from_file_location("griffe_docstrings", EXTENSION)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_griffe_extension_fences_doctests_only():
+    ext = _griffe_extension()
+    lines = ["Intro.", "", "Args:", "  x: a value.", "    >>> f(1)", "    2", ""]
+    lines += ["```", ">>> no doctest", "```", ">>> g()"]
+    text = "\n".join(lines)
+    assert ext.fence_doctests(text).split("\n") == [
+        "Intro.",
+        "",
+        "Args:",
+        "  x: a value.",
+        "",
+        "    ```pycon",
+        "    >>> f(1)",
+        "    2",
+        "    ```",
+        "",
+        "```",
+        ">>> no doctest",
+        "```",
+        "",
+        "```pycon",
+        ">>> g()",
+        "```",
+    ]
+    assert ext.roles_to_code(":func:`~kernels.hvp` and :py:class:`Estimate`") == (
+        "`kernels.hvp` and `Estimate`"
+    )
+
+
+def test_reference_renders_doctests_and_math(site):
+    html = (site / "api" / "kernels" / "index.html").read_text()
+    # Doctests are highlighted code with a prompt, not Markdown block quotes made of ">>>".
+    assert html.count('<span class="gp">&gt;&gt;&gt; </span>') > 50
+    for page in (site / "api").glob("*/index.html"):
+        assert "<blockquote>\n<blockquote>" not in page.read_text(), page
+    # The docstrings' $...$ reach MathJax as arithmatex spans, and MathJax is loaded.
+    assert html.count('<span class="arithmatex">') > 50
+    assert "mathjax" in html.lower()
+
+
+def test_every_reproduction_has_a_page(site):
+    for report in sorted(DOCS.glob("reproduce/*/report.md")):
+        name = report.parent.name
+        assert (site / "reproduce" / name / "report" / "index.html").exists(), name
+        assert f"reproduce/{name}/report.md" in (DOCS / "reproductions.md").read_text(), name
+
+
+# ---------------------------------------------------------------------------------------------
+# The version
+
+
+def test_version_is_one_number(capsys):
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert jaxbounds.__version__ == declared
+    assert importlib.metadata.version("jaxbounds") == declared, "reinstall: pip install -e ."
+    scripts = importlib.metadata.entry_points(group="console_scripts")
+    (script,) = [ep for ep in scripts if ep.name == "jaxbounds"]
+    assert script.value == "jaxbounds.cli:main"
+    with pytest.raises(SystemExit) as exit_info:
+        jaxbounds.cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"jaxbounds {declared}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The examples
+
+SYBIL = Sybil(parsers=[PythonCodeBlockParser(), SkipParser()])
+MARKDOWN = [ROOT / "README.md", *sorted(p for p in DOCS.rglob("*.md") if "_" not in p.name[:1])]
+
+
+def _examples():
+    params = []
+    for path in MARKDOWN:
+        document = SYBIL.parse(path)
+        for example in document.examples():
+            kind = "skip" if isinstance(example.parsed, tuple) else "code"
+            label = f"{path.relative_to(ROOT)}:{example.line}:{kind}"
+            params.append(pytest.param(example, id=label))
+    return params
+
+
+@pytest.fixture
+def jax_user_defaults():
+    """JAX's own defaults for the duration of one example (the suite runs float64, strict)."""
+    settings = {
+        "jax_enable_x64": False,
+        "jax_numpy_dtype_promotion": "standard",
+        "jax_numpy_rank_promotion": "allow",
+    }
+    previous = {name: getattr(jax.config, name) for name in settings}
+    for name, value in settings.items():
+        jax.config.update(name, value)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            jax.config.update(name, value)
+
+
+@pytest.mark.parametrize("example", _examples())
+def test_markdown_example(example, jax_user_defaults):
+    example.namespace.setdefault(
+        "run_slow_examples", os.environ.get("JAXBOUNDS_DOCS_SLOW", "0") == "1"
+    )
+    try:
+        example.evaluate()
+    except unittest.SkipTest as skip:
+        pytest.skip(str(skip))
