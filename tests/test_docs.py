@@ -3,7 +3,8 @@ Python block of README.md and docs/ runs, and the version is one number.
 
 - The site is built once per run with ``mkdocs build --strict`` in a subprocess (exactly the
   command a developer types; a broken link or anchor, a page missing from the nav, a docstring
-  griffe cannot parse, or a missing snippet fails it).
+  griffe cannot parse, or a missing snippet fails it); a tiny site with a broken link checks that
+  the command does fail.
 - Every name of every public ``__all__`` (``kernels``, each ``jaxbounds`` subpackage, the public
   ``jaxbounds`` modules, and the modules a package re-exports, such as
   ``jaxbounds.bounds.pac_bayes``) must have its anchor on its package's page of the built API
@@ -47,25 +48,41 @@ EXTENSION = DOCS / "_ext" / "griffe_docstrings.py"
 # The site
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    """Build the site once for this module with ``mkdocs build --strict``; return its folder."""
-    site_dir = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run(
+def mkdocs_build(config: Path, site_dir: Path) -> subprocess.CompletedProcess:
+    """``mkdocs build --strict`` in a subprocess. Not ``--quiet``: it hides the warnings that
+    ``--strict`` turns into a failure, and the build then passes whatever is broken."""
+    return subprocess.run(
         [
-            *(sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet"),
-            *("--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site_dir)),
+            *(sys.executable, "-m", "mkdocs", "build", "--strict"),
+            *("--config-file", str(config), "--site-dir", str(site_dir)),
         ],
-        cwd=ROOT,
-        env=env,
+        cwd=config.parent,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """Build the site once for this module with ``mkdocs build --strict``; return its folder."""
+    site_dir = tmp_path_factory.mktemp("site")
+    proc = mkdocs_build(ROOT / "mkdocs.yml", site_dir)
+    warnings = [line for line in proc.stderr.splitlines() if not line.startswith("INFO")]
+    assert proc.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(warnings)
     return site_dir
+
+
+def test_strict_build_fails_on_a_broken_link(tmp_path):
+    # The command the site fixture runs must turn a warning into a failure.
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text("# Home\n\nSee [a page](missing.md).\n")
+    (tmp_path / "mkdocs.yml").write_text("site_name: t\n")
+    proc = mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "site")
+    assert proc.returncode != 0
+    assert "missing.md" in proc.stderr
 
 
 def public_modules() -> list[str]:
