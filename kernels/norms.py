@@ -37,6 +37,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from kernels._checks import (
@@ -141,6 +142,35 @@ def dual_exponent(p: float) -> float:
     return p / (p - 1)
 
 
+def pow2_factors(m: jax.Array) -> tuple[jax.Array, jax.Array]:
+    r"""``(2**-e, 2**e)`` with $2^{e-1} \le m < 2^e$: exact rescaling factors for magnitudes ~m.
+
+    ``e`` is clipped so that both factors are finite normal numbers of ``m``'s dtype
+    ($|e| \le 126$ in float32), and is 0 where ``m`` is 0 or not finite. Multiplying by a power
+    of two is exact (barring under/overflow), so a sum of squares of ``x * 2**-e`` rounds
+    exactly as that of ``x`` would in the normal range, but never overflows or underflows.
+
+    >>> down, up = pow2_factors(jnp.float32(3e19))
+    >>> float(up), float(down) * float(up)
+    (3.6893488147419103e+19, 1.0)
+    """
+    m = jax.lax.stop_gradient(jnp.asarray(m))
+    info = jnp.finfo(m.dtype)
+    _, e = jnp.frexp(m)
+    lim = int(info.maxexp) - 2
+    e = jnp.where(jnp.logical_and(jnp.isfinite(m), m > 0), jnp.clip(e, -lim, lim), 0)
+    one = jnp.ones((), m.dtype)
+    return jnp.ldexp(one, -e), jnp.ldexp(one, e)
+
+
+def _l2_norm(a: jax.Array, axis: Any = None) -> jax.Array:
+    """Euclidean norm of ``a`` along ``axis``, scaled by a power of two: no overflow/underflow."""
+    down, up = pow2_factors(jnp.max(jnp.abs(a), axis=axis, keepdims=True))
+    s = a * down
+    out = jnp.sqrt(jnp.sum(s * s, axis=axis, keepdims=True)) * up
+    return out.reshape(()) if axis is None else jnp.squeeze(out, axis=axis)
+
+
 def _lp(x: jax.Array, p: float, axis: Any = None) -> jax.Array:
     """p-norm of ``x`` along ``axis`` (all entries when None), p in [1, inf]."""
     a = jnp.abs(x)
@@ -149,7 +179,7 @@ def _lp(x: jax.Array, p: float, axis: Any = None) -> jax.Array:
     if p == 1:
         return jnp.sum(a, axis=axis)
     if p == 2:
-        return jnp.sqrt(jnp.sum(a * a, axis=axis))
+        return _l2_norm(a, axis=axis)
     # scale by the max entry so large p does not overflow
     m = jnp.max(a, axis=axis, keepdims=True)
     safe = jnp.where(m > 0, m, jnp.ones_like(m))
@@ -160,6 +190,12 @@ def _lp(x: jax.Array, p: float, axis: Any = None) -> jax.Array:
 def vector_norm(x: jax.Array, p: float = 2, *, axis: int | None = None) -> jax.Array:
     r"""$\|x\|_p = (\sum_i |x_i|^p)^{1/p}$ over all entries of ``x`` ($\max_i |x_i|$ at $p=\infty$).
 
+    Scaled so that it neither overflows nor underflows where the norm itself is representable:
+    at $p = 2$ by a power of two (exact: the same rounding as the plain formula where that does
+    not overflow), for other $1 < p < \infty$ by the largest entry. In float32,
+    $\|(3\cdot10^{19}, 4\cdot10^{19})\|_2 = 5\cdot10^{19}$ (the plain sum of squares is inf) and
+    $\|(3\cdot10^{-20}, 4\cdot10^{-20})\|_2 = 5\cdot10^{-20}$ (not 0).
+
     Args:
       x: array of any shape (all entries are one vector unless ``axis`` is given).
       p: exponent in [1, inf]. Static.
@@ -169,13 +205,24 @@ def vector_norm(x: jax.Array, p: float = 2, *, axis: int | None = None) -> jax.A
       Scalar (or array without ``axis``) in the dtype of ``x``.
 
     Raises:
-      ValueError: if ``p`` is not in [1, inf], or ``x`` is empty or float16/bfloat16.
+      ValueError: if ``p`` is not in [1, inf], ``x`` is empty or float16/bfloat16, or ``axis``
+        is not an axis of ``x``.
 
     >>> import jax.numpy as jnp
     >>> float(vector_norm(jnp.array([3.0, -4.0]), 2)), float(vector_norm(jnp.array([3.0, -4.0]), 1))
     (5.0, 7.0)
+    >>> vector_norm(jnp.array([3e19, 4e19])), vector_norm(jnp.array([3e-20, 4e-20]))
+    (Array(5.e+19, dtype=float32), Array(5.e-20, dtype=float32))
     """
-    return _lp(_norm_input(x, "x"), _check_exponent(p, "p"), axis=axis)
+    x = _norm_input(x, "x")
+    p = _check_exponent(p, "p")
+    if axis is not None:
+        if isinstance(axis, bool) or not isinstance(axis, int | np.integer):
+            raise ValueError(f"axis: expected an int or None, got {axis!r}")
+        if not -x.ndim <= axis < x.ndim:
+            raise ValueError(f"axis: expected an axis of x in [-{x.ndim}, {x.ndim}), got {axis}")
+        axis = int(axis)
+    return _lp(x, p, axis=axis)
 
 
 def as_matrix(w: jax.Array, *, split_axis: int = 1) -> jax.Array:
@@ -354,24 +401,41 @@ def tree_schatten_norms(
 
 
 def _l1(v: jax.Array, r: jax.Array) -> jax.Array:
-    """Projection of all entries of ``v`` onto the l1 ball of radius ``r`` (unchecked)."""
+    r"""Projection of all entries of ``v`` onto the l1 ball of radius ``r`` (unchecked).
+
+    Sorted magnitudes $u_0 \ge u_1 \ge \dots$ are taken relative to the largest,
+    $d_j = u_j - u_0 \le 0$, so the threshold $\theta = u_0 + \theta'$ with
+    $\theta' = (\sum_{j \le \rho} d_j - r)/(\rho + 1)$ and the result
+    $|x_i| = \max(|v_i| - u_0 - \theta', 0)$ keep ``r`` even when it is below the rounding
+    of $u_0$ (``[5e30, 1]`` onto the unit ball is ``[1, 0]``, not ``[0, 0]``).
+    """
     flat = v.reshape(-1)
     a = jnp.abs(flat)
     u = jnp.sort(a)[::-1]
-    css = jnp.cumsum(u)
+    d = u - u[0]
+    csd = jnp.cumsum(d)
     j = jnp.arange(1, u.shape[0] + 1, dtype=v.dtype)
-    cond = u - (css - r) / j > 0
+    cond = d - (csd - r) / j > 0
     rho = jnp.max(jnp.where(cond, jnp.arange(u.shape[0]), 0))
-    theta = jnp.maximum((css[rho] - r) / (rho + 1).astype(v.dtype), jnp.zeros((), v.dtype))
-    out = jnp.sign(flat) * jnp.maximum(a - theta, jnp.zeros((), v.dtype))
+    shift = (csd[rho] - r) / (rho + 1).astype(v.dtype)  # theta - u_0
+    shift = jnp.maximum(shift, -u[0])  # theta >= 0
+    out = jnp.sign(flat) * jnp.maximum((a - u[0]) - shift, jnp.zeros((), v.dtype))
     out = jnp.where(jnp.sum(a) <= r, flat, out)
     return out.reshape(v.shape)
 
 
 def _l2(v: jax.Array, r: jax.Array) -> jax.Array:
-    """Projection of all entries of ``v`` onto the l2 ball: ``v * min(1, r / ||v||_2)``."""
-    nrm = jnp.sqrt(jnp.sum(v * v))
-    return v * jnp.minimum(jnp.ones((), v.dtype), r / jnp.maximum(nrm, jnp.finfo(v.dtype).tiny))
+    """Projection of all entries of ``v`` onto the l2 ball: ``v * min(1, r / ||v||_2)``.
+
+    With ``v = 2**e u`` (exact power-of-two scaling): ``min(1, (r 2**-e) / ||u||_2)``, so a
+    norm above the dtype's range still projects (the plain formula gave ``v * 0``).
+    """
+    down, _ = pow2_factors(jnp.max(jnp.abs(v)))
+    u = v * down
+    nrm = jnp.sqrt(jnp.sum(u * u))
+    one = jnp.ones((), v.dtype)
+    factor = jnp.minimum(one, (r * down) / jnp.where(nrm > 0, nrm, one))
+    return v * jnp.where(nrm > 0, factor, one)
 
 
 def _lp_projection(v: jax.Array, p: float, r: jax.Array) -> jax.Array:
@@ -458,7 +522,7 @@ def _group_projection(w: jax.Array, q: float, p: float, r: jax.Array) -> jax.Arr
         return _l1(w, r)
     if (q, p) == (2.0, 2.0):
         return _l2(w, r)
-    c = jnp.sqrt(jnp.sum(w * w, axis=0))  # (q, p) == (2, 1): group lasso
+    c = _l2_norm(w, axis=0)  # (q, p) == (2, 1): group lasso
     c_new = _l1(c, r)
     scale = jnp.where(c > 0, c_new / jnp.where(c > 0, c, jnp.ones_like(c)), jnp.zeros_like(c))
     return w * scale[None, :]

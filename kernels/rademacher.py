@@ -101,21 +101,31 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels._backend import is_accelerator
 from kernels._checks import (
     check_array_leaves,
     check_finite,
     check_key,
-    check_positive,
     check_positive_int,
     check_that,
     runtime_checks,
     runtime_checks_enabled,
 )
 from kernels._jit import compile_once
+from kernels._ordered import CheckChain
 from kernels._random import sign_vector as _draw_signs
 from kernels.estimate import Estimate
-from kernels.norms import dual_exponent, tree_norm, vector_norm
-from kernels.parallel import SampleStats, sample_statistics
+from kernels.norms import dual_exponent, pow2_factors, vector_norm
+from kernels.parallel import (
+    MAX_SAMPLES,
+    SampleStats,
+    _derive,
+    _words,
+    check_num_samples,
+    map_chunked,
+    reserved_key,
+    sample_statistics,
+)
 
 __all__ = [
     "FiniteSup",
@@ -137,9 +147,26 @@ __all__ = [
 ]
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-# salt of the key of the random restarts of rademacher_search (the signs use the key itself)
-_RESTART_SALT = 0x5EA4C4
+# the random restarts of the searches draw from reserved_key(key, _RESTART_SLOT), a key that no
+# sign vector gets (the signs of draw k use sample_key(key, k)); until 2026-11 they used
+# fold_in(key, 0x5EA4C4), the key of sign draw 6,202,564
+_RESTART_SLOT = 0
 _MAX_EXACT_EXAMPLES = 20
+_MAX_MEMBERS = int(np.iinfo(np.int32).max)  # member indices are int32
+_PRECISIONS = (None, "highest", "bf16x2")
+# rademacher_linear's default chunk: 256 draws on a CPU (measured best there); on an accelerator
+# the largest power of two up to 4096 whose signs and products fit _ACCEL_CHUNK_BYTES
+_CPU_CHUNK = 256
+_ACCEL_CHUNK = 4096
+_ACCEL_CHUNK_BYTES = 1 << 30
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def _restart_key(key: jax.Array) -> jax.Array:
+    """The key of the searches' random restarts (no sign vector's key)."""
+    return reserved_key(key, _RESTART_SLOT)
+
+
 # runtime checks inside the ascent's loop body (host callbacks every step); off by default,
 # see _ascend. bench/rademacher.py turns it on to measure what they cost.
 _CHECKS_IN_ASCENT = False
@@ -159,19 +186,29 @@ def _check_float_dtype(dtype: Any, name: str) -> np.dtype:
     return dt
 
 
-def _check_float_array(x: Any, name: str, *, ndim: int | None = None) -> jax.Array:
-    """``x`` as a finite, non-empty float32/float64 array of ``ndim`` dimensions."""
+def _check_float_array(
+    x: Any, name: str, *, ndim: int | None = None, chain: CheckChain | None = None
+) -> jax.Array:
+    """``x`` as a finite, non-empty float32/float64 array of ``ndim`` dimensions.
+
+    With ``chain`` the finiteness check joins it (see :mod:`kernels._ordered`).
+    """
     x = jnp.asarray(x)
     if ndim is not None and x.ndim != ndim:
         raise ValueError(f"{name}: expected a {ndim}-d array, got shape {x.shape}")
     _check_float_dtype(x.dtype, name)
     if x.size == 0:
         raise ValueError(f"{name}: expected a non-empty array, got shape {x.shape}")
-    check_finite(x, name)
+    if chain is None:
+        check_finite(x, name)
+    else:
+        chain.finite(x, name)
     return x
 
 
-def _check_float_tree(tree: Any, name: str, *, allow_int: bool = False) -> None:
+def _check_float_tree(
+    tree: Any, name: str, *, allow_int: bool = False, chain: CheckChain | None = None
+) -> None:
     """Floating leaves of ``tree`` are float32/float64 and finite; integer ones only if allowed."""
     check_array_leaves(tree, name)
     leaves = jax.tree_util.tree_leaves(tree)
@@ -181,7 +218,21 @@ def _check_float_tree(tree: Any, name: str, *, allow_int: bool = False) -> None:
         dtype = jnp.result_type(leaf)
         if not (allow_int and jnp.issubdtype(dtype, jnp.integer)):
             _check_float_dtype(dtype, name)
-    check_finite(tree, name)
+    if chain is None:
+        check_finite(tree, name)
+    else:
+        chain.finite(tree, name)
+
+
+def _check_signs(signs: Any, num_examples: int) -> jax.Array:
+    """``signs`` as an array whose last axis has length n; else a ValueError naming it."""
+    signs = jnp.asarray(signs)
+    if signs.ndim == 0 or signs.shape[-1] != num_examples:
+        raise ValueError(
+            f"signs: expected sign vectors [..., {num_examples}] (one sign per example), got "
+            f"shape {signs.shape}"
+        )
+    return signs
 
 
 def _check_chunk(chunk_size: Any) -> int | None:
@@ -199,21 +250,41 @@ def _check_delta(delta: Any) -> float | None:
 # --------------------------------------------------------------------------- sign vectors
 
 
-def _signs_at(key: jax.Array, indices: jax.Array, num_examples: int, dtype: Any) -> jax.Array:
-    """Sign vectors of the draws ``indices`` (uint32 vector) -> ``[len(indices), n]``."""
-    return jax.vmap(lambda i: _draw_signs(jax.random.fold_in(key, i), num_examples, dtype))(indices)
+def _mul_words(a: jax.Array, b: int) -> tuple[jax.Array, jax.Array]:
+    """The 64-bit product of a uint32 array ``a`` and a Python int ``b < 2**32`` as (hi, lo) words.
+
+    Schoolbook on 16-bit halves, every partial product and carry in uint32 (no int64 needed).
+    """
+    a = jnp.asarray(a, jnp.uint32)
+    half = jnp.uint32(0xFFFF)
+    a1, a0 = a >> jnp.uint32(16), a & half
+    b1, b0 = jnp.uint32(b >> 16), jnp.uint32(b & 0xFFFF)
+    p00, p01, p10, p11 = a0 * b0, a0 * b1, a1 * b0, a1 * b1
+    mid = p01 + p10
+    mid_carry = (mid < p01).astype(jnp.uint32)
+    lo = p00 + (mid << jnp.uint32(16))
+    lo_carry = (lo < p00).astype(jnp.uint32)
+    hi = p11 + (mid >> jnp.uint32(16)) + (mid_carry << jnp.uint32(16)) + lo_carry
+    return hi, lo
 
 
 @compile_once
 def _sign_rows(
     key: jax.Array, start: jax.Array, *, num_rows: int, num_examples: int, dtype: Any
 ) -> jax.Array:
+    """Sign vectors of draws ``start ... start + num_rows - 1`` (``start``: uint32 words [2])."""
     check_key(key)
     check_positive_int(num_rows, "num_rows")
     check_positive_int(num_examples, "num_examples")
     dtype = _check_float_dtype(dtype, "dtype")
-    idx = start.astype(jnp.uint32) + jnp.arange(num_rows, dtype=jnp.uint32)
-    return _signs_at(key, idx, num_examples, dtype)
+    lo = start[1] + jnp.arange(num_rows, dtype=jnp.uint32)
+    hi = start[0] + (lo < start[1]).astype(jnp.uint32)
+
+    def row(words: tuple[jax.Array, jax.Array]) -> jax.Array:
+        return _draw_signs(_derive(key, *words), num_examples, dtype)
+
+    # vectorised for threefry keys, one row at a time for keys whose draws change under vmap
+    return map_chunked(row, (hi, lo), chunk_size=num_rows, key=key)
 
 
 def sign_chunk(
@@ -227,12 +298,14 @@ def sign_chunk(
     r"""Rows ``chunk_index * chunk_size ... + chunk_size - 1`` of :func:`sign_vectors`, alone.
 
     Regenerates one chunk of draws from the key and the chunk index without drawing the others
-    (draw $k$ has key ``fold_in(key, k)``). ``chunk_index`` may be traced.
+    (draw $k$ has key :func:`kernels.parallel.sample_key` ``(key, k)``, i.e. ``fold_in(key, k)``
+    for $k < 2^{32}$). ``chunk_index`` may be traced (read as uint32; the draw index
+    ``chunk_index * chunk_size`` is formed in 64 bits, so it does not wrap).
 
     Args:
       key: PRNG key.
       chunk_index: which chunk (int >= 0 or int array scalar).
-      chunk_size: draws per chunk (int >= 1). Static.
+      chunk_size: draws per chunk (int in ``[1, 2**31)``). Static.
       num_examples: n, the length of each sign vector. Static.
       dtype: float32 or float64, the dtype of the signs.
 
@@ -240,7 +313,7 @@ def sign_chunk(
       ``[chunk_size, num_examples]`` array of +-1.
 
     Raises:
-      ValueError: on a bad key, size, chunk index or dtype.
+      ValueError: on a bad key, size, chunk index or dtype, or draws past ``2**53``.
 
     >>> import jax, jax.numpy as jnp
     >>> key = jax.random.key(0)
@@ -249,9 +322,21 @@ def sign_chunk(
     True
     """
     size = check_positive_int(chunk_size, "chunk_size")
-    if isinstance(chunk_index, int | np.integer):
+    if size >= 2**31:
+        raise ValueError(f"chunk_size: expected an int < 2**31, got {size}")
+    if isinstance(chunk_index, int | np.integer) and not isinstance(chunk_index, bool):
         chunk_index = check_positive_int(chunk_index, "chunk_index", minimum=0)
-    start = jnp.asarray(chunk_index, jnp.uint32) * jnp.uint32(size)
+        if (chunk_index + 1) * size > MAX_SAMPLES:
+            raise ValueError(
+                f"chunk_index: draws up to {(chunk_index + 1) * size} exceed 2**53, the most a "
+                "Monte Carlo kernel draws"
+            )
+        start = jnp.asarray(_words(chunk_index * size), jnp.uint32)
+    else:
+        index = jnp.asarray(chunk_index)
+        if not jnp.issubdtype(index.dtype, jnp.integer) or index.shape != ():
+            raise ValueError(f"chunk_index: expected an int or an integer scalar, got {index!r}")
+        start = jnp.stack(_mul_words(index.astype(jnp.uint32), size))
     return _sign_rows(key, start, num_rows=size, num_examples=num_examples, dtype=dtype)
 
 
@@ -279,7 +364,8 @@ def sign_vectors(
     ((2, 3), dtype('float32'), True)
     """
     num = check_positive_int(num_draws, "num_draws")
-    return _sign_rows(key, np.uint32(0), num_rows=num, num_examples=num_examples, dtype=dtype)
+    start = np.zeros(2, np.uint32)
+    return _sign_rows(key, start, num_rows=num, num_examples=num_examples, dtype=dtype)
 
 
 # --------------------------------------------------------------------------- linear classes
@@ -314,11 +400,13 @@ class LinearSup:
       inputs: ``[n, d]`` sample (leaf).
       scale: $s$ (leaf).
       dual: $p^*$, the exponent of the dual norm. Static.
+      precision: how the product $\sigma^\top X$ is computed (see :func:`linear_sup`). Static.
     """
 
     inputs: jax.Array
     scale: jax.Array
     dual: float = dataclasses.field(metadata={"static": True})
+    precision: str | None = dataclasses.field(default=None, metadata={"static": True})
 
     @property
     def num_examples(self) -> int:
@@ -338,12 +426,49 @@ class LinearSup:
 
     def __call__(self, signs: jax.Array) -> jax.Array:
         """Sups for sign vectors ``[..., n]``."""
-        v = jnp.dot(signs.astype(self.dtype), self.inputs, preferred_element_type=self.dtype)
+        signs = _check_signs(signs, self.num_examples)
+        v = _signed_sum(signs, self.inputs, self.precision)
         return self.scale * vector_norm(v, self.dual, axis=-1)
 
 
+def _signed_sum(signs: jax.Array, x: jax.Array, precision: str | None) -> jax.Array:
+    r"""$\sigma^\top X$ for sign vectors ``[..., n]`` and ``x`` ``[n, d]``, in ``x``'s dtype.
+
+    ``None``: one matmul at JAX's default precision (TF32 for float32 on a GPU); ``"highest"``:
+    full precision; ``"bf16x2"`` (float32 only): $X = H + L$ with $H$ = bfloat16(X) and
+    $L$ = bfloat16(X - H), two bfloat16 matmuls accumulated in float32. The signs are exact in
+    bfloat16 and $H + L$ keeps 16 of float32's 24 significand bits ($|X - H - L| \le
+    2^{-17}|X|$ elementwise), so each entry of the product is off by at most
+    $2^{-17}\sum_i |x_{ij}|$ plus float32 accumulation rounding.
+    """
+    dtype = x.dtype
+    if precision == "bf16x2":
+        hi = x.astype(jnp.bfloat16)
+        lo = (x - hi.astype(dtype)).astype(jnp.bfloat16)
+        s = signs.astype(jnp.bfloat16)
+        return jnp.dot(s, hi, preferred_element_type=dtype) + jnp.dot(
+            s, lo, preferred_element_type=dtype
+        )
+    prec = _HIGHEST if precision == "highest" else None
+    return jnp.dot(signs.astype(dtype), x, precision=prec, preferred_element_type=dtype)
+
+
+def _check_precision(precision: Any, dtype: Any) -> str | None:
+    """A valid ``precision`` option for inputs of ``dtype``; else a ValueError naming it."""
+    if isinstance(precision, str | None) and precision in _PRECISIONS:
+        if precision == "bf16x2" and np.dtype(dtype) != np.float32:
+            raise ValueError(f"precision: 'bf16x2' splits float32 inputs, got dtype {dtype}")
+        return precision
+    raise ValueError(f"precision: expected None, 'highest' or 'bf16x2', got {precision!r}")
+
+
 def linear_sup(
-    inputs: jax.Array, *, norm: Any, radius: Any, readout: jax.Array | None = None
+    inputs: jax.Array,
+    *,
+    norm: Any,
+    radius: Any,
+    readout: jax.Array | None = None,
+    precision: str | None = None,
 ) -> LinearSup:
     r"""Exact sup object of a norm-ball linear class, ``signs[..., n] -> values[...]``.
 
@@ -355,32 +480,51 @@ def linear_sup(
     with $v = \sum_i \sigma_i x_i$, $u^\top W v = \langle W, u v^\top\rangle$ and the dual of
     $\|\cdot\|_{q,p}$ is $\|\cdot\|_{q^*,p^*}$, so $\sup = \frac{B}{n}\|u\|_{q^*}\|v\|_{p^*}$.
 
+    The norms are scaled (exactly, by powers of two), so they neither overflow nor underflow
+    where the result is representable (:func:`kernels.norms.vector_norm`).
+
     Args:
       inputs: ``[n, d]`` float32/float64 sample.
       norm: p in [1, inf] for the vector class, or a pair (q, p) for the matrix class.
       radius: B > 0 (float or array scalar).
       readout: ``[k]`` vector u, required for (and only for) the matrix class.
+      precision: how $\sigma^\top X$ is computed: ``None`` (JAX's default matmul precision:
+        full float32 on a CPU, TF32 on a GPU at JAX's defaults), ``"highest"`` (full
+        precision), or ``"bf16x2"`` (float32 only: $X$ split into two bfloat16 parts, two
+        bfloat16 matmuls with float32 accumulation; about 16 significand bits, error at most
+        $2^{-17}\sum_i|x_{ij}|$ per entry, for accelerators whose bfloat16 matmuls are faster
+        than float32's). Static.
 
     Returns:
       :class:`LinearSup`; its ``bound`` is $b = B\|u\|_{q^*}\max_i\|x_i\|_{p^*}$.
 
     Raises:
-      ValueError: on bad shapes, dtypes or exponents, empty or non-finite inputs, a non-positive
-        radius (also under ``jit``).
+      ValueError: on bad shapes, dtypes, exponents or precision, empty or non-finite inputs, a
+        non-positive radius (also under ``jit``, checked in this order), or sign vectors whose
+        length is not n.
 
     >>> import jax.numpy as jnp
     >>> sup = linear_sup(jnp.eye(2), norm=2, radius=1.0)
     >>> round(float(sup(jnp.array([1.0, -1.0]))), 6), float(sup.bound)  # sqrt(2) / 2, B max ||x_i||
     (0.707107, 1.0)
     """
-    inputs = _check_float_array(inputs, "inputs", ndim=2)
-    check_positive(radius, "radius")
+    return _linear_sup(inputs, norm, radius, readout, precision, CheckChain())
+
+
+def _linear_sup(
+    inputs: Any, norm: Any, radius: Any, readout: Any, precision: Any, chain: CheckChain
+) -> LinearSup:
+    """:func:`linear_sup` with its runtime checks in ``chain`` (inputs, radius, readout)."""
+    inputs = _check_float_array(inputs, "inputs", ndim=2, chain=chain)
+    precision = _check_precision(precision, inputs.dtype)
+    chain.positive(radius, "radius")
     p, q = _parse_norm(norm, readout)
     scale = jnp.asarray(radius, inputs.dtype) / inputs.shape[0]
     if q is not None:
-        u = _check_float_array(readout, "readout", ndim=1).astype(inputs.dtype)
-        scale = scale * vector_norm(u, dual_exponent(q))
-    return LinearSup(inputs=inputs, scale=scale, dual=dual_exponent(p))
+        u = _check_float_array(readout, "readout", ndim=1, chain=chain).astype(inputs.dtype)
+        scale = scale * vector_norm(chain.clean(u), dual_exponent(q))
+    inputs, scale = chain.clean((inputs, scale))
+    return LinearSup(inputs=inputs, scale=scale, dual=dual_exponent(p), precision=precision)
 
 
 # --------------------------------------------------------------------------- finite classes
@@ -419,15 +563,20 @@ class FiniteSup:
     def block(self, b: Any) -> tuple[jax.Array, jax.Array]:
         """Outputs ``[member_chunk_size, n]`` of block ``b`` and which rows are real members.
 
-        Indices past ``M - 1`` (last block) are clamped to ``M - 1`` and marked invalid.
+        Indices past ``M - 1`` (last block) are clamped to ``M - 1`` and marked invalid. The
+        arithmetic never forms an index above ``M - 1`` (so int32 indices do not wrap, even
+        for ``M = 2**31 - 1``).
         """
-        idx = b * self.member_chunk_size + jnp.arange(self.member_chunk_size, dtype=jnp.int32)
-        vals = self.outputs_fn(jnp.minimum(idx, self.num_members - 1), self.batch)
-        return vals, idx < self.num_members
+        mc = self.member_chunk_size
+        first = jnp.asarray(b, jnp.int32) * jnp.int32(mc)  # <= M - 1: the block exists
+        offset = jnp.arange(mc, dtype=jnp.int32)
+        left = jnp.int32(self.num_members - 1) - first  # members after the first, >= 0
+        vals = self.outputs_fn(first + jnp.minimum(offset, left), self.batch)
+        return vals, offset <= left
 
     def __call__(self, signs: jax.Array) -> jax.Array:
         """Sups for sign vectors ``[..., n]``."""
-        signs = signs.astype(self.dtype)
+        signs = _check_signs(signs, self.num_examples).astype(self.dtype)
 
         def body(b: Any, best: jax.Array) -> jax.Array:
             vals, valid = self.block(b)
@@ -459,6 +608,7 @@ def _finite_sup(
     batch: Any,
     num_members: Any,
     member_chunk_size: Any,
+    chain: CheckChain,
 ) -> tuple[FiniteSup, jax.Array]:
     """The sup object and the outputs of block 0 (computed once; they fix n and the dtype)."""
     if num_members is None:
@@ -466,10 +616,15 @@ def _finite_sup(
         if num_members is None:
             raise ValueError("num_members: required unless outputs_fn has a num_members attribute")
     m = check_positive_int(num_members, "num_members")
+    if m > _MAX_MEMBERS:
+        raise ValueError(
+            f"num_members: at most 2**31 - 1 members (outputs_fn receives int32 indices), got {m}"
+        )
     mc = min(m, 1024) if member_chunk_size is None else member_chunk_size
     mc = min(check_positive_int(mc, "member_chunk_size"), m)
     if jax.tree_util.tree_leaves(batch):
-        _check_float_tree(batch, "batch", allow_int=True)
+        _check_float_tree(batch, "batch", allow_int=True, chain=chain)
+        batch = chain.clean(batch)
     first = outputs_fn(jnp.arange(mc, dtype=jnp.int32), batch)
     shape = getattr(first, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] != mc or shape[1] == 0:
@@ -509,22 +664,23 @@ def finite_sup(
         float32/float64 outputs; traceable. Keyed by identity when compiled: pass data through
         ``batch``.
       batch: the data ``outputs_fn`` reads (any pytree, ``None`` for none).
-      num_members: M (default ``outputs_fn.num_members``). Static.
+      num_members: M, at most ``2**31 - 1`` (default ``outputs_fn.num_members``). Static.
       member_chunk_size: members per block (default min(M, 1024)). Static.
 
     Returns:
       :class:`FiniteSup`; its ``bound`` is $b = \max_{j,i}|V_{ji}|$ (one more pass).
 
     Raises:
-      ValueError: on bad counts, non-finite or half-precision data, or if ``outputs_fn`` does
-        not return ``[member_chunk_size, n]`` float outputs.
+      ValueError: on bad counts (M above ``2**31 - 1``: int32 indices), non-finite or
+        half-precision data, if ``outputs_fn`` does not return ``[member_chunk_size, n]`` float
+        outputs, or on sign vectors whose length is not n.
 
     >>> import jax.numpy as jnp
     >>> sup = finite_sup(lambda i, v: v[i], jnp.array([[1.0, 0.0], [0.0, 1.0]]), num_members=2)
     >>> float(sup(jnp.array([1.0, -1.0]))), float(sup.bound)
     (0.5, 1.0)
     """
-    return _finite_sup(outputs_fn, batch, num_members, member_chunk_size)[0]
+    return _finite_sup(outputs_fn, batch, num_members, member_chunk_size, CheckChain())[0]
 
 
 # --------------------------------------------------------------------------- search
@@ -540,17 +696,18 @@ def _ascend(sup: Any, signs: jax.Array, theta0: Any) -> tuple[jax.Array, jax.Arr
 
     Projected ascent with normalised steps $\eta_t$ = ``sup.step_size`` times
     :func:`_ascent_decay`; every iterate is ``sup.project``-ed, so every value is attained.
+    The step direction $g/\|g\|$ is formed from $g$ rescaled by a power of two (exact), so a
+    gradient whose squares underflow (or are flushed to zero, as on GPUs) takes a unit step,
+    and a zero gradient takes none (never ``eta / tiny`` times a tiny gradient).
     """
     objective = functools.partial(sup._objective, signs)
 
     def step(carry: Any, eta: jax.Array) -> Any:
         theta, best, top = carry
         (val, f_max), grad = jax.value_and_grad(objective, has_aux=True)(theta)
-        gnorm = tree_norm(grad)
-        gnorm = jnp.maximum(gnorm, jnp.finfo(gnorm.dtype).tiny)
-        scale = eta.astype(gnorm.dtype) / gnorm
+        scale, grad = _unit_step(grad, eta)
         theta = sup.project(
-            jax.tree_util.tree_map(lambda t, d: t + scale.astype(t.dtype) * d, theta, grad)
+            jax.tree_util.tree_map(lambda t, d: t + (scale * d).astype(t.dtype), theta, grad)
         )
         return (theta, jnp.maximum(best, val), jnp.maximum(top, f_max)), None
 
@@ -566,6 +723,23 @@ def _ascend(sup: Any, signs: jax.Array, theta0: Any) -> tuple[jax.Array, jax.Arr
     with runtime_checks(_CHECKS_IN_ASCENT and runtime_checks_enabled()):
         (_, best, top), _ = jax.lax.scan(step, init, etas)
     return best, top
+
+
+def _unit_step(grad: Any, eta: jax.Array) -> tuple[jax.Array, Any]:
+    r"""``(eta / ||u||_2, u)``, ``u = grad * 2**-e`` (exact) with ``||u||`` in [0.5, sqrt(size)].
+
+    ``eta * u / ||u||`` is the step $\eta\, g/\|g\|$; a zero gradient gives a zero scale.
+    """
+    leaves = jax.tree_util.tree_leaves(grad)
+    dtype = jnp.result_type(*leaves)
+    top = jnp.max(jnp.stack([jnp.max(jnp.abs(leaf)).astype(dtype) for leaf in leaves]))
+    down, _ = pow2_factors(top)
+    grad = jax.tree_util.tree_map(lambda g: g * down.astype(g.dtype), grad)
+    total = sum(jnp.sum(jnp.square(g)).astype(dtype) for g in jax.tree_util.tree_leaves(grad))
+    norm = jnp.sqrt(total)
+    positive = norm > 0
+    scale = jnp.where(positive, eta.astype(dtype) / jnp.where(positive, norm, 1), 0)
+    return scale, grad
 
 
 def _search_all(sup: Any, signs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -607,7 +781,8 @@ class SearchSup:
         r"""$g_\sigma(\theta)$ and $\max_i |f_\theta(x_i)|$."""
         n = self.num_examples
         f = self.apply_fn(theta, self.inputs).reshape(n).astype(self.dtype)
-        return jnp.dot(signs, f) / n, jnp.max(jnp.abs(f))
+        # the value certifies a lower bound: full precision whatever the default (TF32)
+        return jnp.dot(signs, f, precision=_HIGHEST) / n, jnp.max(jnp.abs(f))
 
     def search(self, signs: jax.Array) -> tuple[jax.Array, jax.Array]:
         r"""Values ``[...]`` for sign vectors ``[..., n]`` and the largest $|f_\theta(x_i)|$ seen.
@@ -643,19 +818,45 @@ def _random_starts(
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *starts)
 
 
-def _search_starts(params, inputs, key, project, num_steps, num_restarts, step_size, init_scale):
-    """Checked ascent options: the step count, the projected random starts and the first start."""
+def _check_projection(project: Callable, params: Any) -> None:
+    """``project(params)`` keeps the structure, shapes and dtypes of ``params`` (abstractly)."""
+    try:
+        out = jax.eval_shape(project, params)
+    except Exception as err:  # re-raised with the argument named
+        raise ValueError(f"project: could not be evaluated at params: {err}") from err
+    want = jax.tree_util.tree_map(lambda x: (jnp.shape(x), jnp.result_type(x)), params)
+    got = jax.tree_util.tree_map(lambda x: (jnp.shape(x), jnp.result_type(x)), out)
+    if jax.tree_util.tree_structure(out) != jax.tree_util.tree_structure(params) or got != want:
+        raise ValueError(
+            "project: must return parameters of the structure, shapes and dtypes of params "
+            f"(a projection onto the constraint set), got {got} for {want}"
+        )
+
+
+def _search_starts(
+    params, inputs, key, project, num_steps, num_restarts, step_size, init_scale, chain
+):
+    """Checked ascent options: the step count, the projected random starts and the first start.
+
+    Runtime checks join ``chain`` in argument order (step_size, init_scale, params, inputs);
+    ``project`` and the starts see the cleaned values, so a bad argument is reported by its
+    own check, never by one inside ``project``.
+    """
     steps = check_positive_int(num_steps, "num_steps")
     restarts = check_positive_int(num_restarts, "num_restarts")
     check_key(key)
-    check_positive(step_size, "step_size")
-    check_positive(init_scale, "init_scale")
-    _check_float_tree(params, "params")
+    chain.positive(step_size, "step_size")
+    chain.positive(init_scale, "init_scale")
+    _check_float_tree(params, "params", chain=chain)
     if jax.tree_util.tree_leaves(inputs):
-        _check_float_tree(inputs, "inputs", allow_int=True)
+        _check_float_tree(inputs, "inputs", allow_int=True, chain=chain)
+    _check_projection(project, params)
+    params, inputs = chain.clean((params, inputs))
+    if isinstance(init_scale, jax.Array):
+        init_scale = chain.clean(init_scale)
     starts = _random_starts(params, key, project, restarts, init_scale)
     first = jax.tree_util.tree_map(lambda leaf: leaf[0], starts)
-    return steps, starts, first
+    return steps, starts, first, inputs
 
 
 def _search_sup(
@@ -668,10 +869,11 @@ def _search_sup(
     step_size: Any,
     num_restarts: Any,
     init_scale: Any,
+    chain: CheckChain,
 ) -> SearchSup:
     """The search object; ``apply_fn`` runs once at ``project(params)`` (n, dtype, finite)."""
-    steps, starts, first = _search_starts(
-        params, inputs, key, project, num_steps, num_restarts, step_size, init_scale
+    steps, starts, first, inputs = _search_starts(
+        params, inputs, key, project, num_steps, num_restarts, step_size, init_scale, chain
     )
     out = apply_fn(first, inputs)
     shape = getattr(out, "shape", None)
@@ -680,8 +882,8 @@ def _search_sup(
     if shape[0] == 0:
         raise ValueError("inputs: empty sample (apply_fn returned 0 outputs)")
     dtype = _check_float_dtype(out.dtype, "apply_fn")
-    check_finite(out, "apply_fn: outputs at project(params)")
-    step = jnp.asarray(step_size, dtype)
+    chain.finite(out, "apply_fn: outputs at project(params)")
+    step = chain.clean(jnp.asarray(step_size, dtype))
     return SearchSup(starts, inputs, step, apply_fn, project, steps, int(shape[0]), dtype)
 
 
@@ -732,8 +934,9 @@ def search_sup(
         size, or if ``apply_fn`` does not give ``[n]`` outputs.
     """
     return _search_sup(
-        apply_fn, params, inputs, key, project, num_steps, step_size, num_restarts, init_scale
-    )
+        apply_fn, params, inputs, key, project, num_steps, step_size, num_restarts, init_scale,
+        CheckChain(),
+    )  # fmt: skip
 
 
 def _smooth_lp(v: jax.Array, p: float) -> jax.Array:
@@ -797,7 +1000,9 @@ class ReadoutSearchSup:
         r"""$\frac Bn\|\Phi_V^\top\sigma\|_{q^*}$ and $B\max_i\|\phi_V(x_i)\|_{q^*}$."""
         n = self.num_examples
         phi = self.features_fn(theta, self.inputs).reshape(n, -1).astype(self.dtype)
-        v = jnp.dot(signs, phi, preferred_element_type=self.dtype)
+        # the closed-form readout sup certifies a lower bound: full precision whatever the
+        # default matmul precision (TF32 on a GPU)
+        v = jnp.dot(signs, phi, precision=_HIGHEST, preferred_element_type=self.dtype)
         radius = self.readout_radius.astype(self.dtype)
         value = radius / n * _smooth_lp(v, self.dual)
         return value, radius * jnp.max(vector_norm(phi, self.dual, axis=1))
@@ -828,12 +1033,13 @@ def _readout_search_sup(
     step_size: Any,
     num_restarts: Any,
     init_scale: Any,
+    chain: CheckChain,
 ) -> ReadoutSearchSup:
     """The search object; ``features_fn`` runs once at ``project(params)`` (n, dtype, finite)."""
     dual = _readout_exponent(readout_norm)
-    check_positive(readout_radius, "readout_radius")
-    steps, starts, first = _search_starts(
-        params, inputs, key, project, num_steps, num_restarts, step_size, init_scale
+    chain.positive(readout_radius, "readout_radius")
+    steps, starts, first, inputs = _search_starts(
+        params, inputs, key, project, num_steps, num_restarts, step_size, init_scale, chain
     )
     out = features_fn(first, inputs)
     shape = getattr(out, "shape", None)
@@ -842,12 +1048,12 @@ def _readout_search_sup(
     if shape[0] == 0:
         raise ValueError("inputs: empty sample (features_fn returned 0 rows)")
     dtype = _check_float_dtype(out.dtype, "features_fn")
-    check_finite(out, "features_fn: features at project(params)")
+    chain.finite(out, "features_fn: features at project(params)")
     return ReadoutSearchSup(
         starts=starts,
         inputs=inputs,
-        step_size=jnp.asarray(step_size, dtype),
-        readout_radius=jnp.asarray(readout_radius, dtype),
+        step_size=chain.clean(jnp.asarray(step_size, dtype)),
+        readout_radius=chain.clean(jnp.asarray(readout_radius, dtype)),
         features_fn=features_fn,
         project=project,
         num_steps=steps,
@@ -931,6 +1137,7 @@ def readout_search_sup(
         step_size,
         num_restarts,
         init_scale,
+        CheckChain(),
     )
 
 
@@ -938,23 +1145,29 @@ def readout_search_sup(
 
 
 def _halfwidth_factor(num_examples: Any, num_draws: Any, delta: Any) -> float:
+    r"""$2\sqrt{\ln(2/\delta)/(2nK)}$ with $\ln(2/\delta) = \ln 2 - \ln\delta$.
+
+    (No overflow of $2/\delta$ for a subnormal $\delta$.)
+    """
     n = check_positive_int(num_examples, "num_examples")
-    k = check_positive_int(num_draws, "num_draws")
+    k = check_num_samples(num_draws, "num_draws")
     delta = _check_delta(delta)
     if delta is None:
         raise ValueError("delta: expected a Python float in (0, 1), got None")
-    return 2 * math.sqrt(math.log(2 / delta) / (2 * n * k))
+    return 2 * math.sqrt((math.log(2) - math.log(delta)) / (2 * n * k))
 
 
 def mcdiarmid_halfwidth(bound: Any, *, num_examples: int, num_draws: int, delta: float) -> Any:
     r"""Half-width $2b\sqrt{\ln(2/\delta)/(2nK)}$ of the McDiarmid interval for $\mathrm{Rad}_S$.
 
     Valid around the average of $K$ exact sups over i.i.d. sign vectors when $|f(x_i)| \le b$.
+    $\ln(2/\delta)$ is computed as $\ln 2 - \ln\delta$, so any $\delta > 0$ down to the
+    smallest subnormal double gives a finite width ($2/\delta$ overflowed at $\delta = 10^{-308}$).
 
     Args:
       bound: b >= 0 (float or array).
       num_examples: n. Static.
-      num_draws: K. Static.
+      num_draws: K in ``[1, 2**53]``. Static.
       delta: the interval has confidence $1 - \delta$, $\delta \in (0, 1)$.
 
     Raises:
@@ -962,6 +1175,8 @@ def mcdiarmid_halfwidth(bound: Any, *, num_examples: int, num_draws: int, delta:
 
     >>> round(float(mcdiarmid_halfwidth(1.0, num_examples=50, num_draws=2, delta=0.05)), 6)
     0.27162
+    >>> round(float(mcdiarmid_halfwidth(1.0, num_examples=10_000, num_draws=1, delta=1e-308)), 6)
+    0.3768
     """
     factor = _halfwidth_factor(num_examples, num_draws, delta)
     check_that(
@@ -979,6 +1194,7 @@ def _draw_statistics(
     num_draws: int,
     chunk_size: int | None,
     name: str,
+    chain: CheckChain,
 ) -> SampleStats:
     """Streaming statistics of ``per_draw(signs of draw k)`` over k < num_draws, checked finite."""
 
@@ -986,7 +1202,7 @@ def _draw_statistics(
         return per_draw(_draw_signs(draw_key, sup.num_examples, sup.dtype))
 
     stats = sample_statistics(sample, key, num_samples=num_draws, chunk_size=chunk_size)
-    check_that(
+    chain.require(
         stats.num_nonfinite == 0,
         f"{name}: non-finite value at {{}} of the {num_draws} sign vectors",
         stats.num_nonfinite,
@@ -1031,9 +1247,11 @@ def _exact_sup_estimate(
     chunk_size: int | None,
     delta: float | None,
     name: str,
+    chain: CheckChain,
 ) -> Estimate:
     """Mean of exact sups over sign vectors, with the McDiarmid interval of b = ``bound()``."""
-    stats = _draw_statistics(sup, key, sup, num_draws=num_draws, chunk_size=chunk_size, name=name)
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, name=name, chain=chain)
+    stats = _draw_statistics(sup, key, sup, **kw)
     b = None if delta is None else bound()
     return _with_interval(_estimate(stats), b, num_examples=sup.num_examples, delta=delta)
 
@@ -1041,7 +1259,7 @@ def _exact_sup_estimate(
 def _check_counts(key: Any, num_draws: Any, chunk_size: Any, delta: Any) -> tuple[Any, ...]:
     check_key(key)
     return (
-        check_positive_int(num_draws, "num_draws", minimum=2),
+        check_num_samples(num_draws, "num_draws", minimum=2),
         _check_chunk(chunk_size),
         _check_delta(delta),
     )
@@ -1058,9 +1276,10 @@ def rademacher_linear(
     norm: Any,
     radius: Any,
     num_draws: int,
-    chunk_size: int | None = 256,
+    chunk_size: int | str | None = "auto",
     readout: jax.Array | None = None,
     delta: float | None = 0.05,
+    precision: str | None = None,
 ) -> Estimate:
     r"""Monte Carlo empirical Rademacher complexity of a norm-ball linear class (exact sups).
 
@@ -1074,29 +1293,60 @@ def rademacher_linear(
       key: PRNG key.
       norm: p in [1, inf] (vector class) or a pair (q, p) (matrix class, needs ``readout``).
       radius: B > 0 (float, or array scalar to vary it without recompiling).
-      num_draws: K >= 2 sign vectors. Static.
+      num_draws: $2 \le K \le 2^{53}$ sign vectors (draw $k$ uses
+        :func:`kernels.parallel.sample_key` ``(key, k)``, distinct for every k). Static.
       chunk_size: draws per vectorised chunk (memory ``chunk_size * (n + d) * itemsize``); None
-        for one at a time. Does not change the draws.
+        for one at a time; ``"auto"`` (default): 256 on a CPU (the fastest measured there), and
+        on a GPU/TPU the largest power of two up to 4096 whose chunk fits 1 GiB (an H100 ran
+        chunk 4096 2.9x faster than 256 at n = 4096, d = 512). Does not change the draws.
       readout: u for the matrix class.
       delta: confidence of the McDiarmid interval (None for no interval).
+      precision: how each chunk's product $\sigma^\top X$ is computed: ``None`` (JAX's default
+        matmul precision), ``"highest"``, or ``"bf16x2"`` (float32 inputs split into two
+        bfloat16 parts, see :func:`linear_sup`; its error is far below the Monte Carlo error).
+        Static.
 
     Returns:
       Estimate(mean, stderr, K, lower, upper, delta) with the McDiarmid $(1-\delta)$ interval.
+      The mean is accumulated in double-word arithmetic (:mod:`kernels.parallel`): its
+      summation error stays far below the standard error at any K, in float32 too.
 
     Raises:
       ValueError: on bad shapes, dtypes, exponents, sizes, key, empty or non-finite inputs, a
-        non-positive radius (eagerly; ``JaxRuntimeError`` naming it inside ``jit``).
+        non-positive radius (eagerly; ``JaxRuntimeError`` naming it inside ``jit``; the first
+        bad argument is the one named), ``num_draws`` above ``2**53``, or a bad precision.
 
     >>> import jax, jax.numpy as jnp
     >>> x = jnp.eye(4)  # ||sum_i s_i e_i||_2 = 2 for every sign vector: Rad = B * 2 / 4
     >>> est = rademacher_linear(x, jax.random.key(0), norm=2, radius=1.0, num_draws=8)
     >>> float(est.mean), float(est.stderr)
     (0.5, 0.0)
+    >>> tiny = rademacher_linear(1e-20 * x, jax.random.key(0), norm=2, radius=1e20, num_draws=8)
+    >>> tiny.mean, (float(tiny.lower) < 0.5 < float(tiny.upper))  # norms scaled: no underflow
+    (Array(0.5, dtype=float32), True)
     """
+    chunk_size = _linear_chunk(chunk_size, inputs)
     num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
-    sup = linear_sup(inputs, norm=norm, radius=radius, readout=readout)
-    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, name="inputs")
+    chain = CheckChain()
+    sup = _linear_sup(inputs, norm, radius, readout, precision, chain)
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, name="inputs", chain=chain)
     return _exact_sup_estimate(sup, key, lambda: sup.bound, **kw)
+
+
+def _linear_chunk(chunk_size: Any, inputs: Any) -> Any:
+    """``chunk_size`` with ``"auto"`` resolved for the backend and the problem (see the docs)."""
+    if not (isinstance(chunk_size, str) and chunk_size == "auto"):
+        return chunk_size
+    if not is_accelerator():
+        return _CPU_CHUNK
+    shape = jnp.shape(inputs)
+    if len(shape) != 2:
+        return _CPU_CHUNK  # the inputs check reports the shape
+    per_draw = (shape[0] + shape[1]) * jnp.dtype(jnp.result_type(inputs)).itemsize
+    chunk = _ACCEL_CHUNK
+    while chunk > 1 and chunk * per_draw > _ACCEL_CHUNK_BYTES:
+        chunk //= 2
+    return chunk
 
 
 @compile_once
@@ -1146,9 +1396,10 @@ def rademacher_finite(
     1.0
     """
     num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
-    sup, first = _finite_sup(outputs_fn, batch, num_members, member_chunk_size)
+    chain = CheckChain()
+    sup, first = _finite_sup(outputs_fn, batch, num_members, member_chunk_size, chain)
     kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, name="outputs_fn")
-    return _exact_sup_estimate(sup, key, lambda: sup.bound_from(first), **kw)
+    return _exact_sup_estimate(sup, key, lambda: sup.bound_from(first), chain=chain, **kw)
 
 
 def _search_estimate(
@@ -1160,23 +1411,27 @@ def _search_estimate(
     chunk_size: int | None,
     delta: float | None,
     name: str = "apply_fn",
+    chain: CheckChain,
 ) -> Estimate:
     """Search estimate; with ``output_bound``, its interval if no visited |f(x_i)| exceeds it."""
     if output_bound is not None:
-        check_positive(output_bound, "output_bound")
+        chain.positive(output_bound, "output_bound")
     b = None if output_bound is None or delta is None else jnp.asarray(output_bound, sup.dtype)
 
     def per_draw(signs: jax.Array) -> jax.Array:
         value, top = sup.search(signs)
         return value[None] if b is None else jnp.stack([value, (top > b).astype(sup.dtype)])
 
-    kw = dict(num_draws=num_draws, chunk_size=chunk_size, name=name)
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, name=name, chain=chain)
     stats = _draw_statistics(per_draw, key, sup, **kw)
     est = _estimate(stats, 0)
     if b is None:
         return est
-    exceeded = jnp.round(stats.mean[1] * num_draws).astype(jnp.int32)
-    check_that(
+    # the fraction of draws that exceeded b, as a count (exact up to 2**24 draws in float32,
+    # clipped to int32 for the message; zero exactly when no draw exceeded it)
+    count = jnp.minimum(jnp.round(stats.mean[1] * num_draws), jnp.asarray(2.0**31 - 1, sup.dtype))
+    exceeded = jnp.where(stats.mean[1] > 0, jnp.maximum(count, 1), 0).astype(jnp.int32)
+    chain.require(
         exceeded == 0,
         "output_bound: {} is exceeded by |f(x_i)| at parameters the search visited, for {} of "
         f"the {num_draws} sign vectors; it must bound every output of the class",
@@ -1245,8 +1500,9 @@ def rademacher_search(
     """
     num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
     options = (project, num_steps, step_size, num_restarts, init_scale)
-    sup = _search_sup(apply_fn, params, inputs, jax.random.fold_in(key, _RESTART_SALT), *options)
-    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta)
+    chain = CheckChain()
+    sup = _search_sup(apply_fn, params, inputs, _restart_key(key), *options, chain)
+    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, chain=chain)
     return _search_estimate(sup, key, output_bound, **kw)
 
 
@@ -1321,10 +1577,12 @@ def rademacher_readout_search(
     """
     num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
     options = (project, readout_norm, readout_radius, num_steps, step_size, num_restarts)
-    restart_key = jax.random.fold_in(key, _RESTART_SALT)
-    sup = _readout_search_sup(features_fn, params, inputs, restart_key, *options, init_scale)
+    chain = CheckChain()
+    sup = _readout_search_sup(
+        features_fn, params, inputs, _restart_key(key), *options, init_scale, chain
+    )
     kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, name="features_fn")
-    return _search_estimate(sup, key, output_bound, **kw)
+    return _search_estimate(sup, key, output_bound, chain=chain, **kw)
 
 
 def _exact_size(sup: Any, num_examples: Any) -> int:
