@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import enum
 import functools
+import numbers
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -232,6 +233,35 @@ class Bound:
         return self.format()
 
 
+class _Refused(ValueError):
+    """An input that is not a real number (a string, None, a complex number, an object)."""
+
+
+def _short(x: Any) -> str:
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _refuse_kind(name: str, x: Any, raw: np.ndarray) -> None:
+    """Raise :class:`_Refused` unless ``raw`` (not of an int or float dtype) holds real numbers.
+
+    Object arrays of Python numbers (``Fraction``, integers beyond int64) pass; everything else
+    (strings, bytes, None, complex, arbitrary objects) is refused, saying what it was.
+    """
+    kind = raw.dtype.kind
+    if kind == "O":
+        items = raw.ravel().tolist() if raw.ndim else [raw.item()]
+        bad = [v for v in items if isinstance(v, bool) or not isinstance(v, numbers.Real)]
+        if not bad:
+            return
+        what = "None" if bad[0] is None else f"a {type(bad[0]).__name__}"
+    else:
+        what = "a " + {"U": "str", "S": "bytes", "c": "complex"}.get(kind, str(raw.dtype))
+    where = "" if raw.ndim == 0 else " inside"
+    raise _Refused(f"{name}: expected a real number or an array of real numbers, got "
+                   f"{_short(x)} ({what}{where})")  # fmt: skip
+
+
 class Inputs:
     """Validate a calculator's inputs and convert them to float64 numpy arrays.
 
@@ -254,19 +284,35 @@ class Inputs:
 
     @staticmethod
     def array(name: str, x: Any) -> np.ndarray:
-        """``x`` as a float64 array (bools and non-numbers refused; traced values refused)."""
+        """``x`` as a float64 array of real numbers.
+
+        Refused with a ``ValueError`` naming the argument: bools, strings and bytes (``"5"`` is
+        not read as 5), ``None``, complex numbers, and objects that are not numbers; integers
+        too large for float64 (``10**400``). A traced value (inside ``jax.jit``) is a
+        ``TypeError`` saying to call the calculator eagerly.
+        """
         if isinstance(x, bool | np.bool_) or getattr(x, "dtype", None) == np.bool_:
             raise ValueError(f"{name}: expected a number, got a bool {x!r}")
         try:
-            return np.asarray(x, dtype=np.float64)
-        except (TypeError, ValueError) as err:
+            raw = np.asarray(x)
+            if raw.dtype.kind not in "iuf":
+                _refuse_kind(name, x, raw)
+            return np.asarray(raw, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError) as err:
             if "Tracer" in type(err).__name__ or "Tracer" in str(err):
                 raise TypeError(
                     f"{name}: bounds are computed eagerly in float64 numpy; got a traced value "
                     "(call the calculator outside jax.jit / vmap / grad)"
                 ) from err
+            if isinstance(err, _Refused):
+                raise ValueError(str(err)) from None
+            if isinstance(err, OverflowError):
+                raise ValueError(
+                    f"{name}: expected a number within float64's range (|x| < 1.8e308), got "
+                    f"{_short(x)}"
+                ) from None
             raise ValueError(
-                f"{name}: expected a number or an array of numbers, got {x!r}"
+                f"{name}: expected a number or an array of numbers, got {_short(x)}"
             ) from err
 
     def require(self, name: str, a: np.ndarray, ok: Any, requirement: str) -> np.ndarray:
@@ -323,6 +369,19 @@ def int_option(name: str, x: Any, minimum: int = 1) -> int:
     if isinstance(x, bool) or not isinstance(x, int | np.integer) or x < minimum:
         raise ValueError(f"{name}: expected an int >= {minimum}, got {x!r}")
     return int(x)
+
+
+def log_2x_plus_1(*factors: Any) -> np.ndarray:
+    """ln(2x + 1) for x = the product of ``factors`` (each >= 1), without overflow (float64).
+
+    ln 2 + sum of ln f + ln(1 + 1/(2x)): finite even where the product x overflows.
+
+    >>> round(float(log_2x_plus_1(2.0, 2.0)), 12)  # ln 9
+    2.197224577336
+    """
+    logs = [np.log(np.asarray(f, dtype=np.float64)) for f in factors]
+    x = np.prod(np.broadcast_arrays(*[np.asarray(f, dtype=np.float64) for f in factors]), axis=0)
+    return np.log(2.0) + sum(logs[1:], logs[0]) + np.log1p(0.5 / x)
 
 
 def quiet(fn: Callable) -> Callable:

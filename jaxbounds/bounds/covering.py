@@ -25,7 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from jaxbounds.bounds._result import Bound, Check, Inputs, float64_scope, int_option, quiet
+from jaxbounds.bounds._result import (
+    Bound,
+    Check,
+    Inputs,
+    float64_scope,
+    int_option,
+    log_2x_plus_1,
+    quiet,
+)
 from kernels import dudley as _kernels_dudley
 
 __all__ = [
@@ -150,7 +158,7 @@ def lemma_3_3_log_cover(*, B_x, B_w, d, k, eps=1.0, num_examples=None, strict=Tr
     26.366694...
     """
     ins, B_x, B_w, d, k, eps = _lemma_inputs(strict, B_x, B_w, d, k, eps)
-    C = d * B_w**2 * B_x**2 * np.log(2.0 * k + 1.0)
+    C = d * B_w**2 * B_x**2 * log_2x_plus_1(k)
     hyp = _points(ins, num_examples, d, strict_gt=False)
     return _cover(ins, C, eps, "Trauger & Tewari Lemma 3.3", "paper", hyp)
 
@@ -185,7 +193,7 @@ def lemma_3_4_log_cover(*, B_x, B_w, d, k, eps=1.0, num_examples=None, strict=Tr
     1.386294
     """
     ins, B_x, B_w, d, k, eps = _lemma_inputs(strict, B_x, B_w, d, k, eps)
-    C = B_w**2 * B_x**2 * np.log(d * k)
+    C = B_w**2 * B_x**2 * (np.log(d) + np.log(k))
     hyp = _points(ins, num_examples, d, strict_gt=True)
     return _cover(ins, C, eps, "Trauger & Tewari Lemma 3.4", "paper", hyp)
 
@@ -219,7 +227,7 @@ def lemma_3_6_log_cover(*, B_x, B_w, d, k, eps=1.0, num_examples=None, strict=Tr
     2.197224...
     """
     ins, B_x, B_w, d, k, eps = _lemma_inputs(strict, B_x, B_w, d, k, eps)
-    C = B_x**2 * B_w**2 * np.log(2.0 * d * k + 1.0)
+    C = B_x**2 * B_w**2 * log_2x_plus_1(d, k)
     hyp = _points(ins, num_examples, d, strict_gt=False)
     return _cover(ins, C, eps, "Trauger & Tewari Lemma 3.6", "paper", hyp)
 
@@ -256,7 +264,7 @@ def edelman_lemma_4_6_log_cover(*, B_x, B_w, d, num_examples, eps=1.0, strict=Tr
     ins = Inputs(strict)
     B_x, B_w = ins.nonneg("B_x", B_x), ins.nonneg("B_w", B_w)
     d, n, eps = ins.count("d", d), ins.count("num_examples", num_examples), ins.positive("eps", eps)
-    C = B_w**2 * B_x**2 * np.log(d * n)
+    C = B_w**2 * B_x**2 * (np.log(d) + np.log(n))
     return _cover(ins, C, eps, "Edelman et al. Lemma 4.6", "rebuilt", {})
 
 
@@ -345,8 +353,14 @@ def dudley_rademacher(
     for i in np.ndindex(C.shape):
         if C[i] == 0.0:
             value[i] = 0.0
-        elif np.isfinite(C[i]) and C[i] > 0 and A[i] > 0 and min(c0[i], c1[i]) > 0 \
-                and n[i] >= 1 and n[i] == int(n[i]):
+        elif (
+            np.isfinite(C[i])
+            and C[i] > 0
+            and A[i] > 0
+            and min(c0[i], c1[i]) > 0
+            and n[i] >= 1
+            and n[i] == int(n[i])
+        ):
             value[i] = _kernel_inverse_square(
                 C[i], num_examples=int(n[i]), radius=A[i], coef_delta=c0[i], coef_integral=c1[i]
             )
@@ -401,9 +415,11 @@ def dudley_numeric(
     n = int_option("num_examples", num_examples)
     m = int_option("num_grid", num_grid, minimum=8)
     c0, c1 = ins.positive("coef_delta", coef_delta), ins.positive("coef_integral", coef_integral)
+    r = ins.array("min_ratio", min_ratio)
+    ins.require("min_ratio", r, (r > 0) & (r < 1), "a number in (0, 1)")
     value, cutoff = _kernel_integral(
         log_cover_fn, num_examples=n, radius=A, num_grid=m, coef_delta=float(c0),
-        coef_integral=float(c1), min_ratio=min_ratio,
+        coef_integral=float(c1), min_ratio=float(r),
     )  # fmt: skip
     return ins.bound(
         value=value,
@@ -461,7 +477,7 @@ def rademacher_to_gap(
     c = ins.positive("loss_bound", loss_bound)
     ls = ins.within("empirical_risk", empirical_risk, 0.0, c, "[0, loss_bound]")
     complexity = 2.0 * rho * rad
-    confidence = 3.0 * c * np.sqrt(np.log(2.0 / delta) / (2.0 * n))
+    confidence = 3.0 * c * np.sqrt((np.log(2.0) - np.log(delta)) / (2.0 * n))
     return ins.bound(
         value=ls + complexity + confidence,
         terms={"empirical_risk": ls, "complexity": complexity, "confidence": confidence},

@@ -68,7 +68,7 @@ def single_head_log_cover(
     )
     t = 2.0 / 3.0
     bracket = (B_C21 * B_V) ** t + (B_V21 * B_C) ** t + (2.0 * B_QK21 * B_V * B_C * B_X**2) ** t
-    log_factor = np.log(d * m * T)
+    log_factor = np.log(d) + np.log(m) + np.log(T)
     value = (L_s * B_w * B_X) ** 2 * bracket**3 * log_factor
     return ins.bound(
         value=value,
@@ -120,7 +120,7 @@ def multi_layer_log_cover(
         ins.count("num_examples", num_examples),
         ins.count("seq_len", seq_len),
     )
-    lg = np.log(d * m * T)
+    lg = np.log(d) + np.log(m) + np.log(T)
     out = trauger_tewari.multi_layer_log_cover(
         C_1=B21**2 * lg, C_Bx=B21**2 * B_x**2 * lg, num_layers=num_layers, L_sigma=L_sigma,
         B_c2=B_c2, B_v2=B_v2, B_QK2=B_QK2, B_w=B_w, strict=strict,

@@ -59,7 +59,7 @@ def _readout_norms(q: ScalarQuantities) -> tuple[Any, Any, float]:
     """
     b_w1 = jnp.max(jnp.sum(jnp.abs(q.readout), axis=0))
     b_w2 = jnp.max(jnp.linalg.norm(q.readout, axis=0))
-    return b_w1, b_w2, float(jnp.log1p(jnp.exp(b_w2)))
+    return b_w1, b_w2, float(np.logaddexp(0.0, float(b_w2)))  # float64; exp overflows past 88
 
 
 def _one_layer(q: ScalarQuantities, loss_bound: float, b_w1: Any) -> dict[str, Bound]:

@@ -59,17 +59,44 @@ def _x_minus_log1p(x: np.ndarray) -> np.ndarray:
     return np.where(small, acc * xs**2, x - np.log1p(np.where(small, 0.0, x)))
 
 
+def _log_ratio(a: Any, b: np.ndarray) -> np.ndarray:
+    """Return ln(a / b) as ln a - ln b: finite for a tiny b (2 sqrt(N) / 1e-308 overflows)."""
+    return np.log(np.asarray(a, dtype=np.float64)) - np.log(b)
+
+
+def _log_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Return ln(a / b) for a >= 0, b > 0: ln of a normal ratio, else ln a - ln b."""
+    ratio = a / b
+    normal = (ratio >= np.finfo(np.float64).tiny) & np.isfinite(ratio)
+    return np.where(normal, np.log(np.where(normal, ratio, 1.0)), np.log(a) - np.log(b))
+
+
+def _scaled_f(q: np.ndarray, r: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Return q f(r/q) for f(x) = x - ln(1 + x), with q > 0 and p = q + r >= 0 given exactly.
+
+    The series / ``log1p`` form is used for x = r/q in [-1/2, inf); where x < -1/2 (p/q below
+    1/2, where x rounds to -1 once p/q < 1e-16) or r/q overflows (a subnormal q such as 1e-310;
+    inf - ln(inf) would be NaN) the equal form r - q ln(p/q) is used, with ln(p/q) taken from p
+    itself (:func:`_log_div`), so no digit of p is lost.
+    """
+    x = r / q
+    by_log = ~(x >= -0.5) | ~np.isfinite(x)
+    direct = q * _x_minus_log1p(np.where(by_log, 0.0, x))
+    return np.where(by_log, r - q * _log_div(p, q), direct)
+
+
 def _kl(q: np.ndarray, p: np.ndarray) -> np.ndarray:
     """kl(q || p) in float64 to full relative precision, also for p close to q.
 
     With r = p - q, kl = q f(r/q) + (1 - q) f(-r/(1 - q)) for f(x) = x - ln(1 + x): two
     non-negative terms, no cancellation (the textbook form loses every digit as p -> q).
-    0 ln 0 = 0 at q = 0 and q = 1.
+    0 ln 0 = 0 at q = 0 and q = 1; a subnormal q or p keeps its q ln(q/p) term
+    (:func:`_scaled_f`).
     """
     inner = (q > 0) & (q < 1)
     qs = np.where(inner, q, 0.5)
     r = p - qs
-    both = qs * _x_minus_log1p(r / qs) + (1.0 - qs) * _x_minus_log1p(-r / (1.0 - qs))
+    both = _scaled_f(qs, r, p) + _scaled_f(1.0 - qs, -r, 1.0 - p)
     return np.where(q == 0, -np.log1p(-p), np.where(q == 1, -np.log(p), both))
 
 
@@ -184,7 +211,7 @@ def mcallester(*, empirical_risk, kl, num_examples, delta, strict=True) -> Bound
     0.13581
     """
     ins, ls, kl, n, delta = _pac_inputs(strict, empirical_risk, kl, num_examples, delta)
-    budget = kl + np.log(2.0 * np.sqrt(n) / delta)
+    budget = kl + _log_ratio(2.0 * np.sqrt(n), delta)
     slack = np.sqrt(budget / (2.0 * n))
     terms = {"empirical_risk": ls, "slack": slack, "budget": budget}
     return _risk(ins, ls + slack, terms, "McAllester PAC-Bayes")
@@ -216,7 +243,7 @@ def maurer(*, empirical_risk, kl, num_examples, delta, strict=True) -> Bound:
     0.036217
     """
     ins, ls, kl, n, delta = _pac_inputs(strict, empirical_risk, kl, num_examples, delta)
-    budget = (kl + np.log(2.0 * np.sqrt(n) / delta)) / n
+    budget = (kl + _log_ratio(2.0 * np.sqrt(n), delta)) / n
     q, c = np.broadcast_arrays(np.clip(ls, 0.0, 1.0), np.where(np.isnan(budget), np.inf, budget))
     value = np.where(np.isnan(ls + budget), np.nan, _kl_inv(q, c))
     terms = {"empirical_risk": ls, "kl_budget": budget}
@@ -263,7 +290,7 @@ def catoni(*, empirical_risk, kl, num_examples, delta, Cs=None, strict=True) -> 
     ins, ls, kl, n, delta = _pac_inputs(strict, empirical_risk, kl, num_examples, delta)
     ls, kl, n, delta = np.broadcast_arrays(ls, kl, n, delta)
     Cs = _grid(ins, "Cs", Cs, np.geomspace(0.01, 100.0, 20))
-    budget = kl + np.log(Cs.shape[0] / delta)
+    budget = kl + _log_ratio(Cs.shape[0], delta)
     vals = -np.expm1(-Cs * ls[..., None] - (budget / n)[..., None]) / -np.expm1(-Cs)
     best = np.argmin(np.where(np.isnan(vals), np.inf, vals), axis=-1)
     value = np.take_along_axis(vals, best[..., None], axis=-1)[..., 0]
@@ -309,7 +336,7 @@ def alquier(
     lam = _grid(ins, "lambdas", lambdas, base)
     if lambdas is None:
         lam = (np.sqrt(n) / S)[..., None] * base
-    budget = kl + np.log(lam.shape[-1] / delta)
+    budget = kl + _log_ratio(lam.shape[-1], delta)
     vals = lam * (S**2 / (2.0 * n))[..., None] + budget[..., None] / lam
     idx = np.argmin(np.where(np.isnan(vals), np.inf, vals), axis=-1)[..., None]
     slack = np.take_along_axis(vals, idx, axis=-1)[..., 0]
@@ -492,7 +519,7 @@ def semi_analytic(
     curvature = mesh**2 * (G[..., None] + _mesh_remainder(ins, remainder, mesh))
     complexity = 2.0 * np.sqrt(
         (S**2 / (2.0 * m))[..., None]
-        * (L[..., None] / (2.0 * mesh**2) + np.log(K / delta)[..., None])
+        * (L[..., None] / (2.0 * mesh**2) + _log_ratio(K, delta)[..., None])
     )
     per_sigma = ls[..., None] + curvature + complexity
     terms = _pick_sigma(per_sigma, sigma=mesh, curvature=curvature, complexity=complexity)
@@ -581,7 +608,7 @@ def chain_of_thought_parity(
         strict, T, G_u, subgaussian_scale, num_examples, norm_sq, remainder, sigmas
     )
     log_terms = (
-        np.log(4.0 * T)[..., None]
+        (np.log(4.0) + np.log(T))[..., None]
         - (m / (8.0 * S**2))[..., None]
         + (m * (2.0 * G + P) / (4.0 * S**2))[..., None] * mesh**2
         + (L / 2.0)[..., None] / mesh**2

@@ -143,13 +143,17 @@ def _lemma_1_terms(eQ, eK, eV, eO, N, ds, dm, RX) -> dict[str, np.ndarray]:
     """P, A, which Dudley branch applies, and the value of Lemma 1."""
     t = 2.0 / 3.0
     P = (ds * RX**2) * ((np.sqrt(dm) * eV) ** t + (np.sqrt(dm) * eK * eQ * eV) ** t) ** 3
-    P = P * np.log(N * ds)
+    P = P * (np.log(N) + np.log(ds))
     A = eO * eV * np.sqrt(ds) * RX
-    ratio = np.where(P > 0, A * np.sqrt(N / np.where(P > 0, P, 1.0)), np.inf)
-    inside = ratio >= 1.0
+    # ln(A sqrt(N / P)) as a sum of logs (N / P overflows for a subnormal P); +inf at P = 0.
+    positive = P > 0
+    log_ratio = np.where(
+        positive, np.log(A) + 0.5 * (np.log(N) - np.log(np.where(positive, P, 1.0))), np.inf
+    )
+    inside = log_ratio >= 0.0
     # Dudley with constants 1: when the optimal delta sqrt(P/N) exceeds the radius A the
     # integral is empty and the bound is A (the printed formula would go negative there).
-    formula = np.sqrt(P / N) * (1.0 + np.log(np.where(inside & (P > 0), ratio, 1.0)))
+    formula = np.sqrt(P) / np.sqrt(N) * (1.0 + np.where(inside & positive, log_ratio, 0.0))
     return {"value": np.where(inside, formula, A), "P": P, "A": A, "dudley_inside": inside}
 
 
@@ -316,7 +320,7 @@ def theorem_5(
     )
     R = np.sqrt(sum(norms[f"R_{n}"] ** 2 for n in _NAMES))
     R_union = np.maximum(R, 1.0)
-    confidence = np.sqrt(np.log(R_union / delta) / N)
+    confidence = np.sqrt((np.log(R_union) - np.log(delta)) / N)
     return ins.bound(
         value=l4.value + l1.value + confidence,
         terms={"empirical": l4.value, "rademacher": l1.value, "confidence": confidence, "R": R,

@@ -53,7 +53,9 @@ def p_grid(num_layers: int, num_examples: float, grid_m: int | None = None) -> n
     array([0. , 0.5, 1. , 1.5, 2. ])
     """
     if grid_m is None:
-        m = math.ceil(float(num_layers) + math.log(max(float(num_examples), 2.0)))
+        layers = int_option("num_layers", num_layers)
+        n = float(Inputs(True).positive("num_examples", num_examples))
+        m = math.ceil(layers + math.log(max(n, 2.0)))
     else:
         m = int_option("grid_m", grid_m)
     m = max(int(m), 1)
@@ -70,7 +72,9 @@ def schatten_power(s: Any, p: Any, rank_tol: float = 1e-10) -> np.ndarray:
     >>> float(schatten_power([3.0, 4.0, 0.0], 0.0))
     2.0
     """
-    s, p = np.asarray(s, dtype=np.float64), np.asarray(p, dtype=np.float64)
+    ins = Inputs(True)
+    s, p = ins.nonneg("s", s), ins.nonneg("p", p)
+    rank_tol = ins.nonneg("rank_tol", rank_tol)
     nz = s > rank_tol * np.max(s)
     safe = np.where(nz, s, 1.0)
     return np.sum(np.where(nz, safe**p, 0.0), axis=-1)

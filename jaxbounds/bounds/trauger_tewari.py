@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from jaxbounds.bounds import covering
-from jaxbounds.bounds._result import Bound, Check, Inputs, int_option, quiet
+from jaxbounds.bounds._result import Bound, Check, Inputs, int_option, log_2x_plus_1, quiet
 
 __all__ = [
     "corollary_4_1_1",
@@ -112,9 +112,10 @@ def _theorem_4_1_terms(C, B_x, d, m, *, prefactor) -> dict[str, np.ndarray]:
     """The bracket of Theorem 4.1, capped at the Dudley radius B_x, times the prefactor."""
     scale = 2.0 * B_x * np.sqrt(C)
     inside = np.sqrt(m) > scale
-    ratio = np.where(inside & (scale > 0), np.sqrt(m) / np.where(scale > 0, scale, 1.0), 1.0)
-    cover_term = B_x * scale / np.sqrt(m) * (1.0 + np.log(ratio))
-    sign_term = B_x * np.sqrt(np.log(2.0 * d) / m)
+    # ln(sqrt(m) / scale) as a difference of logs: the ratio overflows for a subnormal scale.
+    log_ratio = np.where(inside & (scale > 0), 0.5 * np.log(m) - np.log(scale), 0.0)
+    cover_term = B_x * scale / np.sqrt(m) * (1.0 + log_ratio)
+    sign_term = B_x * np.sqrt((np.log(2.0) + np.log(d)) / m)
     # Dudley with delta = B_x bounds the expectation by B_x whatever m is.
     inner = np.where(inside, np.minimum(cover_term + sign_term, B_x), B_x)
     return {
@@ -124,7 +125,7 @@ def _theorem_4_1_terms(C, B_x, d, m, *, prefactor) -> dict[str, np.ndarray]:
 
 
 def _theorem_4_1_hypotheses(m: np.ndarray, d: np.ndarray) -> dict[str, Check]:
-    ln2d = np.log(2.0 * d)
+    ln2d = np.log(2.0) + np.log(d)
     return {
         "m > d": Check.of(m > d, m=m, d=d),
         "m > ln(2d)": Check.of(m > ln2d, m=m, **{"ln(2d)": ln2d}),
@@ -366,7 +367,7 @@ def corollary_4_2_1(*, B, B_x, d, k, strict=True, **kw) -> Bound:
       Trauger & Tewari 2024, arXiv:2310.13088, Corollary 4.2.1.
     """
     ins, B, B_x, d, k = _corollary_4_2_inputs(strict, B, B_x, d, k)
-    lg = np.log(2.0 * d * k + 1.0)
+    lg = log_2x_plus_1(d, k)
     return _corollary_4_2(
         ins, B**2 * lg, B**2 * B_x**2 * lg, "Trauger & Tewari Corollary 4.2.1", **kw
     )
@@ -386,7 +387,7 @@ def corollary_f_0_1(*, B, B_x, d, k, strict=True, **kw) -> Bound:
       Trauger & Tewari 2024, arXiv:2310.13088, Corollary F.0.1.
     """
     ins, B, B_x, d, k = _corollary_4_2_inputs(strict, B, B_x, d, k)
-    lg = d * np.log(2.0 * k + 1.0)
+    lg = d * log_2x_plus_1(k)
     return _corollary_4_2(
         ins, B**2 * lg, B**2 * B_x**2 * lg, "Trauger & Tewari Corollary F.0.1", **kw
     )
@@ -405,7 +406,7 @@ def corollary_f_0_2(*, B, B_x, d, k, strict=True, **kw) -> Bound:
       Trauger & Tewari 2024, arXiv:2310.13088, Corollary F.0.2.
     """
     ins, B, B_x, d, k = _corollary_4_2_inputs(strict, B, B_x, d, k)
-    lg = np.log(d * k)
+    lg = np.log(d) + np.log(k)
     return _corollary_4_2(
         ins, B**2 * lg, B**2 * B_x**2 * lg, "Trauger & Tewari Corollary F.0.2", **kw
     )

@@ -300,3 +300,98 @@ def test_parity_and_semi_analytic_validate(arg, bad):
         pac_bayes.semi_analytic(**E3, norm_sq=1.0, delta=0.05, sigmas=[1e-3, -1e-3])
     with pytest.raises(ValueError, match="remainder: expected a number with G_u"):
         pac_bayes.optimal_sigma(norm_sq=1.0, **{**E3, "G_u": 1.0}, remainder=-2.0)
+
+
+def _log_exact(x):
+    """ln x of a float64 in 80-digit decimal arithmetic (the truth the float64 code is held to)."""
+    from decimal import Decimal, localcontext
+
+    with localcontext() as ctx:
+        ctx.prec = 80
+        return Decimal(float(x)).ln()
+
+
+def _budget(a, delta) -> float:
+    """ln(a / delta) exactly (a ratio that overflows float64 for delta = 1e-308)."""
+    return float(_log_exact(a) - _log_exact(delta))
+
+
+@pytest.mark.parametrize("delta", [1e-308, 5e-324])
+def test_tiny_delta_matches_closed_forms(delta):
+    """Issue 26: at delta = 1e-308, N = 1e4 the ratio 2 sqrt(N) / delta overflowed: McAllester,
+    semi-analytic and Alquier gave inf (Alquier's labelled valid), Maurer and Catoni 1.0 (truth
+    about 0.07). ln(a / delta) is now ln a - ln delta; each bound equals its closed form."""
+    n = 10**4
+    kw = {"empirical_risk": 0.0, "kl": 0.0, "num_examples": n, "delta": delta}
+    budget = _budget(2.0 * np.sqrt(n), delta)  # about 714
+    mc = pac_bayes.mcallester(**kw)
+    assert float(mc.value) == pytest.approx(np.sqrt(budget / (2 * n)), rel=1e-14)
+    ma = pac_bayes.maurer(**kw)
+    assert float(ma.value) == pytest.approx(-np.expm1(-budget / n), rel=1e-13)
+    assert 0.06 < float(ma.value) < 0.08
+    assert ma.status is Status.NON_VACUOUS
+    assert mc.status is Status.NON_VACUOUS
+    cat = pac_bayes.catoni(**kw, Cs=[1.0])
+    cat_truth = -np.expm1(-_budget(1.0, delta) / n) / -np.expm1(-1.0)
+    assert float(cat.value) == pytest.approx(cat_truth, rel=1e-13)
+    assert float(pac_bayes.catoni(**kw).value) < 0.08  # the default grid: no overflow either
+    al = pac_bayes.alquier(**kw, subgaussian_scale=1.0, lambdas=[100.0])
+    assert float(al.value) == pytest.approx(
+        100.0 / (2 * n) + _budget(1.0, delta) / 100.0, rel=1e-14
+    )
+    assert np.isfinite(float(pac_bayes.alquier(**kw, subgaussian_scale=1.0).value))
+    semi = pac_bayes.semi_analytic(
+        G_u=1.0, norm_sq=1.0, subgaussian_scale=1.0, num_examples=n, delta=delta, sigmas=[0.1]
+    )
+    semi_truth = 0.01 + 2.0 * np.sqrt((1.0 / (2 * n)) * (1.0 / 0.02 + _budget(1.0, delta)))
+    assert float(semi.value) == pytest.approx(semi_truth, rel=1e-14)
+
+
+def test_tiny_delta_in_the_other_calculators():
+    """The same ln(c / delta) in rademacher_to_gap and shallow-GD Theorem 5 (closed forms)."""
+    from jaxbounds.bounds import covering
+
+    gap = covering.rademacher_to_gap(rademacher=0.0, num_examples=10**4, delta=1e-308)
+    truth = 3.0 * np.sqrt(_budget(2.0, 1e-308) / (2 * 10**4))
+    assert float(gap.value) == pytest.approx(truth, rel=1e-14)
+    assert gap.status is Status.NON_VACUOUS
+
+
+def test_subnormal_empirical_risk():
+    """Issue 26: kl_bernoulli(1e-310, 0.5) was NaN (r / q overflowed) and maurer at
+    empirical_risk = 1e-310 gave 0.99999 labelled non-vacuous (truth 0.0071)."""
+    assert float(pac_bayes.kl_bernoulli(1e-310, 0.5)) == np.log(2.0)  # q ln q is below an ulp
+    n, delta = 1000, 0.05
+    budget = _budget(2.0 * np.sqrt(n), delta) / n
+    for q in (1e-310, 5e-324, 1e-300):
+        out = pac_bayes.maurer(empirical_risk=q, kl=0.0, num_examples=n, delta=delta)
+        # kl(q || p) -> -ln(1 - p) as q -> 0: the q = 0 closed form to far below an ulp
+        assert float(out.value) == pytest.approx(-np.expm1(-budget), rel=1e-14)
+        assert out.status is Status.NON_VACUOUS
+    assert float(pac_bayes.kl_inverse(1e-310, 0.0)) == pytest.approx(1e-310, rel=1e-12)
+
+
+def test_kl_bernoulli_against_exact_decimals_at_the_extremes():
+    """kl(q || p) on a grid of subnormal, tiny, ordinary and near-one q and p against 800-digit
+    decimal arithmetic: relative error below 1e-13 everywhere (subnormal results included),
+    inf exactly where the truth is infinite, 0 where q = p."""
+    from decimal import Decimal, localcontext
+
+    grid = [0.0, 5e-324, 1e-310, 1e-300, 1e-20, 1e-5, 0.1, 0.25, 0.5, 0.9, 1 - 1e-10,
+            1 - 2**-53, 1.0]  # fmt: skip
+    with localcontext() as ctx:
+        ctx.prec = 800
+        for q in grid:
+            for p in grid:
+                got = float(pac_bayes.kl_bernoulli(q, p))
+                if (p == 0.0 and q > 0) or (p == 1.0 and q < 1):
+                    assert got == np.inf, (q, p)
+                    continue
+                dq, dp, one = Decimal(q), Decimal(p), Decimal(1)
+                truth = (dq * (dq / dp).ln() if q > 0 else 0) + (
+                    (one - dq) * ((one - dq) / (one - dp)).ln() if q < 1 else 0
+                )
+                if truth == 0:
+                    assert got == 0.0, (q, p)
+                else:
+                    assert abs(Decimal(got) - truth) <= Decimal("1e-13") * abs(truth), (q, p)

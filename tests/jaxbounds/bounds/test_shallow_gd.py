@@ -221,3 +221,30 @@ def test_lemma_4_decreases_in_alpha_loss(n, k):
     c = shallow_gd.lemma_4(alpha=1.0, phi0=1e-6 * k, **base, **kw)
     for name, check in c.hypotheses.items():
         assert bool(check) <= bool(a.hypotheses[name])
+
+
+def test_tiny_delta_and_subnormal_P():
+    """Issue 26's pattern: ln(R / delta) and ln(A sqrt(N / P)) were ratios that overflow (delta =
+    1e-308; P subnormal made N / P infinite and the bound inf). Both are now differences of logs
+    and equal the closed form computed in exact decimals."""
+    from decimal import Decimal, localcontext
+
+    init, radii = _record()
+    t5 = shallow_gd.theorem_5(
+        alpha=2.0, phi0=0.5, num_examples=400, d_s=16, d_m=64, R_X=1.0, init=init, radii=radii,
+        delta=1e-308,
+    )  # fmt: skip
+    with localcontext() as ctx:
+        ctx.prec = 60
+        conf = float((-Decimal("1e-308").ln() / 400).sqrt())  # R < 1 counts as 1
+        assert float(t5.confidence) == pytest.approx(conf, rel=1e-14)
+        l1 = shallow_gd.lemma_1(
+            eta_Q=1.0, eta_K=1.0, eta_V=1.0, eta_O=1.0, num_examples=10**4, d_s=4, d_m=4,
+            R_X=1e-160,
+        )  # fmt: skip
+        P, A, N = Decimal(float(l1.P)), Decimal(float(l1.A)), Decimal(10**4)
+        assert 0 < float(P) < np.finfo(np.float64).tiny  # subnormal
+        truth = (P / N).sqrt() * (1 + (A * (N / P).sqrt()).ln())
+    assert bool(l1.dudley_inside)
+    assert float(l1.value) == pytest.approx(float(truth), rel=1e-12)
+    assert l1.status is Status.NON_VACUOUS

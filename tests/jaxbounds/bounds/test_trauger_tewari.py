@@ -245,3 +245,15 @@ def test_theorem_4_2_broadcasts():
     assert out.value.shape == (2,)
     assert float(out.value[1]) > float(out.value[0])
     assert out.alpha.shape == (2,)
+
+
+def test_theorem_4_1_subnormal_cover_scale():
+    """ln(sqrt(m) / (2 B_x sqrt(C))) with a subnormal denominator: the ratio overflowed to inf
+    and 0 * inf made the bound NaN (not valid). Now a difference of logs: the cover term
+    underflows to 0 and the bound is the sign term (closed form)."""
+    r = trauger_tewari.theorem_4_1(
+        C=1e-320, B_x=1e-160, B_w=1.0, B_Wc=1.0, B_Wv=1.0, L_sigma=1.0, d=3, num_examples=100
+    )
+    assert float(r.cover_term) == 0.0
+    assert float(r.value) == pytest.approx(1e-160 * np.sqrt(np.log(6.0) / 100), rel=1e-14)
+    assert r.status is Status.NON_VACUOUS
