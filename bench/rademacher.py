@@ -20,7 +20,15 @@ Prints one JSON record per configuration, then a summary record with the ratios:
   and readout search at 5 ... 40 ascent steps, interleaved; for each plain budget, the best
   readout run that took no longer, with the stderr of the paired per-sign-vector difference.
 
-``--only PART`` (repeatable) runs some of throughput, memory, search, equal_time.
+- split: ``rademacher_linear`` with ``precision=None`` (JAX's default: TF32 on a GPU),
+  ``"highest"`` and ``"bf16x2"`` (x = hi + lo in bfloat16, float32 accumulation) at several chunk
+  sizes, interleaved: draws/s, effective TFLOP/s (2 n d per draw) and the accuracy cost: the
+  largest relative error of a sup on a 256-draw block against float64, and the difference of
+  the means against the full-precision path in units of its standard error
+  (:func:`split_sweep`, which ``bench/accelerator.py`` calls on a GPU; on a CPU bfloat16 matmuls
+  are emulated and slow: the CPU run only checks that it works).
+
+``--only PART`` (repeatable) runs some of throughput, memory, search, equal_time, split.
 """
 
 from __future__ import annotations
@@ -210,7 +218,7 @@ def search_sup_of(kind, spec, x, key, steps):
     """The sup object the kernel builds for ``key`` (same restarts), for per-draw values."""
     kw = dict(project=spec["project"], num_steps=steps, step_size=1.0, **spec["extra"])
     return SUPS[kind](
-        spec["fn"], spec["params"], x, jax.random.fold_in(key, rad._RESTART_SALT), **kw
+        spec["fn"], spec["params"], x, rad._restart_key(key), **kw
     )
 
 
@@ -364,8 +372,82 @@ def bench_equal_time(num_signs, reps, n, d, h, step_grid, chunk=8):
     return recs, pairs
 
 
+def split_sweep(
+    chunk_sizes=(256, 1024, 4096),
+    *,
+    num_draws=131072,
+    n=N,
+    d=D,
+    reps=3,
+    precisions=(None, "highest", "bf16x2"),
+):
+    """Throughput and accuracy of ``rademacher_linear`` per matmul precision and chunk size.
+
+    All variants are compiled first, then timed in ``reps`` interleaved rounds (medians). The
+    accuracy is measured per precision on the same 256 sign vectors (largest relative error of
+    a sup against float64) and on the estimate (its mean minus the ``"highest"`` mean, over
+    the ``"highest"`` stderr, same draws). Returns one record per (precision, chunk) and emits
+    them as JSON lines.
+    """
+    key = jax.random.key(0)
+    x = jax.random.normal(jax.random.key(1), (n, d), jnp.float32)
+    signs = rad.sign_vectors(key, num_draws=256, num_examples=n)
+    exact = np.linalg.norm(np.asarray(signs, np.float64) @ np.asarray(x, np.float64), axis=1) / n
+    sup_error = {}
+    for prec in precisions:
+        vals = np.asarray(rad.linear_sup(x, norm=2, radius=1.0, precision=prec)(signs), np.float64)
+        sup_error[prec] = float(np.max(np.abs(vals - exact) / exact))
+
+    def make(prec, chunk):
+        def f(k, x):
+            est = rad.rademacher_linear(
+                x, k, norm=2, radius=1.0, num_draws=num_draws, chunk_size=chunk, precision=prec
+            )
+            return est.mean, est.stderr
+
+        return jax.jit(f)
+
+    variants = {(p, c): make(p, c) for p in precisions for c in chunk_sizes}
+    first, values = {}, {}
+    for name, fn in variants.items():
+        t = time.perf_counter()
+        values[name] = jax.block_until_ready(fn(key, x))
+        first[name] = time.perf_counter() - t
+    times = {name: [] for name in variants}
+    for _ in range(reps):
+        for name, fn in variants.items():
+            times[name].append(timed(fn, key, x))
+    ref_chunk = chunk_sizes[-1]
+    ref_mean, ref_se = (float(v) for v in values[("highest", ref_chunk)]) if (
+        "highest" in precisions
+    ) else (float("nan"), float("nan"))
+    recs = []
+    for (prec, chunk), ts in times.items():
+        med = float(np.median(ts))
+        mean = float(values[(prec, chunk)][0])
+        rec = {
+            "bench": "split",
+            "precision": str(prec),
+            "chunk_size": chunk,
+            "n": n,
+            "d": d,
+            "draws": num_draws,
+            "device": str(jax.devices()[0]),
+            "median_s": med,
+            "first_call_s": first[(prec, chunk)],
+            "draws_per_s": num_draws / med,
+            "effective_tflops": 2 * n * d * num_draws / med / 1e12,
+            "max_sup_rel_error_vs_float64": sup_error[prec],
+            "mean": mean,
+            "mean_minus_highest_over_stderr": (mean - ref_mean) / ref_se,
+        }
+        emit(rec)
+        recs.append(rec)
+    return recs
+
+
 NETWORKS = {"tiny": dict(n=64, d=8, h=16), "small": dict(n=256, d=16, h=32)}
-PARTS = ("throughput", "memory", "search", "equal_time")
+PARTS = ("throughput", "memory", "search", "equal_time", "split")
 
 
 def main():
@@ -435,6 +517,21 @@ def main():
                 for p in bench_equal_time(256, reps, step_grid=grid, **size)[1]
             ]
             for name, size in NETWORKS.items()
+        }  # fmt: skip
+    if "split" in parts:
+        recs = split_sweep(
+            (64, 256) if quick else (256, 1024, 4096),
+            num_draws=1024 if quick else 16384,
+            n=512 if quick else N,
+            d=64 if quick else D,
+            reps=1 if quick else 3,
+        )
+        summary["split"] = {
+            f"{r['precision']}@{r['chunk_size']}": {
+                k: r[k] for k in ("draws_per_s", "max_sup_rel_error_vs_float64",
+                                  "mean_minus_highest_over_stderr")
+            }
+            for r in recs
         }  # fmt: skip
     summary["loadavg_end"] = os.getloadavg()
     emit(summary)

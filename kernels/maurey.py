@@ -53,6 +53,8 @@ __all__ = [
     "wqk_cover_outputs",
 ]
 
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
 
 def _check_l1_ball(v: Any, radius: Any) -> tuple[jax.Array, jax.Array]:
     """``v`` flattened and ``radius`` as an array, after checking ``||v||_1 <= radius``."""
@@ -73,18 +75,22 @@ def maurey_sparsify(v: jax.Array, key: jax.Array, *, num_atoms: int, radius: Any
     $\mathbb E\|v - v_k\|_2^2 = (B\|v\|_1 - \|v\|_2^2)/k$. Pure function of ``key``: vmap it
     over keys for many draws.
 
+    The atom counts $c$ are int32 (exact up to $k = 2^{31} - 1$; float32 counts stopped at
+    $2^{24}$), converted to the dtype of ``v`` once at the end.
+
     Args:
       v: float32/float64 array with $\|v\|_1 \le$ ``radius`` (entries as one vector).
       key: PRNG key.
-      num_atoms: k. Static.
+      num_atoms: k in ``[1, 2**31 - 1]``. Static.
       radius: B > 0.
 
     Returns:
       Array shaped like ``v``: $(B/k) \cdot c$ with $c$ integer, $\|c\|_1 \le k$.
 
     Raises:
-      ValueError: if ``num_atoms`` < 1, on a bad key, an integer, half-precision, empty or
-        non-finite ``v``, ``radius`` <= 0 or $\|v\|_1 > B$ (the value checks also under ``jit``).
+      ValueError: if ``num_atoms`` is not in ``[1, 2**31 - 1]``, on a bad key, an integer,
+        half-precision, empty or non-finite ``v``, ``radius`` <= 0 or $\|v\|_1 > B$ (the value
+        checks also under ``jit``).
 
     References:
       Pisier 1981; Zhang 2002, Lemma 1.
@@ -95,13 +101,15 @@ def maurey_sparsify(v: jax.Array, key: jax.Array, *, num_atoms: int, radius: Any
     [0.0, 2.0, 0.0]
     """
     k = check_positive_int(num_atoms, "num_atoms")
+    if k > _INT32_MAX:
+        raise ValueError(f"num_atoms: at most 2**31 - 1 atoms (int32 counts), got {k}")
     check_key(key)
     flat, r = _check_l1_ball(v, radius)
     l1 = jnp.sum(jnp.abs(flat))
     probs = jnp.concatenate([jnp.abs(flat) / r, jnp.maximum(1 - l1 / r, 0)[None]])
     draws = jax.random.categorical(key, jnp.log(probs), shape=(k,))
-    counts = jnp.zeros(flat.shape[0] + 1, flat.dtype).at[draws].add(1)[:-1]
-    return (jnp.sign(flat) * counts * (r / k)).reshape(jnp.shape(v))
+    counts = jnp.zeros(flat.shape[0] + 1, jnp.int32).at[draws].add(1)[:-1]
+    return (jnp.sign(flat) * counts.astype(flat.dtype) * (r / k)).reshape(jnp.shape(v))
 
 
 def maurey_expected_error(v: jax.Array, *, num_atoms: int, radius: Any) -> jax.Array:

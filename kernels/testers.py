@@ -51,7 +51,7 @@ import numpy as np
 from kernels._checks import check_finite, check_key, check_positive_int, ensure_that
 from kernels._jit import compile_once
 from kernels.estimate import Estimate
-from kernels.parallel import sample_statistics
+from kernels.parallel import MAX_SAMPLES, check_num_samples, sample_statistics
 from kernels.walsh import _num_bits, fwht
 
 __all__ = [
@@ -102,18 +102,36 @@ class Sweep:
 
 
 def num_trials_for(eps: float, delta: float) -> int:
-    """Trials needed so that a per-trial rejection rate >= eps rejects w.p. >= 1 - delta.
+    r"""Trials needed so that a per-trial rejection rate >= eps rejects w.p. >= 1 - delta.
 
-    ``ceil(ln(1/delta) / eps)`` (since (1 - eps)^t <= exp(-eps t)).
+    ``ceil(ln(1/delta) / eps)`` (since (1 - eps)^t <= exp(-eps t)), with $\ln(1/\delta)$ taken as
+    $-\ln\delta$ (finite down to the smallest subnormal delta). Counts past ``2**31`` are fine
+    (the testers' trial counts are exact up to ``2**53``, :mod:`kernels.parallel`); a count
+    above ``2**53`` is refused.
+
+    Raises:
+      ValueError: if ``eps`` is not a number in (0, 1], ``delta`` not in (0, 1), or the count
+        exceeds ``2**53``.
 
     >>> num_trials_for(0.1, 0.01)
     47
+    >>> num_trials_for(1e-9, 0.1)  # past 2**31: runs (slowly), with exact counts
+    2302585093
     """
+    for name, value in (("eps", eps), ("delta", delta)):
+        if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
+            raise ValueError(f"{name}: expected a number, got {value!r}")
     if not (0.0 < eps <= 1.0):
         raise ValueError(f"eps: expected a value in (0, 1], got {eps!r}")
     if not (0.0 < delta < 1.0):
         raise ValueError(f"delta: expected a value in (0, 1), got {delta!r}")
-    return max(1, math.ceil(math.log(1.0 / delta) / eps))
+    trials = max(1, math.ceil(-math.log(delta) / eps))
+    if trials > MAX_SAMPLES:
+        raise ValueError(
+            f"eps: {eps!r} needs {trials} trials at delta={delta!r}, more than 2**53 (the most a "
+            "Monte Carlo kernel runs)"
+        )
+    return trials
 
 
 def _as_float(values: jax.Array) -> jax.Array:
@@ -213,7 +231,7 @@ def _check_degree_args(num_bits: int, degree: int, rtol: float, atol: float) -> 
 def _low_degree(fn, num_bits, key, *, degree, num_trials, rtol, atol, chunk_size, args):
     """:func:`low_degree_test` without the compile-once wrapper (argument checks included)."""
     num_bits, degree = _check_degree_args(num_bits, degree, rtol, atol)
-    num_trials = check_positive_int(num_trials, "num_trials")
+    num_trials = check_num_samples(num_trials, "num_trials")
     check_key(key)
     trial = _degree_trial(fn, args, num_bits, degree, rtol, atol)
     return _run_trials(trial, key, num_trials, 2 ** (degree + 1), chunk_size)
@@ -426,7 +444,7 @@ def _sparsity(fn, num_bits, key, *, sparsity, num_restrict, num_trials, eps, chu
     num_bits = check_positive_int(num_bits, "num_bits")
     sparsity = check_positive_int(sparsity, "sparsity")
     num_restrict = check_positive_int(num_restrict, "num_restrict")
-    num_trials = check_positive_int(num_trials, "num_trials")
+    num_trials = check_num_samples(num_trials, "num_trials")
     if num_restrict > num_bits:
         raise ValueError(f"num_restrict: expected <= num_bits = {num_bits}, got {num_restrict}")
     _check_tolerance(eps, "eps")

@@ -248,3 +248,15 @@ def test_wqk_cover_bad_arguments():
         maurey.wqk_cover_outputs(dim=8, num_atoms=6, radius=1.0)
     with pytest.raises(ValueError, match="radius"):
         maurey.wqk_cover_outputs(dim=2, num_atoms=1, radius=0.0)
+
+
+def test_sparsify_counts_past_2_24_atoms_stay_exact():
+    """A vertex of the ball with 2**24 + 2**22 atoms: every atom is the vertex, so v_k = v
+    exactly (float32 counts stopped at 2**24 and gave 1.6 for 2; the issue's v = [0, 2, 0] with
+    2**25 atoms gave [0, 1, 0])."""
+    v = jnp.asarray([2.0], jnp.float32)
+    out = maurey.maurey_sparsify(v, KEY, num_atoms=2**24 + 2**22, radius=2.0)
+    assert out.dtype == jnp.float32
+    np.testing.assert_array_equal(out, [2.0])
+    with pytest.raises(ValueError, match=r"^num_atoms: at most 2\*\*31 - 1"):
+        maurey.maurey_sparsify(v, KEY, num_atoms=2**31, radius=2.0)

@@ -23,7 +23,7 @@ import pytest
 
 from kernels import norms
 from kernels._checks import runtime_checks
-from tests.helpers import compiles_in, count_compiles, tol
+from tests.helpers import compiles_in, count_compiles, matmul_tol, tol
 
 INF = math.inf
 DTYPES = [np.float32, np.float64]
@@ -334,7 +334,7 @@ def assert_schatten_closed_form(w, proj, p, radius, rtol):
 @pytest.mark.parametrize("p", [1, 2, INF])
 def test_project_schatten_ball_certificate(p, dtype):
     radius = 1.2
-    rtol = tol(dtype)
+    rtol = matmul_tol(dtype)  # the projection is U diag(s') V^T: a matmul of the dtype
     norm_fn = lambda x: np_schatten(x, p)  # noqa: E731
     rng = np.random.default_rng(30)
     for scale in (0.1, 0.5, 1.0, 2.0, 5.0):
@@ -446,3 +446,53 @@ def test_projection_second_call_compiles_nothing():
         norms.project_schatten_ball(second, p=1, radius=jnp.asarray(2.0))
         norms.project_group_ball(second, q=2, p=1, radius=0.5)
     assert compiles_in(log) == []
+
+
+# ----------------------------------------------------------------------------- range boundaries
+
+
+@pytest.mark.parametrize("scale", [1e-20, 1e19, 1e-30, 1e30, 3e-38])
+def test_two_norms_neither_overflow_nor_underflow(scale):
+    """float32 [3, 4] * scale: the plain sum of squares is inf (1e19, 1e30) or 0 (1e-20,
+    1e-30, 3e-38); the scaled norm is 5 * scale to float32 rounding. (XLA flushes subnormal
+    numbers to zero on CPU and GPU, so inputs below 1.2e-38 read as 0.)"""
+    x = np.array([3.0, 4.0]) * scale
+    x32 = jnp.asarray(x, jnp.float32)
+    want = np.linalg.norm(np.asarray(x32, np.float64))
+    rtol = tol(jnp.float32)
+    np.testing.assert_allclose(float(norms.vector_norm(x32)), want, rtol=rtol)
+    np.testing.assert_allclose(float(norms.tree_norm({"a": x32[:1], "b": x32[1:]})), want,
+                               rtol=rtol)  # fmt: skip
+    np.testing.assert_allclose(float(norms.group_norm(x32.reshape(2, 1), q=2, p=2)), want,
+                               rtol=rtol)  # fmt: skip
+    rows = jnp.stack([x32, x32[::-1]])
+    np.testing.assert_allclose(norms.vector_norm(rows, axis=1), [want, want], rtol=rtol)
+
+
+def test_two_norm_scaling_keeps_the_plain_rounding():
+    """In the normal range the power-of-two scaling is exact: the same float32 value as the
+    plain sqrt(sum(x * x))."""
+    x = jnp.asarray(np.random.default_rng(2).normal(size=1000), jnp.float32)
+    assert float(norms.vector_norm(x)) == float(jnp.sqrt(jnp.sum(x * x)))
+
+
+def test_projections_of_huge_and_tiny_vectors():
+    """l2 projection of a vector whose norm overflows float32's sum of squares (it gave 0),
+    of a tiny vector (inside: unchanged), and the l1 projection of [5e30, 1] (r below the
+    rounding of 5e30: it gave [0, 0])."""
+    big = jnp.asarray([3e30, 4e30], jnp.float32)
+    np.testing.assert_allclose(norms.project_lp_ball(big, p=2, radius=1.0), [0.6, 0.8], rtol=1e-6)
+    tiny = jnp.asarray([3e-30, 4e-30], jnp.float32)
+    np.testing.assert_array_equal(norms.project_lp_ball(tiny, p=2, radius=1.0), tiny)
+    np.testing.assert_array_equal(
+        norms.project_l1_ball(jnp.asarray([5e30, 1.0], jnp.float32), radius=1.0), [1.0, 0.0]
+    )
+    w = jnp.asarray([[3e30, 0.0], [4e30, 1.0]], jnp.float32)
+    np.testing.assert_allclose(norms.project_group_ball(w, q=2, p=1, radius=1.0),
+                               [[0.6, 0.0], [0.8, 0.0]], rtol=1e-6)  # fmt: skip
+
+
+def test_vector_norm_bad_axis_names_it():
+    for axis in (2, -3, 1.0, True):
+        with pytest.raises(ValueError, match=r"^axis"):
+            norms.vector_norm(jnp.ones((2, 2)), axis=axis)

@@ -338,3 +338,18 @@ def test_sparsity_sweep_full_restriction_is_exact():
     for s in (1, 7, 14, 20):
         assert int(sweep(_sparse(30 + s, s), jax.random.key(s))) == s
     assert int(sweep(_sparse(99, 30), jax.random.key(0))) == -1
+
+
+def test_num_trials_for_tiny_eps_and_delta():
+    """eps <= 1e-9 asks for more than 2**31 trials: the exact count (the trial counts are exact
+    up to 2**53); delta down to the smallest subnormal stays finite; past 2**53 is refused."""
+    assert testers.num_trials_for(1e-9, 0.1) == math.ceil(math.log(10) / 1e-9) > 2**31
+    assert testers.num_trials_for(0.5, 5e-324) == math.ceil(-math.log(5e-324) / 0.5)
+    with pytest.raises(ValueError, match=r"^eps: .* more than 2\*\*53"):
+        testers.num_trials_for(1e-20, 0.1)
+    for bad in ("0.1", None, float("nan")):
+        with pytest.raises(ValueError, match=r"^eps"):
+            testers.num_trials_for(bad, 0.1)
+    with pytest.raises(ValueError, match=r"^num_trials: at most 2\*\*53"):
+        testers.low_degree_test(lambda x: jnp.sum(x), 4, jax.random.key(0), degree=1,
+                                num_trials=2**53 + 1)  # fmt: skip

@@ -159,3 +159,54 @@ def test_nan_coefficients_raise_eagerly_and_under_jit(kernel):
         jax.block_until_ready(jax.jit(kernel)(coeff))
     with runtime_checks(False):
         jax.block_until_ready(jax.jit(lambda c: kernel(c))(coeff))  # switched off: no error
+
+
+# ----------------------------------------------------------------------------- range boundaries
+
+
+def test_integer_transforms_are_exact_or_refused():
+    """uint8 [0, 1] gave [1, 255] (unsigned wrap): now the signed [1, -1]; int32 full(2**16,
+    2**16) gave element 0 = 0 (2**32 wrapped): refused, naming x; values that fit are exact."""
+    np.testing.assert_array_equal(fwht(jnp.array([0, 1], jnp.uint8)), [1, -1])
+    assert fwht(jnp.array([0, 1], jnp.uint8)).dtype == jnp.int32
+    np.testing.assert_array_equal(fwht(jnp.array([True, False])), [1, 1])
+    with pytest.raises(ValueError, match=r"^x: an exact transform of 2\*\*16 integers"):
+        fwht(jnp.full(2**16, 2**16, jnp.int32))
+    with pytest.raises(ValueError, match=r"^x: an exact transform"):
+        fwht(jnp.full(4, -(2**30), jnp.int32))
+    ok = fwht(jnp.full(2**16, 2**14, jnp.int32))
+    assert int(ok[0]) == 2**30
+    assert int(jnp.sum(jnp.abs(ok[1:]))) == 0
+    wide = fwht(jnp.full(2**16, 2**16, jnp.int64))  # x64 is on in the tests: exact in int64
+    assert wide.dtype == jnp.int64
+    assert int(wide[0]) == 2**32
+    with pytest.raises(jax.errors.JaxRuntimeError, match="x: an exact transform"):
+        jax.jit(fwht)(jnp.full(8, 2**30, jnp.int32)).block_until_ready()
+
+
+def test_and_of_12_bits_in_float32_has_full_degree_and_sparsity():
+    """AND of 12 bits: every coefficient is +-2**-12, below float32's old absolute threshold
+    sqrt(eps) = 3.5e-4 (degree -1, sparsity 0); the default threshold is relative to the
+    spectrum's norm."""
+    values = jnp.zeros(2**12, jnp.float32).at[-1].set(1.0)
+    coeff = walsh_spectrum(values)
+    assert int(spectrum_degree(coeff)) == 12
+    assert int(spectrum_sparsity(coeff)) == 4096
+    batch = jnp.stack([coeff, 1e6 * coeff, jnp.zeros_like(coeff)])
+    np.testing.assert_array_equal(spectrum_degree(batch), [12, 12, -1])
+    np.testing.assert_array_equal(spectrum_sparsity(batch), [4096, 4096, 0])
+    # rounding noise of a float32 transform is below the default threshold
+    chi = fwht(jnp.zeros(2**12, jnp.float32).at[5].set(1.0))  # the +-1 character of {0, 2}
+    noisy = walsh_spectrum(0.1 * chi + 0.3)
+    assert int(spectrum_sparsity(noisy)) == 2
+
+
+def test_subset_sizes_at_26_bits_is_a_popcount():
+    """n = 26: 256 MB of int32 (building the points first took 22 GB)."""
+    sizes = subset_sizes(26)
+    assert sizes.shape == (2**26,)
+    assert sizes.dtype == jnp.int32
+    idx = np.array([0, 1, 2**25, 2**26 - 1, 0b1011011])
+    np.testing.assert_array_equal(np.asarray(sizes)[idx], [bin(int(i)).count("1") for i in idx])
+    with pytest.raises(ValueError, match=r"^num_bits"):
+        subset_sizes(33)
