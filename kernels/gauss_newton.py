@@ -187,7 +187,9 @@ def _check_outputs(loss: Any, outputs: Any, targets: Any) -> None:
     shape = tuple(outputs.shape)
     if not shape:
         raise ValueError("apply_fn: outputs must have a leading example axis, got a scalar")
-    if not isinstance(loss, str):
+    if not isinstance(loss, str):  # the loss's value must be a real scalar (abstractly)
+        spec = jax.ShapeDtypeStruct(shape, dtype)
+        jax.eval_shape(lambda o, t: _mean_loss(loss, o, t), spec, targets)
         return
     shape_t = jnp.shape(targets)
     if loss == "cross_entropy":
