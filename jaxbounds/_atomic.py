@@ -1,16 +1,22 @@
-"""Atomic file writes (every report and experiment output) and the runner's signal guard.
+"""Atomic file writes, the runner's signal guard and the lock of an output place.
 
 Every file is written to a temporary file in its own directory, flushed and ``fsync``-ed, then
 renamed over the target with ``os.replace`` (atomic on POSIX and Windows), and the directory is
 ``fsync``-ed: a reader sees the old file or the new one, never a part of one, whatever kills the
 writer. While a :class:`SignalGuard` is active, SIGINT and SIGTERM raise :class:`Interrupted`,
-except inside a write, where they are held until the write is complete. It sits on the lowest
-floor of ``jaxbounds`` (standard library only), so ``report`` and ``experiments`` both import it.
+except inside a write, where they are held until the write is complete; a signal that was
+ignored when the guard was entered (``SIG_IGN``: a job started in the background by a
+non-interactive shell, ``nohup``) stays ignored, the Unix convention that ``jaxbounds estimate``
+follows too. :func:`exclusive_lock` keeps a second process off an output place (``fcntl.flock``,
+which the kernel releases when its holder dies, SIGKILL included: a lock never outlives its
+process). It sits on the lowest floor of ``jaxbounds`` (standard library only), so ``report``,
+``experiments`` and the command line all import it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -22,8 +28,10 @@ from typing import Any
 
 __all__ = [
     "Interrupted",
+    "LockBusy",
     "SignalGuard",
     "critical_section",
+    "exclusive_lock",
     "write_bytes_atomic",
     "write_json_atomic",
     "write_text_atomic",
@@ -58,8 +66,9 @@ class Interrupted(BaseException):
 class SignalGuard:
     """Context manager: SIGINT/SIGTERM raise :class:`Interrupted`, deferred during writes.
 
-    Handlers are installed only in the main thread (elsewhere the guard does nothing) and the
-    previous handlers are restored on exit. Writes of this module enter
+    Handlers are installed only in the main thread (elsewhere the guard does nothing), never for
+    a signal whose disposition is ``SIG_IGN`` on entry (a background job's SIGINT stays
+    ignored), and the previous handlers are restored on exit. Writes of this module enter
     :meth:`critical` on the active guard, so a signal arriving mid-write raises right after the
     file is in place.
     """
@@ -75,7 +84,8 @@ class SignalGuard:
     def __enter__(self) -> SignalGuard:
         if threading.current_thread() is threading.main_thread():
             for signum in _SIGNALS:
-                self._previous[signum] = signal.signal(signum, self.handle)
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._previous[signum] = signal.signal(signum, self.handle)
         self._outer, SignalGuard._active = SignalGuard._active, self
         return self
 
@@ -104,6 +114,83 @@ class SignalGuard:
         if self._depth == 0 and self._pending is not None:
             signum, self._pending = self._pending, None
             raise Interrupted(signum)
+
+
+class LockBusy(RuntimeError):
+    """Another live process holds the lock of an output place.
+
+    Attributes:
+      path: the lock (a file, or the output directory itself).
+      pid: the holder's process id when it wrote one in the lock file, else None.
+    """
+
+    def __init__(self, path: Path, pid: int | None) -> None:
+        self.path, self.pid = Path(path), pid
+        who = f"process {pid}" if pid is not None else "another process"
+        super().__init__(f"{who} holds the lock {self.path}")
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Hold an exclusive ``flock`` on ``path`` for the block, or raise :class:`LockBusy` at once.
+
+    ``path`` is a directory (locked as it is, no file is created: ``jaxbounds estimate``'s
+    output directory) or a lock file, created if needed, into which the holder writes its
+    process id so that the next one can name it (``jaxbounds reproduce``'s
+    ``units/.lock.process<i>``). The lock file is left in place (an unlocked file blocks
+    nobody). The kernel drops an ``flock`` when its holder exits or is killed, so no stale lock
+    can block a later run. Two opens in one process are two locks, so a second lock of the
+    same path in the same process is refused as well. On a filesystem without ``flock`` (some
+    network filesystems answer ``ENOLCK`` or ``EOPNOTSUPP``) the block runs unlocked.
+
+    Args:
+      path: the directory or lock file.
+
+    Yields:
+      The path locked.
+
+    Raises:
+      LockBusy: if another holder has the lock.
+      OSError: if the lock file cannot be opened.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d, exclusive_lock(Path(d) / ".lock"):
+    ...     try:
+    ...         with exclusive_lock(Path(d) / ".lock"):
+    ...             pass
+    ...     except LockBusy as busy:
+    ...         print(busy.pid == os.getpid())
+    True
+    """
+    import fcntl
+
+    path = Path(path)
+    is_dir = path.is_dir()
+    fd = os.open(path, os.O_RDONLY) if is_dir else os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockBusy(path, None if is_dir else _holder(fd)) from None
+        except OSError as err:
+            if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF):
+                raise
+        else:
+            if not is_dir:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        yield path
+    finally:
+        os.close(fd)  # closing the last descriptor releases the flock
+
+
+def _holder(fd: int) -> int | None:
+    """The process id the holder wrote in the lock file (None if unreadable)."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def critical_section() -> contextlib.AbstractContextManager[None]:

@@ -11,7 +11,10 @@ not finished yet and writes, under ``DIR/NAME/``::
     summary.json       package/jax versions, scale, seeds, wall time per unit, machine
     report.md, *.png   by the experiment's ``render`` hook
 
-Guarantees: a unit's key is the SHA-256 of its configuration, seed, experiment name and package
+Guarantees: one run at a time per output place (a lock the kernel releases when its process
+dies, see :func:`run_experiment`); at most :data:`MAX_UNITS` units per run and at most
+``max_batch_size`` units per batch, so memory does not grow with ``--seeds``; a unit's key is
+the SHA-256 of its configuration, seed, experiment name and package
 version (:func:`unit_key`), so a changed configuration never reuses another's results; every
 file is written atomically (temporary file, fsync, ``os.replace``), so a run killed at any
 moment (SIGKILL included) and started again skips the finished units and ends with the same
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import importlib
 import importlib.metadata
 import json
@@ -43,8 +47,10 @@ from typing import Any
 
 from jaxbounds._atomic import (
     Interrupted,
+    LockBusy,
     SignalGuard,
     critical_section,
+    exclusive_lock,
     write_bytes_atomic,
     write_json_atomic,
     write_text_atomic,
@@ -79,14 +85,18 @@ from jaxbounds.experiments._units import (
 
 __all__ = [
     "DEFAULT_OUT",
+    "MAX_UNITS",
     "Experiment",
     "ExperimentRegistry",
     "Interrupted",
     "KendallTau",
+    "LockBusy",
     "RunSummary",
+    "RunTooLarge",
     "Spread",
     "Unit",
     "canonical_json",
+    "check_size",
     "claim_line",
     "config_batch_key",
     "default_render",
@@ -144,6 +154,8 @@ class Experiment:
         ``run_unit`` when given. Row ``i`` must equal what ``run_unit(units[i])`` would give
         whatever the other units of the batch are (a resumed run may batch fewer units).
       batch_key: units with equal ``batch_key(unit)`` form one batch (default: equal config).
+      max_batch_size: the most units one ``run_batch`` call gets (a larger batch is computed in
+        consecutive pieces of this size, so memory does not grow with ``--seeds``; default 16).
       render: ``render(rows, meta, out_dir) -> None`` writing figures and ``report.md``
         (default :func:`default_render`). ``rows`` are the sorted result rows (config, seed
         and result columns as dicts), ``meta`` the content of ``summary.json``.
@@ -161,6 +173,7 @@ class Experiment:
     units: Callable[[Mapping[str, Any], Sequence[int]], list[Unit]] = grid_units
     run_batch: Callable[[Sequence[Unit]], Sequence[Mapping[str, Any]]] | None = None
     batch_key: Callable[[Unit], Any] = config_batch_key
+    max_batch_size: int = 16
     render: Callable[[list[dict], dict, Path], None] | None = None
     claims: tuple[str, ...] = ()
     paper_numbers: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -180,6 +193,10 @@ class Experiment:
         for hook in ("run_unit", "units", "batch_key"):
             if not callable(getattr(self, hook)):
                 raise TypeError(f"Experiment {self.name}: {hook} must be callable")
+        size = self.max_batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"Experiment {self.name}: max_batch_size must be an int >= 1, "
+                             f"got {size!r}")  # fmt: skip
         object.__setattr__(self, "claims", tuple(self.claims))
         to_jsonable(self.paper_numbers, where=f"Experiment {self.name}: paper_numbers")
 
@@ -353,6 +370,80 @@ def _resolve_seeds(experiment: Experiment, scale: str, seeds: Any, recorded: Map
     return out
 
 
+#: The most units (configurations x seeds) one run may plan; :func:`check_size` refuses more.
+MAX_UNITS = 20_000
+_UNIT_OVERHEAD_BYTES = 1024  # Python objects, key and loaded record of one unit, besides its config
+
+
+class RunTooLarge(ValueError):
+    """A run that would plan more than :data:`MAX_UNITS` units (refused before any work).
+
+    Attributes:
+      num_units: the estimated number of units.
+      per_seed: units per seed at the scale (its configurations).
+      max_seeds: the most seeds allowed at the scale.
+    """
+
+    def __init__(self, message: str, num_units: int, per_seed: int, max_seeds: int) -> None:
+        super().__init__(message)
+        self.num_units, self.per_seed, self.max_seeds = num_units, per_seed, max_seeds
+
+
+def _size_text(num_bytes: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.3g} {unit}"
+    return f"{num_bytes:.0f} B"
+
+
+def check_size(experiment: Experiment, scale: str, seeds: Sequence[int]) -> int:
+    """The number of units a run plans, estimated from one seed before the grid is expanded.
+
+    ``experiment.units(grid, [seeds[0]])`` gives the units of one seed (the configurations);
+    the run plans about that many times ``len(seeds)``. Each planned unit costs about 1 kB of
+    memory besides its configuration (key, objects, the record read back to render) and one
+    unit file on disk; its compute is what the scale says. Memory for the computation itself
+    does not grow with the seeds (batches hold at most ``max_batch_size`` units).
+
+    Args:
+      experiment: the :class:`Experiment`.
+      scale: a key of ``experiment.scales``.
+      seeds: the seeds.
+
+    Returns:
+      The estimated number of units.
+
+    Raises:
+      RunTooLarge: above :data:`MAX_UNITS` units, with the figures (units, memory to track them)
+        and the most seeds allowed at this scale.
+
+    >>> toy = Experiment("toy", "a toy", "none", {"cpu": {"n": [1, 2]}}, run_unit=lambda u: {})
+    >>> check_size(toy, "cpu", range(3))
+    6
+    >>> try:
+    ...     check_size(toy, "cpu", range(10**5))
+    ... except RunTooLarge as err:
+    ...     print(err.num_units, err.max_seeds)
+    200000 10000
+    """
+    seeds = tuple(seeds)
+    one = list(experiment.units(experiment.scales[scale], seeds[:1]))
+    per_seed = max(len(one), 1)
+    num_units = per_seed * len(seeds)
+    if num_units <= MAX_UNITS:
+        return num_units
+    config_bytes = max((len(canonical_json(u.config)) for u in one), default=0)
+    memory = num_units * (_UNIT_OVERHEAD_BYTES + config_bytes)
+    max_seeds = MAX_UNITS // per_seed
+    raise RunTooLarge(
+        f"{experiment.name} at scale {scale} with {len(seeds):,} seeds would plan "
+        f"{num_units:,} units ({per_seed:,} per seed), about {_size_text(memory)} of memory "
+        f"only to track them and {num_units:,} unit files; the limit is {MAX_UNITS:,} units "
+        f"per run: at most {max_seeds:,} seeds at this scale",
+        num_units, per_seed, max_seeds,
+    )  # fmt: skip
+
+
 def _plan(experiment: Experiment, scale: str, seeds: tuple, version: str) -> list:
     units = list(experiment.units(experiment.scales[scale], seeds))
     if not units or not all(isinstance(u, Unit) for u in units):
@@ -364,12 +455,14 @@ def _plan(experiment: Experiment, scale: str, seeds: tuple, version: str) -> lis
 
 
 def _groups(experiment: Experiment, items: Sequence[tuple[str, Unit]]) -> list[list]:
+    """The batches: units of equal ``batch_key``, in pieces of at most ``max_batch_size``."""
     if experiment.run_batch is None:
         return [[item] for item in items]
     groups: dict[Any, list] = {}
     for item in items:
         groups.setdefault(experiment.batch_key(item[1]), []).append(item)
-    return list(groups.values())
+    size = experiment.max_batch_size
+    return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]
 
 
 def _share(experiment: Experiment, plan: list, index: int, count: int) -> list:
@@ -685,8 +778,17 @@ def run_experiment(
     Returns:
       A :class:`RunSummary`.
 
+    One run at a time per output place and share: the call holds ``units/.lock.process<i>``
+    (an ``flock`` the kernel drops when the process ends, however it ends) from before the
+    grid is planned until the last file is written; a second call on the same place and share
+    raises :class:`~jaxbounds._atomic.LockBusy` at once, before any work. SIGINT/SIGTERM stop
+    the run between units (a signal ignored when the call starts, as in a background job,
+    stays ignored). Runs larger than :data:`MAX_UNITS` units are refused (:func:`check_size`).
+
     Raises:
       Interrupted: on SIGINT/SIGTERM (finished units are kept; rerun to resume).
+      LockBusy: when another process runs the same share in the same place.
+      RunTooLarge: (a ``ValueError``) above :data:`MAX_UNITS` units.
       ValueError: for an unknown scale, bad seeds, jobs or process share.
       FileNotFoundError: when ``from_dir`` holds no units of this experiment.
     """
@@ -696,14 +798,46 @@ def run_experiment(
     )
     units_dir = (source or run_dir) / "units"
     version, log = package_version(), _Log(quiet)
-    plan = _plan(experiment, scale, seeds, version)
+    check_size(experiment, scale, seeds)
+    if source is None:
+        _prepare_units_dir(units_dir)
+    with _run_lock(units_dir, process_index, source is not None):
+        plan = _plan(experiment, scale, seeds, version)
+        return _run_locked(experiment, scale, seeds, source, run_dir, units_dir, version, log,
+                           plan, jobs, process_index, process_count, progress, quiet,
+                           wait_for_shares, start)  # fmt: skip
+
+
+def _lock_path(units_dir: Path, process_index: int) -> Path:
+    return units_dir / f".lock.process{process_index}"
+
+
+@contextlib.contextmanager
+def _run_lock(units_dir: Path, process_index: int, rendering_only: bool) -> Iterator[None]:
+    """Hold ``units/.lock.process<i>`` for the run (see :func:`jaxbounds._atomic.exclusive_lock`).
+
+    Re-rendering (``from_dir``) takes process 0's lock where it can create it; a read-only
+    source directory is rendered without it.
+    """
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(exclusive_lock(_lock_path(units_dir, process_index)))
+        except OSError as err:
+            if not rendering_only or err.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
+                raise
+        yield
+
+
+def _run_locked(experiment: Experiment, scale: str, seeds: tuple, source: Path | None,
+                run_dir: Path, units_dir: Path, version: str, log: _Log, plan: list, jobs: int,
+                process_index: int, process_count: int, progress: bool | None, quiet: bool,
+                wait_for_shares: bool, start: float) -> RunSummary:  # fmt: skip
     num_run, rendered = 0, False
     with SignalGuard():
         if source is None:
             if jobs > 1:
                 log.info(f"jobs={jobs}: units run one at a time in this process (XLA uses "
                          "every core); use process_index/process_count to split a run")  # fmt: skip
-            _prepare_units_dir(units_dir)
             started = time.time()
             if wait_for_shares:
                 _mark_started(units_dir, process_index)

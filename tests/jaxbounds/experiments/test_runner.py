@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -232,7 +233,9 @@ def test_signal_exits_cleanly_without_partial_files(tmp_path, signum, code):
     assert "interrupted by" in stderr
     assert "Traceback" not in stderr
     units_dir = tmp_path / "toy" / "units"
-    assert [p.name for p in units_dir.iterdir() if not p.name.endswith(".json")] == []
+    assert [p.name for p in units_dir.iterdir() if not p.name.endswith(".json")] == [
+        ".lock.process0"  # the run's lock file (an unlocked file blocks nobody)
+    ]
     for path in _units(tmp_path):
         assert json.loads(path.read_text())["key"] == path.stem
     assert len(_units(tmp_path)) < NUM_SMOKE_UNITS
@@ -422,7 +425,7 @@ def test_progress_lines_and_bad_inputs(tmp_path, capsys):
                        default_scale="smoke")  # fmt: skip
     with pytest.raises(ValueError, match=r"repeat config keys"):
         _run(tmp_path, experiment=clash)
-    assert not list((tmp_path / "clash" / "units").iterdir())
+    assert not list((tmp_path / "clash" / "units").glob("*.json"))
     with pytest.raises(ValueError, match="slug"):
         Experiment("Bad Name", "", "", {"cpu": {}}, lambda u: {})
 
@@ -517,3 +520,119 @@ def _main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
+
+
+# ---------------------------------------------------------- issue 26: size, batches, lock, signals
+
+
+def test_batches_are_cut_to_max_batch_size_with_the_same_rows(tmp_path):
+    """--seeds 100000 used to hand one batch of 100,000 units to run_batch (9 GB in 60 s);
+    batches now hold at most max_batch_size units, and the rows are those of whole batches."""
+    sizes = []
+    toy = dataclasses.replace(make_toy(batch_sizes=sizes), max_batch_size=2)
+    _run(tmp_path / "cut", experiment=toy, seeds=5)
+    assert sizes == [2, 2, 1] * 6  # 6 configurations x 5 seeds
+    whole = []
+    _run(tmp_path / "whole", experiment=make_toy(batch_sizes=whole), seeds=5)
+    assert whole == [5] * 6
+    csv_bytes = [(tmp_path / d / "toy" / "results.csv").read_bytes() for d in ("cut", "whole")]
+    assert csv_bytes[0] == csv_bytes[1]
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match="max_batch_size must be an int >= 1"):
+            dataclasses.replace(make_toy(), max_batch_size=bad)
+
+
+def test_a_run_too_large_is_refused_before_any_work(tmp_path):
+    calls = []
+    seeds = runner.MAX_UNITS // 6 + 1  # 6 configurations per seed at smoke scale
+    with pytest.raises(runner.RunTooLarge) as info:
+        _run(tmp_path, experiment=make_toy(calls=calls), seeds=seeds)
+    assert info.value.per_seed == 6
+    assert info.value.max_seeds == runner.MAX_UNITS // 6
+    message = str(info.value)
+    assert f"with {seeds:,} seeds would plan {6 * seeds:,} units (6 per seed)" in message
+    assert f"the limit is {runner.MAX_UNITS:,} units per run" in message
+    assert "MB of memory only to track them" in message
+    assert calls == []
+    assert not (tmp_path / "toy").exists()
+    assert runner.check_size(make_toy(), "smoke", range(runner.MAX_UNITS // 6)) <= runner.MAX_UNITS
+
+
+def test_a_second_run_on_the_same_place_stops_at_once(tmp_path):
+    """Two runs on one --out both did all the work; the second now stops before any, naming the
+    holder. The lock is an flock: released with its process, whatever ends it."""
+    from jaxbounds._atomic import LockBusy, exclusive_lock
+
+    units = tmp_path / "toy" / "units"
+    units.mkdir(parents=True)
+    calls = []
+    with exclusive_lock(units / ".lock.process0"):
+        with pytest.raises(LockBusy) as info:
+            _run(tmp_path, experiment=make_toy(calls=calls))
+        assert info.value.pid == os.getpid()
+        assert str(info.value) == f"process {os.getpid()} holds the lock {units}/.lock.process0"
+        assert calls == []
+        assert not (tmp_path / "toy" / "results.csv").exists()
+        # another share of the same place is not blocked
+        _run(tmp_path, experiment=make_toy(calls=calls), process_index=1, process_count=2)
+        assert calls
+    assert _run(tmp_path).num_missing == 0  # released: the next run goes ahead
+
+
+def test_the_lock_dies_with_its_process(tmp_path):
+    """SIGKILL of the holder leaves no stale lock (the kernel releases an flock)."""
+    from jaxbounds._atomic import exclusive_lock
+
+    lock = tmp_path / ".lock.process0"
+    source = str(REPO / "jaxbounds" / "_atomic.py")  # standard library only: no jax import
+    holder = textwrap.dedent(f"""
+        import importlib.util, sys, time
+        spec = importlib.util.spec_from_file_location("atomic", {source!r})
+        atomic = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(atomic)
+        with atomic.exclusive_lock({str(lock)!r}):
+            print("locked", flush=True)
+            time.sleep(600)
+    """)  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline() == "locked\n"
+        with pytest.raises(runner.LockBusy) as info, exclusive_lock(lock):
+            pass
+        assert info.value.pid == process.pid
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+    with exclusive_lock(lock):  # no stale lock after SIGKILL
+        pass
+
+
+def _signalling_toy(calls):
+    def run_unit(unit):
+        calls.append(unit)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        return _toy_result(unit)
+
+    return dataclasses.replace(make_toy(), run_unit=run_unit)
+
+
+def test_an_ignored_sigint_stays_ignored_and_a_default_one_stops(tmp_path):
+    """The Unix convention, the same as ``jaxbounds estimate``'s: a background job started with
+    SIGINT ignored keeps ignoring it; otherwise SIGINT stops the run between units."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        calls = []
+        summary = _run(tmp_path / "ignored", experiment=_signalling_toy(calls))
+        assert summary.num_missing == 0
+        assert len(calls) == NUM_SMOKE_UNITS
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        calls = []
+        with pytest.raises(Interrupted) as info:
+            _run(tmp_path / "default", experiment=_signalling_toy(calls))
+        assert info.value.exit_code == 130
+        assert len(calls) == 1
+    finally:
+        signal.signal(signal.SIGINT, previous)
