@@ -1,6 +1,7 @@
-"""Training: one package for the full-batch GD and minibatch optax loops, losses and records."""
+"""Training: the one training engine (:func:`train`), its two record-keeping shorthands, losses."""
 
-from jaxbounds.training.loops import make_step, train_gd, train_minibatch
+from jaxbounds.training.engine import TrainResult, make_step, train
+from jaxbounds.training.loops import train_gd, train_minibatch
 from jaxbounds.training.losses import (
     accuracy,
     classification_loss,
@@ -13,6 +14,7 @@ from jaxbounds.training.records import TrainingRecord, leaf_names, weight_norms
 
 __all__ = [
     "Progress",
+    "TrainResult",
     "TrainingRecord",
     "accuracy",
     "classification_loss",
@@ -21,6 +23,7 @@ __all__ = [
     "logistic_loss",
     "make_step",
     "squared_loss",
+    "train",
     "train_gd",
     "train_minibatch",
     "weight_norms",

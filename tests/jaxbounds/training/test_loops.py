@@ -1,4 +1,4 @@
-"""The training loops: GD against a hand-written loop, minibatch records, shared step, bad input."""
+"""train_gd / train_minibatch (the engine's shorthands): hand-written loops, records, bad input."""
 
 import io
 
@@ -217,7 +217,7 @@ def test_minibatch_matches_a_hand_written_epoch():
         loss_fn, jnp.zeros(2), (x, y), key, num_epochs=1, batch_size=2,
         optimizer=optax.sgd(0.5), progress=False,
     )  # fmt: skip
-    perm = np.asarray(jax.random.permutation(jax.random.split(key, 1)[0], 3))
+    perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, 0), 3))  # epoch 0
     w = np.zeros(2)
     for idx in (perm[:2], np.array([perm[2], perm[0]])):  # the last batch is filled up
         s = 2.0 * np.asarray(y)[idx] - 1.0
@@ -251,7 +251,7 @@ def test_minibatch_progress_bar(capsys):
     )  # fmt: skip
     err = capsys.readouterr().err
     assert "[demo]" in err
-    assert "3/3" in err
+    assert "9/9" in err  # 3 epochs of ceil(5 / 2) = 3 steps
     assert "#" * 30 in err
 
 
