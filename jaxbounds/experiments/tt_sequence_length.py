@@ -28,9 +28,10 @@ The two-class cross-entropy of logits $(z_0, z_1)$ is the logistic loss of the s
 $f = z_1 - z_0 = w^\top Y_{[CLS]}$ with $w = W_{:,1} - W_{:,0}$, so the bounds use the scalar
 model with that readout, a 1-Lipschitz loss, and the loss range $[0, \log(1 + e^{\|w\|_2})]$.
 
-The seeds of one T share every shape, so :func:`run_batch` trains them as one ``jax.vmap`` of a
-``lax.scan`` program (the optimiser step is :func:`jaxbounds.training.make_step`); ``run_unit``
-is ``run_batch`` of one unit.
+The seeds of one T share every shape, so :func:`run_batch` trains them in one call of the
+training engine (:func:`jaxbounds.training.train`, ``lanes`` seeds per vmapped program, so a
+unit's row has the same bits alone, in a batch of any size, in any position); ``run_unit`` is
+``run_batch`` of one unit.
 
 References:
   Trauger & Tewari 2024, arXiv:2310.13088, sections 4 and 6; Edelman, Goel, Kakade & Zhang
@@ -60,7 +61,7 @@ from jaxbounds.data import sparse_majority
 from jaxbounds.experiments import runner
 from jaxbounds.models import ScalarTransformer, as_pure
 from jaxbounds.models.pure import apply_in_chunks
-from jaxbounds.training import accuracy, cross_entropy_loss, make_step
+from jaxbounds.training import TrainResult, accuracy, cross_entropy_loss, train
 from kernels.norms import group_norm, spectral_norm
 
 __all__ = [
@@ -102,6 +103,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "rad_draws": 2,
         "rad_steps": 3,
         "edelman_ref_T": 10,
+        "lanes": 2,
     },
     "cpu": {
         **_COMMON,
@@ -114,6 +116,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "eval_every": 5,
         "rad_draws": 8,
         "rad_steps": 20,
+        "lanes": 5,
     },
     "paper": {
         **_COMMON,
@@ -126,6 +129,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "eval_every": 100,
         "rad_draws": 64,
         "rad_steps": 100,
+        "lanes": 5,
     },
 }
 
@@ -220,73 +224,21 @@ def _evaluate(apply_fn, params, data) -> dict[str, jax.Array]:
     return out
 
 
-def _epoch_indices(key: jax.Array, epoch: jax.Array, n: int, batch_size: int) -> jax.Array:
-    """One epoch's minibatches (num_batches, bs), as :func:`jaxbounds.training.train_minibatch`.
-
-    A permutation of the examples, the last batch filled up from its start.
-    """
-    bs = min(batch_size, n)
-    num_batches = -(-n // bs)
-    perm = jax.random.permutation(jax.random.fold_in(key, epoch), n)
-    return jnp.concatenate([perm, perm[: num_batches * bs - n]]).reshape(num_batches, bs)
-
-
-def _train_one(params0, data, key, *, apply_fn, cfg_items: tuple):
-    """Train one seed; keep the parameters and metrics of the epoch of lowest validation loss."""
-    cfg = dict(cfg_items)
-    every = cfg["eval_every"]
-
-    def loss_fn(p, batch):
-        return cross_entropy_loss(apply_fn(p, batch[0]), batch[1])
-
-    opt = optax.adam(cfg["learning_rate"])
-    step = make_step(loss_fn, opt)
-    n = data["train_x"].shape[0]
-
-    def one_epoch(carry, epoch):
-        def minibatch(c, idx):
-            p, s, _ = step(c[0], c[1], (data["train_x"][idx], data["train_y"][idx]))
-            return (p, s), None
-
-        idx = _epoch_indices(key, epoch, n, cfg["batch_size"])
-        return jax.lax.scan(minibatch, carry, idx)[0], None
-
-    def block(carry, b):
-        p, s, best = carry
-        (p, s), _ = jax.lax.scan(one_epoch, (p, s), b * every + jnp.arange(every))
-        m = _evaluate(apply_fn, p, data)
-        better = m["val_loss"] < best["metrics"]["val_loss"]
-        new = {"params": p, "metrics": m, "epoch": (b + 1) * every}
-        new["epoch"] = new["epoch"].astype(best["epoch"].dtype)
-        best = jax.tree_util.tree_map(lambda x, y: jnp.where(better, x, y), new, best)
-        return (p, s, best), m
-
-    with jax.numpy_dtype_promotion("standard"):
-        state = opt.init(params0)
-    # The first evaluation always improves on an infinite validation loss: no evaluation at
-    # initialisation (it would be a second copy of the model in the program).
-    dtype = data["train_x"].dtype
-    metrics = {k: jnp.asarray(jnp.inf if k == "val_loss" else jnp.nan, dtype) for k in
-               ("train_loss", "train_accuracy", "val_loss", "val_accuracy")}  # fmt: skip
-    best = {"params": params0, "metrics": metrics, "epoch": jnp.asarray(0)}
-    blocks = jnp.arange(cfg["num_epochs"] // every)
-    (_, _, best), curve = jax.lax.scan(block, (params0, state, best), blocks)
-    return best, curve
-
-
 @functools.cache
-def _train_program(cfg_items: tuple):
-    """The compiled training of several seeds at once: ``vmap`` of :func:`_train_one`."""
-    cfg = dict(cfg_items)
-    apply_fn = _model(cfg["embed_dim"], cfg["num_heads"], cfg["activation"], 2)
-    one = functools.partial(_train_one, apply_fn=apply_fn, cfg_items=cfg_items)
-    return jax.jit(jax.vmap(one))
+def _training_fns(embed_dim: int, num_heads: int, activation: str) -> tuple:
+    """``(loss_fn, eval_fn)`` of one model shape: the same objects on every call.
 
+    The engine caches its compiled programs on these callables, so every call reuses them.
+    """
+    apply_fn = _model(embed_dim, num_heads, activation, 2)
 
-_TRAIN_KEYS = (
-    "seq_len", "sparsity", "num_train", "num_val", "embed_dim", "num_heads", "activation",
-    "dtype", "learning_rate", "num_epochs", "eval_every", "batch_size",
-)  # fmt: skip
+    def loss_fn(params, batch):
+        return cross_entropy_loss(apply_fn(params, batch["train_x"]), batch["train_y"])
+
+    def eval_fn(params, data):
+        return _evaluate(apply_fn, params, data)
+
+    return loss_fn, eval_fn
 
 
 def _check_config(cfg: Mapping[str, Any]) -> None:
@@ -296,23 +248,34 @@ def _check_config(cfg: Mapping[str, Any]) -> None:
         raise ValueError("num_epochs: expected a multiple of eval_every")
 
 
-def _train(units: Sequence[runner.Unit]) -> tuple[list[dict], dict]:
-    """Train the seeds of one configuration together; their data, best states and curves."""
+def _train(units: Sequence[runner.Unit]) -> tuple[list[dict], TrainResult]:
+    """Train the seeds of one configuration together: their data and the engine's result.
+
+    One :func:`jaxbounds.training.train` call: Adam on minibatches, the validation metrics every
+    ``eval_every`` epochs (none at initialisation), the state of lowest validation loss kept;
+    ``cfg["lanes"]`` runs per vmapped program whatever the number of seeds, so a unit's bits do
+    not depend on the units trained beside it.
+    """
     cfg = units[0].config
     if any(u.config != cfg for u in units):
         raise ValueError("run_batch: the units of a batch must share their configuration")
     _check_config(cfg)
-    # A vmapped batch of one compiles to other kernels than batches of two or more (XLA drops
-    # the batch axis), with results that differ in the last bits: a lone unit is trained
-    # beside a copy of itself, so every row is the same whatever batch it was computed in.
-    padded = list(units) if len(units) > 1 else [units[0], units[0]]
-    datas = [_data(cfg, u.seed) for u in padded]
+    datas = [_data(cfg, u.seed) for u in units]
     stack = functools.partial(jax.tree_util.tree_map, lambda *xs: jnp.stack(xs))
-    params0 = stack(*[_init_params(cfg, u.seed) for u in padded])
-    keys = jnp.stack([jax.random.fold_in(jax.random.key(u.seed), 1_000_003) for u in padded])
-    program = _train_program(tuple((k, cfg[k]) for k in _TRAIN_KEYS))
-    best, curve = jax.device_get(program(params0, stack(*datas), keys))
-    return datas[: len(units)], {"best": best, "curve": curve}
+    params0 = stack(*[_init_params(cfg, u.seed) for u in units])
+    keys = jnp.stack([jax.random.fold_in(jax.random.key(u.seed), 1_000_003) for u in units])
+    data = stack(*datas)
+    per_epoch = -(-cfg["num_train"] // min(cfg["batch_size"], cfg["num_train"]))
+    loss_fn, eval_fn = _training_fns(cfg["embed_dim"], cfg["num_heads"], cfg["activation"])
+    result = train(
+        loss_fn, params0, {"train_x": data["train_x"], "train_y": data["train_y"]}, keys,
+        optimizer=optax.adam, hyperparams={"learning_rate": cfg["learning_rate"]},
+        num_steps=cfg["num_epochs"] * per_epoch, batch_size=cfg["batch_size"],
+        eval_every=cfg["eval_every"] * per_epoch, eval_fn=eval_fn, eval_data=data,
+        eval_at_start=False, keep="best", best_metric="val_loss", runs=len(units),
+        data_per_run=True, lanes=cfg["lanes"],
+    )  # fmt: skip
+    return datas, result
 
 
 def best_params(units: Sequence[runner.Unit]) -> list[tuple[dict, dict[str, jax.Array]]]:
@@ -320,11 +283,8 @@ def best_params(units: Sequence[runner.Unit]) -> list[tuple[dict, dict[str, jax.
 
     Trains exactly as :func:`run_batch` does (for checks and tests of the recorded rows).
     """
-    datas, out = _train(units)
-    return [
-        (jax.tree_util.tree_map(lambda a, i=i: a[i], out["best"]["params"]), datas[i])
-        for i in range(len(units))
-    ]
+    datas, result = _train(units)
+    return [(result.run(i).params, datas[i]) for i in range(len(units))]
 
 
 # ------------------------------------------------------------------------------- measurements
@@ -546,15 +506,18 @@ def _rademacher_search(cfg: Mapping[str, Any], params: dict, nm: dict, x: Any, s
 # ---------------------------------------------------------------------------------- the unit
 
 
-def unit_measurements(cfg: Mapping[str, Any], seed: int, best: dict, curve: dict, data: dict):
-    """One unit's result row from its best state, curve and data (host-side)."""
-    params = jax.tree_util.tree_map(jnp.asarray, best["params"])
-    m = {k: float(v) for k, v in best["metrics"].items()}
-    final = {k: float(np.asarray(v)[-1]) for k, v in curve.items()}
+def unit_measurements(cfg: Mapping[str, Any], seed: int, trained: TrainResult, data: dict):
+    """One unit's result row from its training (one run of the engine's result) and its data."""
+    params = jax.tree_util.tree_map(jnp.asarray, trained.params)
+    m = {k: float(trained.best(k)) for k in trained.metrics}
+    last = int(trained.num_evals) - 1
+    final = {k: float(v[last]) for k, v in trained.metrics.items()}
+    per_epoch = trained.steps_per_epoch
+    best = int(trained.best_index)
     as64 = functools.partial(np.asarray, dtype=np.float64)
     nm = _norms(_scalar_params(jax.tree_util.tree_map(as64, params)), data["train_x"])
     row = {
-        "best_epoch": int(best["epoch"]),
+        "best_epoch": int(trained.eval_step[best]) // per_epoch if best >= 0 else 0,
         "l1_norm": l1_norm(params),
         "gen_gap": m["val_loss"] - m["train_loss"],
         "val_accuracy": m["val_accuracy"],
@@ -574,18 +537,14 @@ def unit_measurements(cfg: Mapping[str, Any], seed: int, best: dict, curve: dict
 def run_batch(units: Sequence[runner.Unit]) -> list[dict]:
     """The rows of the seeds of one configuration.
 
-    One vmapped training program, then per unit the norms, bounds and Rademacher search; row
-    ``i`` does not depend on the other units.
+    One training call (:func:`_train`), then per unit the norms, bounds and Rademacher search;
+    row ``i`` does not depend on the other units (same bits alone, in any batch, any position).
     """
-    datas, out = _train(units)
-    rows = []
-    for i, unit in enumerate(units):
-        pick = functools.partial(jax.tree_util.tree_map, lambda a, i=i: a[i])
-        rows.append(
-            unit_measurements(unit.config, unit.seed, pick(out["best"]), pick(out["curve"]),
-                              datas[i])
-        )  # fmt: skip
-    return rows
+    datas, result = _train(units)
+    return [
+        unit_measurements(unit.config, unit.seed, result.run(i), datas[i])
+        for i, unit in enumerate(units)
+    ]
 
 
 def run_unit(unit: runner.Unit) -> dict:

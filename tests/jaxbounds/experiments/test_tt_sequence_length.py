@@ -126,3 +126,22 @@ def test_run_unit_equals_its_batch_row(smoke_run):
             assert cell == value
         else:
             assert float(cell) == value, key
+
+
+def test_a_unit_row_does_not_depend_on_its_batch():
+    """Issue 26 item 2: the same unit gives the same row alone, in a 3-seed or a 5-seed batch.
+
+    The cheapest configuration where the old training (a vmap as wide as the batch) gave other
+    bits: the cpu scale's shapes (d = 16, 1000 validation sequences, T = 20) at 5 epochs; there
+    seeds 2, 3 and 4 of a 5-seed batch differed from the same seeds trained alone (at smoke scale
+    and in 3-seed batches they did not).
+    """
+    cfg = {**tt.SCALES["cpu"], "seq_len": 20, "num_epochs": 5, "rad_draws": 2, "rad_steps": 2}
+    units = [Unit(cfg, seed) for seed in range(5)]
+    five = tt.run_batch(units)
+    three = tt.run_batch(units[:3])
+    for seed in (2, 4):
+        alone = tt.run_unit(units[seed])
+        assert alone == five[seed], seed
+    assert three[2] == five[2]
+    assert three[0] == five[0]
