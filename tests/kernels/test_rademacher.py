@@ -178,7 +178,7 @@ def test_sup_objects_are_pytrees():
     s = rad.sign_vectors(KEY, num_draws=4, num_examples=5, dtype=jnp.float64)
     sup = rad.linear_sup(x, norm=1, radius=2.0)
     leaves = jax.tree_util.tree_leaves(sup)
-    assert len(leaves) == 2
+    assert len(leaves) == 3  # inputs, scale and the power of two the inputs are scaled by
     np.testing.assert_allclose(jax.jit(lambda t: t(s))(sup), sup(s), rtol=1e-12)
     np.testing.assert_allclose(sup.bound, 2.0 * np.max(np.abs(np.asarray(x))), rtol=1e-12)
     fin = rad.finite_sup(take_rows, x.T, num_members=3)
