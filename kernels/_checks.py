@@ -4,26 +4,52 @@ Two kinds of check:
 
 - *static* checks (counts, sizes, option strings, shapes, dtypes) run in Python while the
   kernel is traced and raise ``ValueError`` at once;
-- *runtime* checks (:func:`check_finite`, :func:`check_positive`, :func:`check_that`) test
-  array values inside the compiled program with a host callback, so they hold eagerly and
-  inside a user's ``jax.jit`` / ``vmap`` alike. Eagerly they raise ``ValueError``; inside a
-  user's ``jit`` the failure surfaces as a ``jax.errors.JaxRuntimeError`` whose message contains
-  the same text (``"kernels check failed: <argument>: ..."``).
+- *runtime* checks (:func:`check_finite`, :func:`check_positive`, :func:`check_that`,
+  :func:`ensure_that`) test array values inside the compiled program.
 
-Runtime checks cost one reduction over the checked values and one host callback per kernel
-call. Turn them off with ``kernels.set_runtime_checks(False)`` (or the environment variable
-``KERNELS_RUNTIME_CHECKS=0`` at import), or for a block with
-``with kernels.runtime_checks(False): ...``. The switch is read when a program is traced, and
-it is part of the compilation cache key of the kernels' entry points.
+How a failed runtime check reaches the user:
+
+- **A kernel called eagerly** (not inside the user's own ``jit``): each runtime check traced at
+  the top level of the kernel's program is an *output* of that program (one boolean, plus the
+  values its message shows), and the entry point (:func:`kernels._jit.compile_once`) raises the
+  first failed check's ``ValueError`` once the program has run, in the order the checks were
+  traced. No host callback is involved, so this is the same on a CPU, a GPU, a TPU and with
+  ``JAX_PLATFORMS=cuda`` (or ``tpu``) alone. A program without traced checks returns no flags
+  and is not waited for.
+- **Inside the user's** ``jax.jit`` / ``vmap`` / ``grad`` (and a check inside a loop or
+  ``vmap`` body of the kernel itself): a host callback raises from inside the program. It sits
+  under ``lax.cond`` and runs only when the check fails, so a passing check costs no host round
+  trip; under ``vmap`` it is one callback for the whole batch. The error is a
+  ``jax.errors.JaxRuntimeError`` whose first line is written by JAX and XLA (``INTERNAL:
+  CpuCallback error calling callback: Traceback (most recent call last):``, on every backend)
+  and whose last line is the check's: ``ValueError: kernels check failed: <argument>: ...``.
+  :func:`failed_check_message` finds that message whatever JAX wraps around it.
+- **Without host callbacks** (no CPU device in the process, e.g. ``JAX_PLATFORMS=cuda`` alone,
+  where ``jax.debug.callback`` fails with "failed to find a local CPU device"; or a TPU, whose
+  runtime does not raise from a callback), a check inside the user's ``jit`` cannot raise: the
+  kernel warns once when it is traced (:class:`KernelsCheckWarning`) and a failed check turns the
+  floating outputs of the kernel into NaN instead (never a silent wrong number). Eager calls
+  still raise ``ValueError``. ``JAX_PLATFORMS=cuda,cpu`` restores the error.
+
+Runtime checks cost one reduction over the checked values, plus one boolean output per check
+(eager calls) or one ``lax.cond`` per check (inside ``jit``). Turn them off with
+``kernels.set_runtime_checks(False)`` (or the environment variable ``KERNELS_RUNTIME_CHECKS=0``
+at import), or for a block with ``with kernels.runtime_checks(False): ...``. The switch is read
+when a program is traced, and it is part of the compilation cache key of the kernels' entry
+points.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import contextvars
 import functools
 import logging
 import os
 import re
+import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,6 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "KernelsCheckWarning",
     "check_array_leaves",
     "check_finite",
     "check_key",
@@ -40,12 +67,18 @@ __all__ = [
     "check_scalar_fn",
     "check_that",
     "ensure_that",
+    "failed_check_message",
+    "host_callbacks_raise",
     "runtime_checks",
     "runtime_checks_enabled",
     "set_runtime_checks",
 ]
 
 _MARKER = "kernels check failed: "
+
+
+class KernelsCheckWarning(UserWarning):
+    """A runtime check inside ``jit`` cannot raise here; a failed check gives NaN instead."""
 
 
 class _DropFailedChecks(logging.Filter):
@@ -71,6 +104,9 @@ def set_runtime_checks(enabled: bool) -> None:
     Args:
       enabled: ``False`` compiles kernels without the NaN / sign checks on traced values
         (static checks of counts, shapes and options always run).
+
+    Raises:
+      ValueError: if ``enabled`` is not a bool.
     """
     if not isinstance(enabled, bool):
         raise ValueError(f"enabled: expected a bool, got {enabled!r}")
@@ -88,10 +124,141 @@ def runtime_checks(enabled: bool) -> Iterator[None]:
         set_runtime_checks(previous)
 
 
-def failed_check_message(err: BaseException) -> str | None:
-    """The check's message inside a runtime error raised by a failed check, else None."""
-    found = re.search(re.escape(_MARKER) + r"([^\n]*)", str(err))
-    return None if found is None else found.group(1)
+# ---------------------------------------------------------------------------------------------
+# Finding the message in what JAX raises
+
+# Messages raised by our host callbacks in this process, newest last: failed_check_message
+# prefers the longest of them that the error's text contains right after the marker (exact,
+# whatever JAX or XLA append), as equinox's filter_jit recovers its ``last_error_info``.
+_RECENT: collections.deque[str] = collections.deque(maxlen=64)
+_RECENT_LOCK = threading.Lock()
+
+# What JAX, XLA or a GPU runtime may put after the message on its line: an executable's name
+# (seen on a GPU: "[executable_name='jit__run']") or another "[key=value]" / "(key=value)" tag.
+_TAG = re.compile(r"""\s*(?:\[\w+=[^\[\]]*\]|\(\w+=[^()]*\))\s*$""")
+
+
+def failed_check_message(err: BaseException | str) -> str | None:
+    r"""The message of the failed check inside an error (or its text); None if there is none.
+
+    Works on the eager ``ValueError`` and on the ``jax.errors.JaxRuntimeError`` of a check that
+    failed inside ``jit``, whatever JAX wraps around the message: a ``Traceback`` of the host
+    callback before it (``INTERNAL: CpuCallback error calling callback: ...``), a suffix such as
+    ``[executable_name='jit__run']`` after it, the message quoted inside another error's text,
+    or chained exceptions (``__cause__`` / ``__context__`` are searched too).
+
+    Args:
+      err: an exception, or the text of one.
+
+    Returns:
+      The check's message (``"params: expected finite values, found NaN or inf"``), or None.
+
+    >>> failed_check_message(
+    ...     "INTERNAL: CpuCallback error calling callback: Traceback (most recent call last):\\n"
+    ...     '  File "x.py", line 1, in f\\n'
+    ...     "ValueError: kernels check failed: radius: expected a finite value > 0"
+    ...     " [executable_name='jit__run']"
+    ... )
+    'radius: expected a finite value > 0'
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | str] = [err]
+    while pending:
+        item = pending.pop(0)
+        if isinstance(item, BaseException):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            pending += [e for e in (item.__cause__, item.__context__) if e is not None]
+            text = str(item)
+            if isinstance(item, ValueError) and _MARKER not in text and text in _RECENT:
+                return text  # an eager check's own ValueError
+        else:
+            text = str(item)
+        found = _message_in(text)
+        if found is not None:
+            return found
+    return None
+
+
+def _message_in(text: str) -> str | None:
+    position = text.rfind(_MARKER)
+    if position < 0:
+        return None
+    rest = text[position + len(_MARKER) :]
+    with _RECENT_LOCK:
+        known = [m for m in _RECENT if rest.startswith(m)]
+    if known:
+        return max(known, key=len)
+    line = rest.split("\n", 1)[0].strip()
+    previous = None
+    while line != previous:  # tags, then the closing quotes / brackets of a repr around it
+        previous, line = line, _TAG.sub("", line).rstrip(" ;,")
+        for opening, closing in ("''", '""', "()", "[]"):
+            if line.endswith(closing) and (
+                line.count(closing) % 2
+                if opening == closing
+                else line.count(closing) > line.count(opening)
+            ):
+                line = line[:-1]
+    return line
+
+
+def _remember(message: str) -> None:
+    with _RECENT_LOCK:
+        _RECENT.append(message)
+
+
+def _fail(message: str) -> None:
+    """Raise a runtime check's ValueError (remembered for :func:`failed_check_message`)."""
+    _remember(message)
+    raise ValueError(message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Where host callbacks can raise
+
+
+def host_callbacks_raise() -> bool:
+    """Whether a host callback inside a compiled program can raise the check's error here.
+
+    False when this process has no CPU device (``JAX_PLATFORMS=cuda`` or ``tpu`` alone:
+    ``jax.debug.callback`` needs one to place its arguments and fails without it) or when the
+    kernels' devices are TPUs (whose runtime does not raise from a callback). Read when a kernel
+    is traced; it is part of the compilation cache key of the kernels' entry points.
+    """
+    try:
+        from jax._src import xla_bridge  # what jax.debug.callback consults
+
+        local_devices = xla_bridge.local_devices
+    except ImportError:  # pragma: no cover - a JAX without the private module
+        local_devices = jax.local_devices
+    try:
+        if not local_devices(backend="cpu"):
+            return False
+    except RuntimeError:
+        return False
+    from kernels._backend import sample_platform
+
+    return sample_platform() != "tpu"
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_cannot_raise() -> None:
+    if "cannot-raise" in _WARNED:
+        return
+    _WARNED.add("cannot-raise")
+    warnings.warn(
+        "kernels: runtime checks inside jax.jit cannot raise here (no CPU device for the host "
+        "callback, e.g. JAX_PLATFORMS=cuda alone, or a TPU): a failed check makes the kernel's "
+        "floating results NaN instead of raising. Eager calls still raise ValueError. Add cpu "
+        "to JAX_PLATFORMS (e.g. JAX_PLATFORMS=cuda,cpu) to get the error, or turn the checks "
+        "off with kernels.set_runtime_checks(False).",
+        KernelsCheckWarning,
+        stacklevel=4,
+    )
 
 
 def is_concrete(tree: Any) -> bool:
@@ -103,70 +270,299 @@ def _format(message: str, values: tuple[Any, ...]) -> str:
     return message.format(*(np.asarray(v).tolist() for v in values)) if values else message
 
 
-def _raise_if(message: str, failed: Any, *values: Any) -> None:
-    """Host side of a runtime check: raise when ``failed`` holds anywhere."""
-    if np.any(np.asarray(failed)):
-        raise ValueError(_MARKER + _format(message, values))
+# ---------------------------------------------------------------------------------------------
+# Checks collected as outputs of a kernel's program (eager calls: no host callback)
+
+
+def _current_trace() -> Any:
+    try:
+        from jax._src import core
+
+        return core.trace_ctx.trace
+    except (ImportError, AttributeError):  # pragma: no cover - then nothing is collected
+        return None
+
+
+@jax.tree_util.register_pytree_node_class
+class Failures:
+    """The runtime checks traced at the top level of one program, as arrays it returns.
+
+    ``messages`` (static) and, per check, whether it held (``oks[i]``) and the values its
+    message shows. Built by :func:`collecting`; see :meth:`raise_first` and :func:`report`.
+    """
+
+    def __init__(
+        self,
+        messages: tuple[str, ...],
+        oks: Any,
+        values: tuple[tuple[Any, ...], ...],
+        in_place: bool = False,
+    ) -> None:
+        self.messages = messages
+        self.oks = oks
+        self.values = values
+        self.in_place = in_place  # whether the program also checks in place (callbacks)
+
+    def tree_flatten(self) -> tuple[tuple[Any, ...], Any]:
+        shapes = tuple(len(v) for v in self.values)
+        children = (self.oks, *(x for v in self.values for x in v))
+        return children, (self.messages, shapes, self.in_place)
+
+    @classmethod
+    def tree_unflatten(cls, aux: Any, children: Any) -> Failures:
+        messages, shapes, in_place = aux
+        oks, *flat = children
+        values, start = [], 0
+        for n in shapes:
+            values.append(tuple(flat[start : start + n]))
+            start += n
+        return cls(messages, oks, tuple(values), in_place)
+
+    def __bool__(self) -> bool:
+        return bool(self.messages)
+
+    def raise_first(self, recorded: list[str] = ()) -> None:  # type: ignore[assignment]
+        """Concrete: raise the ValueError of the first failed check.
+
+        The collected checks in traced order first, then the ``recorded`` failures of checks
+        inside loops of the program (:func:`recording`).
+        """
+        if self.messages:
+            oks = _host(self.oks)
+            failed = np.flatnonzero(~oks)
+            if failed.size:
+                i = int(failed[0])
+                _fail(_format(self.messages[i], tuple(_host(v) for v in self.values[i])))
+        if recorded:
+            _fail(recorded[0])
+
+
+def _host(x: Any) -> np.ndarray:
+    """A (replicated) array's value on the host, also when other processes hold shards of it."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        x = x.addressable_data(0)
+    return np.asarray(x)
+
+
+class _Collector:
+    def __init__(self, trace: Any) -> None:
+        self.trace = trace
+        self.messages: list[str] = []
+        self.oks: list[Any] = []
+        self.values: list[tuple[Any, ...]] = []
+        self.in_place = False
+
+    def accepts(self) -> bool:
+        return self.trace is not None and _current_trace() is self.trace
+
+    def add(self, ok: Any, message: str, values: tuple[Any, ...]) -> None:
+        self.messages.append(message)
+        self.oks.append(jnp.all(jnp.asarray(ok)))
+        self.values.append(tuple(jnp.asarray(v) for v in values))
+
+    def all_ok(self) -> Any:
+        """Whether every check collected so far (and the enclosing ones) held; None if none."""
+        return jnp.all(jnp.stack(self.oks)) if self.oks else None
+
+    def failures(self) -> Failures:
+        oks = jnp.stack(self.oks) if self.oks else None
+        return Failures(tuple(self.messages), oks, tuple(self.values), self.in_place)
+
+
+_COLLECTOR: contextvars.ContextVar[_Collector | None] = contextvars.ContextVar(
+    "kernels_check_collector", default=None
+)
+
+
+def collector_accepts() -> bool:
+    """Whether a check traced here now would be collected (see :func:`collecting`)."""
+    collector = _COLLECTOR.get()
+    return collector is not None and collector.accepts()
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[_Collector]:
+    """Inside a traced program: runtime checks at its top level become :class:`Failures`.
+
+    Checks traced in a nested trace (a ``lax.scan`` / ``vmap`` body) are not collected: they
+    go through a host callback that records their failure (:func:`recording`); the eager call
+    raises the first collected failure, else the first recorded one, once the program has run.
+    """
+    collector = _Collector(_current_trace())
+    token = _COLLECTOR.set(collector)
+    try:
+        yield collector
+    finally:
+        _COLLECTOR.reset(token)
+
+
+def report(failures: Failures, out: Any) -> Any:
+    """Traced: hand a program's collected checks to the enclosing program; returns ``out``.
+
+    Collected again when the caller collects (a kernel called by a kernel); otherwise checked in
+    place (:func:`ensure_that`: a host callback that raises, or NaN where callbacks cannot).
+    """
+    collector = _COLLECTOR.get()
+    if collector is not None and failures.in_place:
+        collector.in_place = True
+    if not failures:
+        return out
+    if collector is not None and collector.accepts():
+        for i, (message, values) in enumerate(zip(failures.messages, failures.values, strict=True)):
+            collector.add(failures.oks[i], message, values)
+        return out
+    return _check_in_place(out, failures.oks, failures.messages, failures.values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks inside the program: a host callback under lax.cond (or NaN where it cannot raise)
+
+
+# Failures of in-place checks inside an eager call's program, recorded by the host callback
+# (which does not raise there) and read by the call once its program has run.
+_RECORDED: list[str] = []
+_RECORDED_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[str]]:
+    """Around an eager kernel call: the messages of its failed in-place checks, in run order."""
+    with _RECORDED_LOCK:
+        _RECORDED.clear()
+    found: list[str] = []
+    try:
+        yield found
+    finally:
+        with _RECORDED_LOCK:
+            found += _RECORDED
+            _RECORDED.clear()
+
+
+def _raise_first(
+    messages: tuple[str, ...], counts: tuple[int, ...], record: bool, oks: Any, *flat_values: Any
+) -> None:
+    """Host side: raise (or record) the first failed check's message, with its values."""
+    oks = np.asarray(oks)
+    failed = np.flatnonzero(~oks)
+    if not failed.size:
+        return
+    i = int(failed[0])
+    start = sum(counts[:i])
+    message = _format(messages[i], flat_values[start : start + counts[i]])
+    _remember(message)
+    if record:
+        with _RECORDED_LOCK:
+            _RECORDED.append(message)
+        return
+    raise ValueError(_MARKER + message)
 
 
 @functools.cache
-def _vmap_safe_check(message: str) -> Callable[..., Any]:
-    """``ensure(x, ok, values) -> x`` failing with ``message`` unless ``ok``; once under vmap.
+def _gated_check(
+    messages: tuple[str, ...], counts: tuple[int, ...], record: bool
+) -> Callable[..., Any]:
+    """``check(anchor, oks, values) -> anchor``: raise unless all ``oks``; once under vmap.
 
-    A plain ``jax.debug.callback`` on a batched value is unrolled by ``vmap`` into one host
-    callback per batch element (slow to compile and run); this batching rule reduces ``ok`` over
-    the batch (and each message value by its maximum) and checks once. The ``custom_jvp`` passes
-    tangents of ``x`` through unchanged (the check does not touch values).
+    With ``record`` (inside an eager call's program) the callback records the failure for the
+    call to raise once the program has run (:func:`recording`), instead of raising inside it.
+
+    The callback sits in the false branch of ``lax.cond(all(oks), ...)``, so a passing check
+    costs a reduction and a branch, not a host round trip. A plain ``jax.debug.callback`` on a
+    batched value is unrolled by ``vmap`` into one callback per batch element (and a batched
+    ``cond`` predicate would run both branches); this batching rule reduces ``oks`` over the
+    batch and checks once, reporting the first failing batch element with its own values. The
+    ``custom_jvp`` passes tangents of the anchor through unchanged.
     """
 
-    @jax.custom_batching.custom_vmap
-    def ensure(x: Any, ok: jax.Array, values: tuple[jax.Array, ...]) -> Any:
-        jax.debug.callback(functools.partial(_raise_if, message), jnp.logical_not(ok), *values)
-        return x
+    def fire(oks: jax.Array, flat: tuple[jax.Array, ...]) -> None:
+        jax.debug.callback(functools.partial(_raise_first, messages, counts, record), oks, *flat)
 
-    @ensure.def_vmap
-    def _batched(axis_size: int, in_batched: Any, x: Any, ok: jax.Array, values: Any) -> Any:
+    @jax.custom_batching.custom_vmap
+    def check(anchor: Any, oks: jax.Array, flat: tuple[jax.Array, ...]) -> Any:
+        jax.lax.cond(jnp.all(oks), lambda o, f: None, fire, oks, flat)
+        return anchor
+
+    @check.def_vmap
+    def _batched(axis_size: int, in_batched: Any, anchor: Any, oks: jax.Array, flat: Any) -> Any:
         del axis_size
-        x_batched, ok_batched, values_batched = in_batched
-        ok = jnp.all(ok) if ok_batched else ok
-        values = tuple(
-            jnp.max(v, axis=0) if b else v for v, b in zip(values, values_batched, strict=True)
-        )
-        return ensure(x, ok, values), x_batched
+        anchor_batched, oks_batched, flat_batched = in_batched
+        # the first failing batch element (element 0 when all pass) is the one reported
+        first = jnp.argmin(jnp.all(oks, axis=1)) if oks_batched else 0
+        oks = oks[first] if oks_batched else oks
+        flat = tuple(v[first] if b else v for v, b in zip(flat, flat_batched, strict=True))
+        return check(anchor, oks, flat), anchor_batched
 
     @jax.custom_jvp
-    def ensure_differentiable(x: Any, ok: jax.Array, values: tuple[jax.Array, ...]) -> Any:
-        return ensure(x, ok, values)
+    def differentiable(anchor: Any, oks: jax.Array, flat: tuple[jax.Array, ...]) -> Any:
+        return check(anchor, oks, flat)
 
-    @ensure_differentiable.defjvp
+    @differentiable.defjvp
     def _jvp(primals: Any, tangents: Any) -> Any:
-        return ensure(*primals), tangents[0]
+        return check(*primals), tangents[0]
 
-    return ensure_differentiable
+    return differentiable
+
+
+def _poison(x: Any, ok: jax.Array) -> Any:
+    """``x`` with its floating leaves NaN unless ``ok``."""
+
+    def leaf(v: Any) -> Any:
+        if isinstance(v, jax.Array | np.ndarray | float | complex) and jnp.issubdtype(
+            jnp.result_type(v), jnp.inexact
+        ):
+            v = jnp.asarray(v)
+            return jnp.where(ok, v, jnp.full((), jnp.nan, v.dtype))
+        return v
+
+    return jax.tree_util.tree_map(leaf, x)
+
+
+def _check_in_place(
+    x: Any, oks: Any, messages: tuple[str, ...], values: tuple[tuple[Any, ...], ...]
+) -> Any:
+    """Traced checks that raise from inside the program (or poison ``x`` where they cannot)."""
+    oks = jnp.reshape(jnp.asarray(oks), (len(messages),))
+    collector = _COLLECTOR.get()
+    if collector is not None:  # inside an eager call's program: record, do not raise
+        collector.in_place = True
+    if not host_callbacks_raise():
+        _warn_cannot_raise()
+        return _poison(x, jnp.all(oks))
+    flat = tuple(jnp.asarray(v) for group in values for v in group)
+    counts = tuple(len(group) for group in values)
+    anchor = jnp.zeros((), jnp.int32)
+    _gated_check(tuple(messages), counts, collector is not None)(anchor, oks, flat)
+    return x
 
 
 def ensure_that(x: Any, ok: Any, message: str, *values: Any) -> Any:
     """Return ``x``; fail with ``message`` unless every element of ``ok`` is true.
 
-    Concrete ``ok`` raises ``ValueError`` at once. A traced one installs one host callback in
-    the program (skipped when runtime checks are off), tied to ``x`` by a data dependency; under
-    ``vmap`` it runs once for the whole batch (the largest of each value is reported).
+    Concrete ``ok`` raises ``ValueError`` at once. A traced one (skipped when runtime checks are
+    off) becomes an output of the kernel's program when it is traced at the program's top level
+    of an eager call, else a host callback that raises only when the check fails (see the module
+    docstring); where callbacks cannot raise, ``x``'s floating leaves become NaN on failure.
     ``values`` (arrays, possibly traced) fill ``{}`` fields of ``message`` when it fails, e.g.
-    ``ensure_that(y, bad == 0, "loss_fn: non-finite at {} of the probes", bad)``.
+    ``ensure_that(y, bad == 0, "loss_fn: non-finite at {} of the probes", bad)``; under
+    ``vmap`` the first failing batch element is reported, with its values.
     """
     if is_concrete((ok, values)):
         if not np.all(np.asarray(ok)):
-            raise ValueError(_format(message, values))
+            _fail(_format(message, values))
         return x
     if not runtime_checks_enabled():
         return x
     values = tuple(jnp.asarray(v) for v in values)
-    return _vmap_safe_check(message)(x, jnp.all(jnp.asarray(ok)), values)
+    collector = _COLLECTOR.get()
+    if collector is not None and collector.accepts():
+        collector.add(ok, message, values)
+        return x
+    return _check_in_place(x, jnp.all(jnp.asarray(ok))[None], (message,), (values,))
 
 
 def check_that(ok: Any, message: str, *values: Any) -> None:
     """Fail with ``message`` unless every element of ``ok`` is true (see :func:`ensure_that`)."""
-    ensure_that(jnp.zeros((), jnp.int32), ok, message, *values)
+    ensure_that(None, ok, message, *values)
 
 
 def _is_array_like(leaf: Any) -> bool:
@@ -211,7 +607,7 @@ def check_finite(tree: Any, name: str) -> None:
     if is_concrete(leaves):
         for leaf in leaves:
             if not np.all(np.isfinite(np.asarray(leaf))):
-                raise ValueError(f"{name}: expected finite values, found NaN or inf")
+                _fail(f"{name}: expected finite values, found NaN or inf")
         return
     if not runtime_checks_enabled():
         return
@@ -228,7 +624,7 @@ def check_positive(value: Any, name: str) -> None:
     if is_concrete(value):
         arr = np.asarray(value)
         if not (np.all(np.isfinite(arr)) and np.all(arr > 0)):
-            raise ValueError(f"{name}: expected a finite value > 0, got {value!r}")
+            _fail(f"{name}: expected a finite value > 0, got {value!r}")
         return
     check_that(
         jnp.logical_and(jnp.isfinite(value), value > 0),
@@ -249,11 +645,7 @@ def check_key(key: Any, name: str = "key") -> jax.Array:
         if key.shape != ():
             raise ValueError(f"{name}: expected one PRNG key of shape (), got shape {key.shape}")
         return key
-    if (
-        isinstance(key, jax.Array | np.ndarray)
-        and key.dtype == np.uint32
-        and key.shape == (2,)
-    ):
+    if isinstance(key, jax.Array | np.ndarray) and key.dtype == np.uint32 and key.shape == (2,):
         return key
     raise ValueError(
         f"{name}: expected a PRNG key such as jax.random.key(0), got {type(key).__name__}"

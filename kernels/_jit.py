@@ -13,8 +13,13 @@ kernel's ``batch`` argument (``loss_fn(params, batch)``) instead of closing over
 Inside a user's ``jax.jit`` / ``vmap`` / ``grad`` the wrapped kernel is an inner ``jit`` call,
 which JAX inlines into the outer program.
 
-Runtime checks (:mod:`kernels._checks`) raise inside the compiled program. Called eagerly, the
-wrapper turns such a failure back into the ``ValueError`` naming the argument.
+Runtime checks (:mod:`kernels._checks`): called eagerly, the checks traced at the top level of
+the kernel (and of the kernels it calls) are outputs of its program, and the wrapper raises the
+first failed check's ``ValueError`` after the program ran (no host callback, so the same on every
+backend). Inside a user's ``jit`` every check raises in place through a host callback (where
+callbacks cannot raise, the collected checks turn the kernel's floating outputs into NaN). A
+check inside a loop of the kernel records its failure through a callback, and an eager call
+raises it after the program ran.
 """
 
 from __future__ import annotations
@@ -63,14 +68,26 @@ class _Static:
             return False
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _run(fn: Callable[..., Any], treedef: Any, mask: tuple, static: tuple, checks: tuple, dynamic):
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
+def _run(
+    fn: Callable[..., Any],
+    treedef: Any,
+    mask: tuple,
+    static: tuple,
+    checks: tuple,
+    collect: bool,
+    dynamic: list,
+):
     del checks  # cache key only: the checks and the device scope are read while tracing
     dyn = iter(dynamic)
     stat = iter(static)
     leaves = [next(dyn) if is_dyn else next(stat).value for is_dyn in mask]
     args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
-    return fn(*args, **kwargs)
+    if not collect:  # inside a user's jit: every check raises in place (callbacks)
+        return fn(*args, **kwargs), _checks.Failures((), None, ())
+    with _checks.collecting() as collector:
+        out = fn(*args, **kwargs)
+    return out, collector.failures()
 
 
 def _concrete(leaves: list[Any]) -> bool:
@@ -81,7 +98,8 @@ def compile_once(fn: F) -> F:
     """Wrap a kernel so it is compiled once per (callables, static options, shapes and dtypes).
 
     Array leaves of the arguments are traced, all other leaves are static. Eager calls whose
-    runtime checks fail raise the ``ValueError`` of the check (see :mod:`kernels._checks`).
+    runtime checks fail raise the ``ValueError`` of the first failed check, in the order the
+    kernel traced them (see :mod:`kernels._checks`).
     """
 
     @functools.wraps(fn)
@@ -92,16 +110,31 @@ def compile_once(fn: F) -> F:
         static = tuple(
             _Static(leaf) for leaf, is_dyn in zip(leaves, mask, strict=True) if not is_dyn
         )
-        checks = (_checks.runtime_checks_enabled(), _devices.devices_cache_key())
+        enabled = _checks.runtime_checks_enabled()
+        checks = (
+            enabled,
+            enabled and _checks.host_callbacks_raise(),
+            _devices.devices_cache_key(),
+        )
         if not _concrete(dynamic):
-            return _run(fn, treedef, mask, static, checks, dynamic)
-        try:
-            out = _run(fn, treedef, mask, static, checks, dynamic)
-            return jax.block_until_ready(out) if checks[0] else out
-        except jax.errors.JaxRuntimeError as err:
-            message = _checks.failed_check_message(err)
-            if message is None:
-                raise
-            raise ValueError(message) from None
+            # a kernel called by an eager kernel hands its checks to the caller's outputs;
+            # where callbacks cannot raise, the checks poison the kernel's outputs instead
+            collect = _checks.collector_accepts() or (enabled and not checks[1])
+            out, failures = _run(fn, treedef, mask, static, checks, collect, dynamic)
+            return _checks.report(failures, out)
+        with _checks.recording() as recorded:
+            try:
+                out, failures = _run(fn, treedef, mask, static, checks, True, dynamic)
+                if failures.in_place:  # checks inside loops record from the program: wait
+                    out = jax.block_until_ready(out)
+                    jax.effects_barrier()
+            except jax.errors.JaxRuntimeError as err:
+                message = _checks.failed_check_message(err)
+                if message is None:
+                    raise
+                raise ValueError(message) from None
+        # the checks collected as outputs (waits only if there are any), then the recorded ones
+        failures.raise_first(recorded)
+        return out
 
     return wrapper  # type: ignore[return-value]

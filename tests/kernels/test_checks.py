@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,12 +32,14 @@ def test_non_array_leaves_are_refused_naming_the_argument(kernel, what, leaf):
     calls = {
         "hessian_trace": lambda: kernels.hessian_trace(_quadratic, params, (), key, num_matvecs=2),
         "average_sharpness": lambda: kernels.average_sharpness(
-            _quadratic, params, (), key, perturbation=kernels.Perturbation("gaussian", 0.1),
+            _quadratic,
+            params,
+            (),
+            key,
+            perturbation=kernels.Perturbation("gaussian", 0.1),
             num_samples=2,
         ),
-        "hutchinson_like": lambda: kernels.hutchinson_trace(
-            lambda v: v, params, key, num_probes=2
-        ),
+        "hutchinson_like": lambda: kernels.hutchinson_trace(lambda v: v, params, key, num_probes=2),
     }
     name = "like" if kernel == "hutchinson_like" else "params"
     with pytest.raises(ValueError, match=rf"^{name}: leaf \['extra'\] is a .*eqx\.partition"):
@@ -46,10 +50,224 @@ def test_rademacher_refuses_non_array_parameters():
     inputs = jnp.ones((4, 2))
     with pytest.raises(ValueError, match=r"^params: leaf \['act'\] is a str"):
         kernels.search_sup(
-            lambda p, x: x @ p["w"], {"w": jnp.ones(2), "act": "relu"}, inputs,
-            jax.random.key(0), project=lambda p: p, num_steps=1, step_size=0.1,
+            lambda p, x: x @ p["w"],
+            {"w": jnp.ones(2), "act": "relu"},
+            inputs,
+            jax.random.key(0),
+            project=lambda p: p,
+            num_steps=1,
+            step_size=0.1,
         )
 
 
 def test_numbers_and_arrays_are_accepted():
     kernels._checks.check_array_leaves({"a": 1.0, "b": np.ones(2), "c": jnp.ones(2), "d": 3}, "x")
+
+
+# ---------------------------------------------------------------------------------------------
+# Runtime checks: eagerly, under the user's jit / vmap / grad, and without host callbacks
+
+from kernels import _checks  # noqa: E402
+from kernels._jit import compile_once  # noqa: E402
+
+
+@compile_once
+def _two_checks(x, y):
+    """A kernel with two top-level checks and one inside a loop (a scan body)."""
+    _checks.check_finite(x, "x")
+    _checks.check_that(y > 0, "y: expected > 0, got {}", y)
+
+    def body(carry, v):  # as the kernels' own checks in loops do: guard the value used
+        v = _checks.ensure_that(v, v < 100.0, "loop: value {} >= 100", v)
+        return carry + v, None
+
+    total, _ = jax.lax.scan(body, jnp.zeros((), x.dtype), x)
+    return total * y
+
+
+_GOOD = (jnp.asarray([1.0, 2.0]), jnp.asarray(3.0))
+
+
+def test_checked_kernel_passes_eagerly_and_under_jit_vmap_grad():
+    assert float(_two_checks(*_GOOD)) == 9.0
+    assert float(jax.jit(_two_checks)(*_GOOD)) == 9.0
+    batched = jax.vmap(_two_checks)(jnp.stack([_GOOD[0]] * 3), jnp.asarray([1.0, 2.0, 3.0]))
+    np.testing.assert_array_equal(batched, [3.0, 6.0, 9.0])
+    np.testing.assert_array_equal(jax.grad(_two_checks)(*_GOOD), [3.0, 3.0])
+
+
+_X_NAN = "x: expected finite values, found NaN or inf"
+_Y_NEG = "y: expected > 0, got -2.0"
+
+
+@pytest.mark.parametrize(
+    ("x", "y", "message", "under_jit"),
+    [
+        ([jnp.nan, 1.0], 3.0, _X_NAN, {_X_NAN, "loop: value nan >= 100"}),
+        ([1.0, 2.0], -2.0, _Y_NEG, {_Y_NEG}),
+        ([1.0, 200.0], 3.0, "loop: value 200.0 >= 100", {"loop: value 200.0 >= 100"}),
+        # several fail at once: eagerly the first in the kernel's order is named on every
+        # backend; inside jit the backend runs the failing callbacks in an order of its own
+        ([jnp.nan, 200.0], -2.0, _X_NAN, {_X_NAN, _Y_NEG, "loop: value nan >= 100"}),
+        ([1.0, 200.0], -2.0, _Y_NEG, {_Y_NEG, "loop: value 200.0 >= 100"}),
+    ],
+)
+def test_the_first_failed_check_is_named_eagerly(x, y, message, under_jit):
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$") as eager:
+        _two_checks(x, y)
+    assert _checks.failed_check_message(eager.value) == message
+    with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(_checks._MARKER)) as err:
+        jax.block_until_ready(jax.jit(_two_checks)(x, y))
+    assert _checks.failed_check_message(err.value) in under_jit
+
+
+def test_under_vmap_one_failing_element_fails_the_batch_once():
+    xs = jnp.asarray([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]])
+    ys = jnp.asarray([1.0, -5.0, -7.0])
+    with pytest.raises(jax.errors.JaxRuntimeError) as err:
+        jax.block_until_ready(jax.jit(jax.vmap(_two_checks))(xs, ys))
+    # the batch is checked once; the first failing element is reported with its own value
+    assert _checks.failed_check_message(err.value) == "y: expected > 0, got -5.0"
+
+
+def test_checks_are_outputs_of_an_eager_program_not_callbacks():
+    from kernels._jit import _run
+
+    def fn(x):
+        _checks.check_finite(x, "x")
+        return 2.0 * x
+
+    leaves, treedef = jax.tree_util.tree_flatten(((jnp.ones(2),), {}))
+    args = (fn, treedef, (True,), (), (True, True, None), True, leaves)
+    jaxpr = str(jax.make_jaxpr(_run, static_argnums=(0, 1, 2, 3, 4, 5))(*args))
+    assert "callback" not in jaxpr  # eagerly: one boolean output per check, no host callback
+    _out, failures = _run(*args)
+    assert failures.messages == ("x: expected finite values, found NaN or inf",)
+    assert bool(failures.oks[0])
+    assert not failures.in_place
+    # a program without traced checks returns no flags, and its call is not waited for
+    assert not jax.tree_util.tree_leaves(_checks.Failures((), None, ()))
+
+
+# What JAX and the backends wrap around a failed check's message (simulated texts).
+_CPU_TEXT = (
+    "INTERNAL: CpuCallback error calling callback: Traceback (most recent call last):\n"
+    '  File "/x/jax/_src/callback.py", line 816, in _wrapped_callback\n'
+    '  File "/x/kernels/_checks.py", line 410, in _raise_first\n'
+    "ValueError: kernels check failed: {msg}\n"
+    "--------------------\n"
+    "For simplicity, JAX has removed its internal frames from the traceback."
+)
+_WRAPPINGS = {
+    "cpu": _CPU_TEXT,
+    "gpu-suffix": "INTERNAL: CpuCallback error calling callback: Traceback …\n"
+    "ValueError: kernels check failed: {msg} [executable_name='jit__run']",
+    "gpu-suffix-next-line": "INTERNAL: CpuCallback error calling callback: Traceback …\n"
+    "ValueError: kernels check failed: {msg}\n [executable_name='jit__run']",
+    "repr-quoted": "JaxRuntimeError('INTERNAL: CpuCallback error calling callback: "
+    "ValueError: kernels check failed: {msg}')",
+    "tag-in-parens": "kernels check failed: {msg} (executable=jit__run)",
+}
+_MESSAGES = [
+    "params: expected finite values, found NaN or inf",
+    "v: expected ||v||_1 <= radius, got ||v||_1 = 3.0 > 1.0",
+    "output_bound: exceeded for 3 of [0, 1] (see docs)",
+]
+
+
+@pytest.mark.parametrize("wrapping", sorted(_WRAPPINGS))
+@pytest.mark.parametrize("message", _MESSAGES)
+@pytest.mark.parametrize("remembered", [True, False])
+def test_failed_check_message_finds_the_message_whatever_wraps_it(
+    wrapping, message, remembered, monkeypatch
+):
+    monkeypatch.setattr(_checks, "_RECENT", type(_checks._RECENT)(maxlen=64))
+    if remembered:  # this process raised it (the usual case): recovered exactly
+        _checks._remember(message)
+    text = _WRAPPINGS[wrapping].format(msg=message)
+    assert _checks.failed_check_message(text) == message
+    err = jax.errors.JaxRuntimeError(text)
+    assert _checks.failed_check_message(err) == message
+    chained = RuntimeError("while running the step")
+    chained.__cause__ = err
+    assert _checks.failed_check_message(chained) == message
+
+
+def test_failed_check_message_is_none_without_a_check():
+    oom = jax.errors.JaxRuntimeError("INTERNAL: out of memory")
+    assert _checks.failed_check_message(oom) is None
+    assert _checks.failed_check_message(ValueError("something else")) is None
+
+
+def _no_cpu_device(monkeypatch):
+    """Simulate JAX_PLATFORMS=cuda alone: JAX finds no local CPU device for host callbacks."""
+    from jax._src import xla_bridge
+
+    real = xla_bridge.local_devices
+
+    def local_devices(process_index=None, backend=None, host_id=None):
+        if backend == "cpu":
+            raise RuntimeError("Unknown backend cpu (simulated: JAX_PLATFORMS=cuda)")
+        return real(process_index, backend, host_id)
+
+    monkeypatch.setattr(xla_bridge, "local_devices", local_devices)
+    _checks._WARNED.discard("cannot-raise")
+
+
+def test_the_simulation_reproduces_jaxs_crash(monkeypatch):
+    _no_cpu_device(monkeypatch)
+    assert not _checks.host_callbacks_raise()
+
+    def f(x):
+        jax.debug.callback(lambda v: None, x)
+        return x + 1.0
+
+    with pytest.raises(Exception, match="failed to find a local CPU device"):
+        jax.block_until_ready(jax.jit(f)(jnp.asarray(1.5)))
+
+
+def test_without_a_cpu_device_eager_checks_raise_and_jit_gives_nan(monkeypatch):
+    _no_cpu_device(monkeypatch)
+    loss = lambda p, b: jnp.sum(p["w"] ** 2) * b  # noqa: E731
+    params, bad = {"w": jnp.asarray([1.0, 2.0])}, {"w": jnp.asarray([jnp.nan, 2.0])}
+    key = jax.random.key(0)
+    call = lambda p: kernels.hessian_trace(loss, p, jnp.asarray(1.5), key, num_matvecs=2)  # noqa: E731
+
+    assert float(call(params).mean) == pytest.approx(6.0)  # exact: H = 3 I
+    with pytest.raises(ValueError, match=r"^params: expected finite values, found NaN or inf$"):
+        call(bad)
+    # eagerly the checks need no callback; inside jit they cannot raise: a warning, then NaN
+    jitted = jax.jit(lambda p: call(p).mean)
+    with pytest.warns(_checks.KernelsCheckWarning, match="JAX_PLATFORMS=cuda,cpu"):
+        bad_mean = jitted(bad)
+    assert np.isnan(bad_mean)
+    assert float(jitted(params)) == pytest.approx(6.0)
+
+
+def test_without_a_cpu_device_a_check_in_a_loop_gives_nan_not_a_crash(monkeypatch):
+    _no_cpu_device(monkeypatch)
+    with pytest.warns(_checks.KernelsCheckWarning):  # a new function: traced afresh
+        out = jax.jit(lambda x, y: _two_checks(x, y))(jnp.asarray([1.0, 200.0]), jnp.asarray(3.0))
+    assert np.isnan(out)
+    # eagerly, the top-level checks still raise; the loop's check can only give NaN
+    with pytest.raises(ValueError, match=r"^y: expected > 0"):
+        _two_checks(jnp.asarray([1.0, 200.0]), jnp.asarray(-1.0))
+
+
+def test_on_a_tpu_checks_inside_jit_give_nan(monkeypatch):
+    # a TPU's runtime does not raise from a host callback (simulated: the platform is "tpu")
+    import kernels._backend
+
+    monkeypatch.setattr(kernels._backend, "sample_platform", lambda: "tpu")
+    _checks._WARNED.discard("cannot-raise")
+    assert not _checks.host_callbacks_raise()
+    with pytest.warns(_checks.KernelsCheckWarning):  # a new function: traced afresh
+        out = jax.jit(lambda x, y: _two_checks(x, y))(jnp.asarray([1.0, 2.0]), jnp.asarray(-3.0))
+    assert np.isnan(out)
+
+
+def test_checks_off_compile_nothing_and_let_values_through():
+    with kernels.runtime_checks(False):
+        out = _two_checks(jnp.asarray([1.0, 200.0]), jnp.asarray(-1.0))
+    assert float(out) == -201.0
