@@ -3,8 +3,9 @@
 Every file is written to a temporary file in its own directory, flushed and ``fsync``-ed, then
 renamed over the target with ``os.replace`` (atomic on POSIX and Windows), and the directory is
 ``fsync``-ed: a reader sees the old file or the new one, never a part of one, whatever kills the
-writer. While a :class:`SignalGuard` is active, SIGINT and SIGTERM raise :class:`Interrupted`,
-except inside a write, where they are held until the write is complete; a signal that was
+writer. While a :class:`SignalGuard` is active, a first SIGINT or SIGTERM asks the run to stop
+(:func:`check_stop` raises :class:`Interrupted` between two steps) and a second one raises at
+once, except inside a write, where it is held until the write is complete; a signal that was
 ignored when the guard was entered (``SIG_IGN``: a job started in the background by a
 non-interactive shell, ``nohup``) stays ignored, the Unix convention that ``jaxbounds estimate``
 follows too. :func:`exclusive_lock` keeps a second process off an output place (``fcntl.flock``,
@@ -20,6 +21,7 @@ import errno
 import json
 import os
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -30,6 +32,7 @@ __all__ = [
     "Interrupted",
     "LockBusy",
     "SignalGuard",
+    "check_stop",
     "critical_section",
     "exclusive_lock",
     "write_bytes_atomic",
@@ -64,13 +67,18 @@ class Interrupted(BaseException):
 
 
 class SignalGuard:
-    """Context manager: SIGINT/SIGTERM raise :class:`Interrupted`, deferred during writes.
+    """Context manager: a first SIGINT/SIGTERM asks to stop, a second one stops at once.
+
+    The first signal only records the request (the handler raises nothing, so no exception is
+    thrown into a JAX callback or a compilation); :func:`check_stop`, called by the runner
+    between two batches of units, then raises :class:`Interrupted`. A second signal raises
+    :class:`Interrupted` at once, except inside a write of this module (:meth:`critical`),
+    where it is held until the file is in place. This is the rule of ``jaxbounds estimate``
+    too (first signal: stop after the current step; second: at once).
 
     Handlers are installed only in the main thread (elsewhere the guard does nothing), never for
     a signal whose disposition is ``SIG_IGN`` on entry (a background job's SIGINT stays
-    ignored), and the previous handlers are restored on exit. Writes of this module enter
-    :meth:`critical` on the active guard, so a signal arriving mid-write raises right after the
-    file is in place.
+    ignored), and the previous handlers are restored on exit.
     """
 
     _active: SignalGuard | None = None
@@ -78,6 +86,7 @@ class SignalGuard:
     def __init__(self) -> None:
         self._depth = 0
         self._pending: int | None = None
+        self.requested: int | None = None
         self._previous: dict[int, Any] = {}
         self._outer: SignalGuard | None = None
 
@@ -96,16 +105,28 @@ class SignalGuard:
         self._previous.clear()
 
     def handle(self, signum: int, frame: object) -> None:
-        """The signal handler: raise :class:`Interrupted` now, or after the current write."""
+        """The signal handler: record a first signal; raise on a second (after a write)."""
         del frame
+        if self.requested is None:
+            self.requested = signum
+            if sys.stderr.isatty():
+                name = signal.Signals(signum).name
+                print(f"\njaxbounds: {name}: stopping after the current batch of units (send "
+                      "it again to stop at once)", file=sys.stderr, flush=True)  # fmt: skip
+            return
         if self._depth:
             self._pending = signum
             return
         raise Interrupted(signum)
 
+    def check(self) -> None:
+        """Raise :class:`Interrupted` if a signal asked to stop (call between two steps)."""
+        if self.requested is not None:
+            raise Interrupted(self.requested)
+
     @contextlib.contextmanager
     def critical(self) -> Iterator[None]:
-        """Hold SIGINT/SIGTERM until the block is done, then raise :class:`Interrupted`."""
+        """Hold a second SIGINT/SIGTERM until the block is done, then raise :class:`Interrupted`."""
         self._depth += 1
         try:
             yield
@@ -114,6 +135,13 @@ class SignalGuard:
         if self._depth == 0 and self._pending is not None:
             signum, self._pending = self._pending, None
             raise Interrupted(signum)
+
+
+def check_stop() -> None:
+    """Raise :class:`Interrupted` if a signal asked the active :class:`SignalGuard` to stop."""
+    guard = SignalGuard._active
+    if guard is not None:
+        guard.check()
 
 
 class LockBusy(RuntimeError):

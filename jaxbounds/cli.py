@@ -25,19 +25,44 @@ report, byte for byte those of a one-process run. ``--process-index`` / ``--proc
 are then optional and must agree with the runtime (exit 2 otherwise); without the runtime they
 split a run by hand as before (process 0 renders what exists when its share is done).
 
-What the command guarantees (``estimate``):
+What both commands guarantee:
 
-- Every check that can fail runs before any work: the model, the sections (a selection that
-  selects nothing, such as ``--sections ,`` or ``--model construction --sections training``, is
-  an error), the seed (an integer in ``[0, 2**32)``) and the output place (``--out`` must be a
-  directory that can be created and written in; ``--json`` a file, not a directory, in an
-  existing writable directory). Usage errors exit with status 2 and one line on stderr.
+- No flag is guessed from a prefix (``allow_abbrev=False`` on every parser): ``reproduce NAME
+  --seed 3`` is an error, not ``--seeds 3``. Unknown or malformed flags exit with status 2
+  (argparse's usage line and one error line).
+- Every check that can fail runs before any work and fails with one line on stderr and exit
+  status 2, naming the flag: ``estimate``'s model, sections (a selection that selects nothing,
+  such as ``--sections ,`` or ``--model construction --sections training``, is an error), seed
+  (an integer in ``[0, 2**32)``) and output place (``--out`` must be a directory that can be
+  created and written in; ``--json`` a file, not a directory, in an existing writable
+  directory); ``reproduce``'s experiment, ``--seeds`` / ``--scale`` size (at most
+  :data:`jaxbounds.experiments.runner.MAX_UNITS` units per run, refused with the estimated
+  number of units and memory) and output place (``--out DIR`` a directory in which
+  ``DIR/NAME/units`` can be created and written, ``--from DIR`` a finished run). An empty path
+  (``--out ''``, ``--json ''``, ``--from ''``) is refused instead of meaning the current
+  directory.
+- One run at a time per output place: ``estimate`` holds an ``flock`` on its output directory
+  (``--out``, or the directory of ``--json``), ``reproduce`` on ``DIR/NAME/units/.lock.process<i>``
+  (one per process share), until its files are written. A second run on the same place stops
+  at once, before any work, with one line naming the lock (and the holder's process id where
+  known) and exit status 2. The kernel releases an ``flock`` when its process ends, however it
+  ends (SIGKILL, a crash), so a lock never outlives its run.
+- Signals, the Unix convention, the same in both commands: SIGINT (Ctrl-C) and SIGTERM stop
+  the run between two steps (``estimate``: the build, each section; ``reproduce``: each batch
+  of units), exit with 130 / 143 and one line on stderr, and keep what was finished (the
+  sections in a partial report, the units' files) for the same command to resume. A signal
+  that was *ignored* when the command started (``SIG_IGN``: a job started with ``&`` by a
+  non-interactive shell, or under ``nohup``) stays ignored, as in every Unix tool that
+  catches signals; stop such a job with SIGTERM (``kill PID``) unless that is ignored too.
+
+What ``estimate`` guarantees besides:
+
 - The JSON report is standard JSON (no ``NaN``/``Infinity`` tokens: a non-finite number is
   ``null`` and its row names it in ``"nonfinite"``; see :mod:`jaxbounds.report.render`), and
   every file is written atomically (temporary file in the same directory, fsync, rename): a crash
   or a full disk never leaves a truncated or missing report where a good one was.
 - SIGINT (Ctrl-C) or SIGTERM stop the job between two steps (the build, each section), never
-  inside XLA: the handlers only set a flag, and the default handlers are restored on exit. A
+  inside XLA: the handlers only set a flag, and the previous handlers are restored on exit. A
   second signal stops at once. Each finished section is saved as it finishes in
   ``<report>.partial.json``, marked ``"complete": false`` (the earlier complete report is left
   as it was); the command exits with 130 (SIGINT) or 143 (SIGTERM) and one line on stderr, no
@@ -104,6 +129,7 @@ def _estimate_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     est = commands.add_parser(
         "estimate",
         parents=[common],
+        allow_abbrev=False,
         help="train (or build) a model on its default data and report every estimate",
         description="Build the model's default data and weights, run every report section "
         "that applies to it, print the table and write it as JSON.",
@@ -146,6 +172,7 @@ def _reproduce_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     rep = commands.add_parser(
         "reproduce",
         parents=[common],
+        allow_abbrev=False,
         help="rerun a paper's experiment (resumable; tables, figures, report.md)",
         description="Run the units of an experiment that are not finished yet, then write "
         "results.csv, summary.json, the figures and report.md under DIR/NAME.",
@@ -181,9 +208,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="jaxbounds",
         description="Measure curvature, sharpness, Rademacher complexity and generalization "
         "bounds of Transformers.",
+        allow_abbrev=False,  # --seed is not --seeds: no flag is ever guessed from a prefix
     )
     parser.add_argument("--version", action="version", version=f"jaxbounds {__version__}")
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     commands = parser.add_subparsers(dest="command", required=True)
     _estimate_parser(commands, common)
@@ -314,8 +342,33 @@ def _check_writable_dir(directory: Path, flag: str) -> None:
         raise _UsageError(f"{flag}: cannot write in {directory} ({err.strerror or err})") from err
 
 
-def _output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
-    """The report and partial-report paths, checked (and ``--out`` created) before any work."""
+def _not_empty(flag: str, value: str | None) -> None:
+    """An empty path (``--out ''``) would silently mean the current directory: refuse it."""
+    if value is not None and not value.strip():
+        raise _UsageError(f"{flag}: expected a path, got an empty string")
+
+
+def _lock_place(directory: Path, flag: str, what: str, held: contextlib.ExitStack) -> None:
+    """Hold the output directory's lock until ``held`` closes; busy -> one line, exit 2."""
+    from jaxbounds._atomic import LockBusy, exclusive_lock
+
+    try:
+        held.enter_context(exclusive_lock(directory))
+    except LockBusy as busy:
+        raise _UsageError(
+            f"{flag} {directory}: another {what} is writing there (it holds a lock on "
+            f"{busy.path}); wait for it to end or choose another {flag}"
+        ) from None
+
+
+def _output_paths(args: argparse.Namespace, held: contextlib.ExitStack) -> tuple[Path, Path]:
+    """The report and partial-report paths, checked (and ``--out`` created) before any work.
+
+    The output directory is locked (``flock``) until ``held`` closes: a second
+    ``jaxbounds estimate`` on the same directory stops here instead of doing the work twice.
+    """
+    _not_empty("--out", args.out)
+    _not_empty("--json", args.json)
     if args.json is not None:
         path, flag = Path(args.json), "--json"
         directory = path.parent
@@ -337,6 +390,7 @@ def _output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
         if target.exists() and not target.is_file():
             raise _UsageError(f"{flag}: {target} exists and is not a regular file")
     _check_writable_dir(directory, flag)
+    _lock_place(directory, flag, "jaxbounds estimate", held)
     return path, _partial_path(path)
 
 
@@ -436,7 +490,9 @@ def _list_estimate() -> int:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    with _StopOnSignal() as stop:  # before the imports: a Ctrl-C there stops cleanly too
+    # the signal guard comes before the imports (a Ctrl-C there stops cleanly too); the output
+    # directory's lock is held until the report is written
+    with _StopOnSignal() as stop, contextlib.ExitStack() as held:
         import jaxbounds.report as report
         from jaxbounds.report.job import job_config, run_estimate
 
@@ -452,7 +508,7 @@ def _estimate(args: argparse.Namespace) -> int:
         info = _start_processes()
         if not info.is_main:
             return _estimate_follower(args, config, info, stop, run_estimate)
-        path, partial = _checked_everywhere(info, lambda: _output_paths(args))
+        path, partial = _checked_everywhere(info, lambda: _output_paths(args, held))
         say = (lambda _msg: None) if args.quiet else _err
         resume = _checked_everywhere(info, lambda: _saved_partial(partial, config, args, say))
         _share_resumed(info, config, resume)
@@ -547,6 +603,8 @@ def _reproduce(args: argparse.Namespace) -> int:
         experiment = REGISTRY.get(args.name)
     except ValueError as err:
         raise _UsageError(str(err)) from err
+    _not_empty("--out", args.out)
+    _not_empty("--from", args.from_dir)
     info = _start_processes()
     many = info.process_count > 1
     if many:
@@ -554,6 +612,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         index, count = info.process_index, info.process_count
         if args.from_dir is not None and not info.is_main:
             return 0  # re-rendering runs nothing: process 0 does it alone
+    _checked_everywhere(info, lambda: _reproduce_checks(args, experiment, runner))
     try:
         summary = runner.run_experiment(
             experiment, scale=args.scale, out_dir=args.out, seeds=args.seeds, jobs=args.jobs,
@@ -568,10 +627,75 @@ def _reproduce(args: argparse.Namespace) -> int:
         if args.from_dir is None:
             raise
         raise _UsageError(str(err)) from err
+    except runner.LockBusy as busy:
+        raise _UsageError(_busy_text(args, busy)) from None
+    except runner.RunTooLarge as err:
+        raise _UsageError(_size_text(args, err)) from None
     if info.is_main:
         print(f"{summary.experiment}: {summary.num_finished} of {summary.num_units} units in "
               f"{summary.out_dir}")  # fmt: skip
     return 0
+
+
+def _reproduce_checks(args: argparse.Namespace, experiment: Any, runner: Any) -> None:
+    """The run's size and the output place, checked before any work (one line, exit 2).
+
+    ``--out DIR`` (default ``jaxbounds_reproduce``) must be a directory in which ``DIR/NAME``
+    and ``DIR/NAME/units`` can be created and written; with ``--from`` alone the outputs go
+    to the source run, which must be writable. The run's size is estimated from one seed
+    (:func:`jaxbounds.experiments.runner.check_size`).
+    """
+    if args.from_dir is None:
+        scale = args.scale or experiment.default_scale
+        if scale not in experiment.scales:
+            known = ", ".join(experiment.scales)
+            raise _UsageError(f"--scale {scale}: {experiment.name} has the scales {known}")
+        seeds = args.seeds if args.seeds is not None else experiment.seeds_for(scale)
+        try:
+            runner.check_size(experiment, scale, range(seeds))
+        except runner.RunTooLarge as err:
+            raise _UsageError(_size_text(args, err)) from None
+    if args.from_dir is not None and args.out is None:
+        try:
+            run_dir = runner.resolve_from(args.from_dir, experiment.name)
+        except FileNotFoundError as err:
+            raise _UsageError(str(err)) from err
+        flag, where = "--from", run_dir
+    else:
+        flag = "--out"
+        root = Path(args.out if args.out is not None else runner.DEFAULT_OUT)
+        run_dir = root / experiment.name
+        if root.exists() and not root.is_dir():
+            raise _UsageError(f"--out {root}: exists and is not a directory")
+        if run_dir.exists() and not run_dir.is_dir():
+            raise _UsageError(f"--out {root}: {run_dir} exists and is not a directory")
+        where = run_dir if args.from_dir is not None else run_dir / "units"
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise _UsageError(
+                f"--out {root}: cannot create the directory {where} ({err.strerror or err})"
+            ) from err
+        _check_writable_dir(where, flag)
+    _check_writable_dir(run_dir, flag)
+    for name in ("results.csv", "summary.json", "report.md"):
+        target = run_dir / name
+        if target.exists() and not target.is_file():
+            raise _UsageError(f"{flag}: {target} exists and is not a regular file")
+
+
+def _size_text(args: argparse.Namespace, err: Any) -> str:
+    flag = f"--seeds {args.seeds}" if args.seeds is not None else f"--scale {args.scale}"
+    return f"{flag}: {err}"
+
+
+def _busy_text(args: argparse.Namespace, busy: Any) -> str:
+    who = f"process {busy.pid}" if busy.pid is not None else "another process"
+    flag = "--out" if args.out is not None or args.from_dir is None else "--from"
+    return (
+        f"{flag}: {who} is already running {args.name} there (it holds the lock {busy.path}); "
+        f"wait for it to end or choose another {flag}"
+    )
 
 
 def _agrees_with_runtime(args: argparse.Namespace, info: Any) -> None:

@@ -18,8 +18,10 @@ the SHA-256 of its configuration, seed, experiment name and package
 version (:func:`unit_key`), so a changed configuration never reuses another's results; every
 file is written atomically (temporary file, fsync, ``os.replace``), so a run killed at any
 moment (SIGKILL included) and started again skips the finished units and ends with the same
-``results.csv`` bytes as an uninterrupted run; SIGINT/SIGTERM raise :class:`Interrupted`
-(exit code ``128 + signum`` on the command line) and never leave half a file. Progress: a
+``results.csv`` bytes as an uninterrupted run; a first SIGINT/SIGTERM stops the run after the
+batch in progress and a second one at once, both raising :class:`Interrupted` (exit code
+``128 + signum`` on the command line) and never leaving half a file; a signal ignored when the
+run starts (a background job) stays ignored. Progress: a
 ``tqdm`` bar on stderr (elapsed, ETA; shown on a terminal unless ``quiet``, or when
 ``progress=True``) and, unless ``quiet``, one line per finished unit.
 
@@ -49,6 +51,7 @@ from jaxbounds._atomic import (
     Interrupted,
     LockBusy,
     SignalGuard,
+    check_stop,
     critical_section,
     exclusive_lock,
     write_bytes_atomic,
@@ -108,6 +111,7 @@ __all__ = [
     "mean_spread",
     "new_figure",
     "package_version",
+    "resolve_from",
     "run_experiment",
     "save_figure",
     "unit_key",
@@ -566,6 +570,7 @@ def _run_pending(experiment: Experiment, share: list, units_dir: Path, version: 
     bar = _bar(len(share), done, experiment.name, show_bar)
     try:
         for group in _groups(experiment, pending):
+            check_stop()  # a first SIGINT/SIGTERM stops here, between two batches
             results, elapsed = _compute(experiment, group)
             _store(units_dir, experiment, version, group, results, elapsed)
             for _, unit in group:
@@ -647,6 +652,7 @@ def _wait_for_units(experiment: Experiment, plan: list, units_dir: Path, log: _L
         log.info(f"{experiment.name}: waiting for {len(missing)} units of the other processes "
                  f"in {units_dir}")  # fmt: skip
     while missing:
+        check_stop()
         stopped = _stopped_other(units_dir, process_index, started)
         if stopped is not None:
             raise Interrupted(
@@ -714,7 +720,12 @@ def _write_outputs(experiment: Experiment, scale: str, seeds: tuple, version: st
     return True
 
 
-def _resolve_from(from_dir: str | Path, name: str) -> Path:
+def resolve_from(from_dir: str | Path, name: str) -> Path:
+    """The run directory of ``name`` under ``from_dir`` (``from_dir/NAME`` or ``from_dir``).
+
+    Raises:
+      FileNotFoundError: when neither holds a ``units`` directory.
+    """
     root = Path(from_dir)
     for candidate in (root / name, root):
         if (candidate / "units").is_dir():
@@ -782,8 +793,9 @@ def run_experiment(
     (an ``flock`` the kernel drops when the process ends, however it ends) from before the
     grid is planned until the last file is written; a second call on the same place and share
     raises :class:`~jaxbounds._atomic.LockBusy` at once, before any work. SIGINT/SIGTERM stop
-    the run between units (a signal ignored when the call starts, as in a background job,
-    stays ignored). Runs larger than :data:`MAX_UNITS` units are refused (:func:`check_size`).
+    the run (a signal ignored when the call starts, as in a background job,
+    stays ignored; a first one stops after the batch in progress, a second one at once). Runs
+    larger than :data:`MAX_UNITS` units are refused (:func:`check_size`).
 
     Raises:
       Interrupted: on SIGINT/SIGTERM (finished units are kept; rerun to resume).
@@ -869,7 +881,7 @@ def _setup(experiment: Experiment, scale: str | None, seeds: Any, out_dir: Any, 
         raise ValueError(f"process_index must be in [0, {process_count}), got {process_index}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs: expected an int >= 1, got {jobs!r}")
-    source = None if from_dir is None else _resolve_from(from_dir, experiment.name)
+    source = None if from_dir is None else resolve_from(from_dir, experiment.name)
     recorded = _read_recorded(source)
     scale = scale or recorded.get("scale") or experiment.default_scale
     if scale not in experiment.scales:

@@ -593,3 +593,208 @@ def test_readme_api_tour_runs(capsys):
     out = capsys.readouterr().out
     assert "Estimate(mean=11, stderr=0, n=16)" in out
     assert "tr H (Hutchinson, 30 probes) = " in out
+
+
+# --- issue 26: prefixes, --out of reproduce, sizes, locks, SIGINT in both commands -------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["reproduce", "tt-sequence-length", "--seed", "3"],  # was taken as --seeds 3
+        ["reproduce", "toy", "--scal", "smoke"],
+        ["reproduce", "--li"],
+        ["estimate", "--mod", "toy"],
+        ["estimate", "--sec", "first"],
+        ["estimate", "--deb"],
+        ["estimate", "--js", "x.json"],
+    ],
+)
+def test_no_flag_is_guessed_from_a_prefix(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: {' '.join(argv[-2:] if len(argv) > 2 else argv[-1:])}" in err
+
+
+@pytest.fixture
+def toy_reproduce(monkeypatch):
+    """A registry with one toy experiment (2 configurations, 1 seed); yields its calls."""
+    calls = []
+
+    def run_unit(unit):
+        calls.append(unit)
+        if os.environ.get("TOY_SIGNAL") and len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        return {"double": 2 * unit.config["n"] + unit.seed}
+
+    toy = Experiment(
+        "toy", "a toy experiment", "Nobody 2024", {"smoke": {"n": [1, 2]}}, run_unit=run_unit,
+        default_seeds=1, default_scale="smoke",
+    )  # fmt: skip
+    monkeypatch.setattr(experiments_registry, "REGISTRY", ExperimentRegistry([toy]))
+    monkeypatch.delenv("TOY_SIGNAL", raising=False)
+    return calls
+
+
+def _bad_reproduce_places(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    results = "--out: " + str(locked / "toy" / "results.csv")
+    return {
+        "proc": (["--out", "/proc/x"], "--out /proc/x: cannot create the directory /proc/x/toy"),
+        "a file": (["--out", str(a_file)], f"--out {a_file}: exists and is not a directory"),
+        "below a file": (["--out", str(a_file / "sub")], f"--out {a_file / 'sub'}: cannot create"),
+        "empty": (["--out", ""], "--out: expected a path, got an empty string"),
+        "empty from": (["--from", ""], "--from: expected a path, got an empty string"),
+        "NAME a file": (["--out", str(tmp_path)], f"{tmp_path / 'toy'} exists and is not a dir"),
+        "results a dir": (["--out", str(locked)], f"{results} exists and is not a regular file"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["proc", "a file", "below a file", "empty", "empty from", "NAME a file", "results a dir"],
+)
+def test_reproduce_bad_out_is_one_line_exit_2_before_any_work(toy_reproduce, tmp_path, capsys,
+                                                              case):  # fmt: skip
+    """These were raw OS errors with exit 1 (``[Errno 20] Not a directory: .../units``), and
+    ``--out ''`` wrote into the current directory."""
+    argv, message = _bad_reproduce_places(tmp_path)[case]
+    if case == "NAME a file":
+        (tmp_path / "toy").write_text("x")
+    if case == "results a dir":
+        (tmp_path / "locked" / "toy" / "results.csv").mkdir(parents=True)
+    code, out, err = _run(["reproduce", "toy", *argv], capsys)
+    assert code == 2
+    assert err.startswith("jaxbounds reproduce: error: ")
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert (out, toy_reproduce) == ("", [])
+
+
+def test_reproduce_unwritable_out(toy_reproduce, tmp_path, capsys, monkeypatch):
+    locked = tmp_path / "locked"
+    (locked / "toy" / "units").mkdir(parents=True)
+    real_mkstemp = cli.tempfile.mkstemp
+
+    def refuse(*args, dir=None, **kwargs):  # the kernel's answer to a mode-0500 directory
+        if dir is not None and Path(dir).is_relative_to(locked):
+            raise PermissionError(13, "Permission denied")
+        return real_mkstemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(cli.tempfile, "mkstemp", refuse)
+    code, _, err = _run(["reproduce", "toy", "--out", str(locked)], capsys)
+    assert code == 2
+    assert f"--out: cannot write in {locked / 'toy' / 'units'} (Permission denied)" in err
+    assert toy_reproduce == []
+
+
+@pytest.mark.parametrize("argv", [["--out", ""], ["--json", ""]])
+def test_estimate_refuses_an_empty_path(toy, capsys, argv):
+    code, _, err = _run(["estimate", "--model", "toy", *argv], capsys)
+    assert code == 2
+    assert f"{argv[0]}: expected a path, got an empty string" in err
+    assert toy["BUILDS"] == []
+
+
+def test_reproduce_size_guard_names_the_flag_and_the_limit(toy_reproduce, tmp_path, capsys,
+                                                            monkeypatch):  # fmt: skip
+    """``--scale smoke --seeds 100000`` reached 9 GB RSS with no unit finished."""
+    from jaxbounds.experiments import runner
+    from jaxbounds.experiments.runner import MAX_UNITS
+
+    out = tmp_path / "out"
+    code, _, err = _run(["reproduce", "toy", "--seeds", "100000", "--out", str(out)], capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith(
+        "jaxbounds reproduce: error: --seeds 100000: toy at scale smoke with 100,000 seeds "
+        "would plan 200,000 units (2 per seed), about "
+    )
+    assert f"the limit is {MAX_UNITS:,} units per run: at most {MAX_UNITS // 2:,} seeds" in err
+    assert (toy_reproduce, out.exists()) == ([], False)
+    code, _, err = _run(["reproduce", "toy", "--out", str(out), "--scale", "cpu"], capsys)
+    assert code == 2  # the toy has no cpu scale: named, exit 2
+    assert err.strip() == "jaxbounds reproduce: error: --scale cpu: toy has the scales smoke"
+    monkeypatch.setattr(runner, "MAX_UNITS", 4)  # the boundary, cheaply: 2 seeds x 2 go ahead
+    code, _, err = _run(["reproduce", "toy", "--seeds", "3", "--out", str(out)], capsys)
+    assert code == 2
+    assert "the limit is 4 units per run: at most 2 seeds at this scale" in err
+    assert main(["reproduce", "toy", "--seeds", "2", "--out", str(out), "--quiet"]) == 0
+    assert len(toy_reproduce) == 4
+
+
+def test_a_second_run_on_the_same_out_stops_with_one_line(toy, toy_reproduce, tmp_path, capsys):
+    """Two runs at once on one --out both did all the work."""
+    from jaxbounds._atomic import exclusive_lock
+
+    with exclusive_lock(tmp_path):  # an estimate running in this directory
+        code, _, err = _run(["estimate", "--model", "toy", "--out", str(tmp_path)], capsys)
+    assert code == 2
+    assert err.strip() == (
+        f"jaxbounds estimate: error: --out {tmp_path}: another jaxbounds estimate is writing "
+        f"there (it holds a lock on {tmp_path}); wait for it to end or choose another --out"
+    )
+    assert toy["BUILDS"] == []
+    lock = tmp_path / "toy" / "units" / ".lock.process0"
+    lock.parent.mkdir(parents=True)
+    with exclusive_lock(lock):  # a reproduce running on the same place
+        code, _, err = _run(["reproduce", "toy", "--out", str(tmp_path)], capsys)
+    assert code == 2
+    assert err.strip() == (
+        f"jaxbounds reproduce: error: --out: process {os.getpid()} is already running toy there "
+        f"(it holds the lock {lock}); wait for it to end or choose another --out"
+    )
+    assert toy_reproduce == []
+    # released: both run
+    assert main(["estimate", "--model", "toy", "--out", str(tmp_path), "--quiet"]) == 0
+    assert main(["reproduce", "toy", "--out", str(tmp_path), "--quiet"]) == 0
+
+
+@pytest.mark.parametrize("ignored", [True, False])
+def test_sigint_follows_one_rule_in_both_commands(toy, toy_reproduce, tmp_path, capsys,
+                                                  monkeypatch, ignored):  # fmt: skip
+    """``estimate`` ignored SIGINT when started with SIGINT ignored while ``reproduce`` stopped
+    on it. Both follow the Unix convention now: ignored at start, it stays ignored (the run
+    completes); otherwise both stop after the current step with exit 130."""
+    sections = [registry.Section("first", _interrupting_section, ("toy",)),
+                *[s for s in toy["SECTIONS"] if s.name in ("second", "third")]]  # fmt: skip
+    monkeypatch.setenv("TOY_SIGNAL", "1")
+    handler = signal.SIG_IGN if ignored else signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        with registry.using(toy["MODELS"], sections):
+            est = main(["estimate", "--model", "toy", "--out", str(tmp_path / "e"), "--quiet"])
+        rep = main(["reproduce", "toy", "--out", str(tmp_path / "r"), "--quiet"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err
+    if ignored:
+        assert (est, rep) == (0, 0)
+        assert len(toy_reproduce) == 2
+        assert _strict_json(tmp_path / "e" / "report_toy.json")["complete"]
+    else:
+        assert (est, rep) == (130, 130)
+        assert len(toy_reproduce) == 1  # the unit in progress finished, then it stopped
+        assert "interrupted by SIGINT: 1 of 3 sections saved" in err
+        assert "toy: interrupted by SIGINT with 1 of 2 units finished" in err
+        assert _strict_json(tmp_path / "e" / "report_toy.partial.json")["sections_done"] == [
+            "first"
+        ]
+
+
+def _interrupting_section(run):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.05)
+    return [cli_row("first", "first value", 1.0)]
+
+
+def cli_row(*args, **kwargs):
+    from jaxbounds.report.rows import Row
+
+    return Row(*args, **kwargs)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxbounds._atomic import SignalGuard, critical_section
+from jaxbounds._atomic import SignalGuard, check_stop, critical_section
 from jaxbounds.experiments import _output, runner
 from jaxbounds.experiments.runner import (
     Experiment,
@@ -241,19 +241,27 @@ def test_signal_exits_cleanly_without_partial_files(tmp_path, signum, code):
     assert len(_units(tmp_path)) < NUM_SMOKE_UNITS
 
 
-def test_a_signal_during_a_write_waits_for_the_write():
-    previous = signal.getsignal(signal.SIGINT)
-    with SignalGuard() as guard:
-        if threading.current_thread() is threading.main_thread():
-            assert signal.getsignal(signal.SIGINT) == guard.handle
-        with pytest.raises(Interrupted) as info, critical_section():  # noqa: PT012
-            guard.handle(signal.SIGINT, None)  # held: nothing raised inside the write
-            written = True
-        assert written
-        assert info.value.exit_code == 130
-        with pytest.raises(Interrupted, match="SIGTERM"):
-            guard.handle(signal.SIGTERM, None)
-    assert signal.getsignal(signal.SIGINT) == previous
+def test_a_first_signal_asks_a_second_stops_and_a_write_finishes_first():
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with SignalGuard() as guard:
+            if threading.current_thread() is threading.main_thread():
+                assert signal.getsignal(signal.SIGINT) == guard.handle
+            check_stop()  # nothing asked yet
+            guard.handle(signal.SIGINT, None)  # the first signal raises nothing
+            with pytest.raises(Interrupted) as info:
+                check_stop()  # ... the runner stops at its next check
+            assert info.value.exit_code == 130
+            with pytest.raises(Interrupted) as info, critical_section():  # noqa: PT012
+                guard.handle(signal.SIGTERM, None)  # a second: held until the write is done
+                written = True
+            assert written
+            assert info.value.exit_code == 143
+            with pytest.raises(Interrupted, match="SIGTERM"):
+                guard.handle(signal.SIGTERM, None)  # outside a write: at once
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # ---------------------------------------------------------------- --from, matplotlib, shares
