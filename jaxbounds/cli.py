@@ -652,7 +652,7 @@ def _reproduce_checks(args: argparse.Namespace, experiment: Any, runner: Any) ->
             raise _UsageError(f"--scale {scale}: {experiment.name} has the scales {known}")
         seeds = args.seeds if args.seeds is not None else experiment.seeds_for(scale)
         try:
-            runner.check_size(experiment, scale, range(seeds))
+            runner.check_size(experiment, scale, seeds)
         except runner.RunTooLarge as err:
             raise _UsageError(_size_text(args, err)) from None
     if args.from_dir is not None and args.out is None:

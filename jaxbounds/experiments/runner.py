@@ -218,7 +218,8 @@ class RunSummary:
     Attributes:
       experiment: the experiment's name.
       scale: the scale run or rendered.
-      seeds: the seeds.
+      seeds: the seeds, or their number N (seeds 0..N-1; never expanded, so an absurd N such
+        as 10**20 is refused at once).
       out_dir: ``DIR/NAME``, where results, summary, figures and report are.
       num_units: units of the grid.
       num_run: units computed by this call (0 with ``from_dir``).
@@ -367,6 +368,7 @@ def _resolve_seeds(experiment: Experiment, scale: str, seeds: Any, recorded: Map
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         if seeds < 1:
             raise ValueError(f"seeds: expected a positive number of seeds, got {seeds}")
+        check_size(experiment, scale, seeds)  # before range(seeds) is expanded
         return tuple(range(seeds))
     out = tuple(seeds)
     if not out or len(set(out)) != len(out) or not all(isinstance(s, int) for s in out):
@@ -400,7 +402,7 @@ def _size_text(num_bytes: float) -> str:
     return f"{num_bytes:.0f} B"
 
 
-def check_size(experiment: Experiment, scale: str, seeds: Sequence[int]) -> int:
+def check_size(experiment: Experiment, scale: str, seeds: int | Sequence[int]) -> int:
     """The number of units a run plans, estimated from one seed before the grid is expanded.
 
     ``experiment.units(grid, [seeds[0]])`` gives the units of one seed (the configurations);
@@ -412,7 +414,8 @@ def check_size(experiment: Experiment, scale: str, seeds: Sequence[int]) -> int:
     Args:
       experiment: the :class:`Experiment`.
       scale: a key of ``experiment.scales``.
-      seeds: the seeds.
+      seeds: the seeds, or their number N (seeds 0..N-1; never expanded, so an absurd N such
+        as 10**20 is refused at once).
 
     Returns:
       The estimated number of units.
@@ -430,17 +433,21 @@ def check_size(experiment: Experiment, scale: str, seeds: Sequence[int]) -> int:
     ...     print(err.num_units, err.max_seeds)
     200000 10000
     """
-    seeds = tuple(seeds)
-    one = list(experiment.units(experiment.scales[scale], seeds[:1]))
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        count, first = seeds, (0,)
+    else:
+        seeds = tuple(seeds)
+        count, first = len(seeds), seeds[:1]
+    one = list(experiment.units(experiment.scales[scale], first))
     per_seed = max(len(one), 1)
-    num_units = per_seed * len(seeds)
+    num_units = per_seed * count
     if num_units <= MAX_UNITS:
         return num_units
     config_bytes = max((len(canonical_json(u.config)) for u in one), default=0)
     memory = num_units * (_UNIT_OVERHEAD_BYTES + config_bytes)
     max_seeds = MAX_UNITS // per_seed
     raise RunTooLarge(
-        f"{experiment.name} at scale {scale} with {len(seeds):,} seeds would plan "
+        f"{experiment.name} at scale {scale} with {count:,} seeds would plan "
         f"{num_units:,} units ({per_seed:,} per seed), about {_size_text(memory)} of memory "
         f"only to track them and {num_units:,} unit files; the limit is {MAX_UNITS:,} units "
         f"per run: at most {max_seeds:,} seeds at this scale",

@@ -718,6 +718,9 @@ def test_reproduce_size_guard_names_the_flag_and_the_limit(toy_reproduce, tmp_pa
     )
     assert f"the limit is {MAX_UNITS:,} units per run: at most {MAX_UNITS // 2:,} seeds" in err
     assert (toy_reproduce, out.exists()) == ([], False)
+    code, _, err = _run(["reproduce", "toy", "--seeds", str(10**30), "--out", str(out)], capsys)
+    assert code == 2  # at once: the seeds are counted, never expanded
+    assert f"--seeds {10**30}: toy at scale smoke with {10**30:,} seeds" in err
     code, _, err = _run(["reproduce", "toy", "--out", str(out), "--scale", "cpu"], capsys)
     assert code == 2  # the toy has no cpu scale: named, exit 2
     assert err.strip() == "jaxbounds reproduce: error: --scale cpu: toy has the scales smoke"

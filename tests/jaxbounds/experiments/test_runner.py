@@ -564,6 +564,9 @@ def test_a_run_too_large_is_refused_before_any_work(tmp_path):
     assert calls == []
     assert not (tmp_path / "toy").exists()
     assert runner.check_size(make_toy(), "smoke", range(runner.MAX_UNITS // 6)) <= runner.MAX_UNITS
+    with pytest.raises(runner.RunTooLarge, match="with 100,000,000,000,000,000,000 seeds"):
+        _run(tmp_path, seeds=10**20)  # refused at once: range(10**20) is never expanded
+    assert not (tmp_path / "toy").exists()
 
 
 def test_a_second_run_on_the_same_place_stops_at_once(tmp_path):
