@@ -1,12 +1,18 @@
-"""Section ``curvature`` (model ``scalar``): Hessian trace, top eigenvalues and weight norms.
+"""Section ``curvature`` (model ``scalar``): Hessian, Gauss-Newton and Fisher traces, norms.
 
 At the trained parameters, with the mean training loss: the Hessian trace by Hutchinson
 (Rademacher probes) and Hutch++ (same budget of Hessian-vector products), the top Hessian
-eigenvalues by Lanczos with full reorthogonalisation, and the weight norms (Frobenius norm of
-every matrix, total l1 and l2 norms, distance from the initialisation). All curvature numbers
-come from one jitted program on the Hessian operator of ``run.loss_fn`` on the training batch
-(:func:`kernels.curvature.hvp`). Budgets come from the run's
-:class:`~jaxbounds.report.facts.ScalarConfig`.
+eigenvalues by Lanczos with full reorthogonalisation, the traces of the positive semi-definite
+curvature matrices of :mod:`kernels.gauss_newton` (the generalized Gauss-Newton matrix by
+Hutchinson on forward-mode quadratic forms, the empirical Fisher exactly from per-example
+gradients, the Fisher by labels drawn from the model), and the weight norms (Frobenius norm of
+every matrix, total l1 and l2 norms, distance from the initialisation). The Hessian numbers come
+from one jitted program on the Hessian operator of ``run.loss_fn`` on the training batch
+(:func:`kernels.curvature.hvp`), the Gauss-Newton and Fisher numbers from a second one on
+``run.apply_fn`` with the loss of the outputs that ``run.loss_fn`` applies (logistic for scalar
+scores, softmax cross-entropy for logits). Budgets come from the run's
+:class:`~jaxbounds.report.facts.ScalarConfig` (the Gauss-Newton trace uses ``num_probes``
+probes; the Monte Carlo Fisher trace 16 label draws).
 """
 
 from __future__ import annotations
@@ -22,11 +28,17 @@ from jaxbounds.models import ScalarTransformer
 from jaxbounds.report.facts import Run, ScalarConfig
 from jaxbounds.report.rows import Row
 from kernels.curvature import hutchinson_trace, hutchpp_trace, hvp, top_eigenvalues
+from kernels.gauss_newton import empirical_fisher_trace, ggn, mc_fisher_trace
 from kernels.norms import tree_norm
 
 __all__ = ["curvature_section"]
 
 _SECTION = "curvature"
+
+#: Label draws of the Monte Carlo Fisher trace (each is an exact trace given its labels).
+_FISHER_SAMPLES = 16
+#: Examples per vectorised batch of per-example gradients (the Fisher traces).
+_EXAMPLE_CHUNK = 64
 
 
 @functools.partial(
@@ -56,6 +68,70 @@ def _curvature(
     return hutch, hpp, top
 
 
+@functools.partial(jax.jit, static_argnames=("apply_fn", "loss", "num_probes", "num_samples"))
+def _gauss_newton(
+    apply_fn: Any,
+    params: Any,
+    batch: Any,
+    key: jax.Array,
+    *,
+    loss: str,
+    num_probes: int,
+    num_samples: int,
+) -> tuple[Any, jax.Array, Any]:
+    """GGN trace (Hutchinson), exact empirical-Fisher trace and MC Fisher trace, one program.
+
+    ``apply_fn`` is static (the run's, built once): a second run of the same model compiles
+    nothing.
+    """
+    k_ggn, k_fisher = jax.random.split(key)
+    op = ggn(apply_fn, params, batch, loss=loss)
+    trace = hutchinson_trace(op, params, k_ggn, num_probes=num_probes)
+    emp = empirical_fisher_trace(
+        apply_fn, params, batch, loss=loss, example_chunk_size=_EXAMPLE_CHUNK
+    )
+    mc = mc_fisher_trace(
+        apply_fn, params, batch, k_fisher, loss=loss, num_samples=num_samples,
+        example_chunk_size=_EXAMPLE_CHUNK,
+    )  # fmt: skip
+    return trace, emp, mc
+
+
+def _output_loss(run: Run) -> str:
+    """The named loss of the outputs ``run.loss_fn`` applies (``classification_loss``)."""
+    inputs, labels = run.train["inputs"], run.train["labels"]
+    outputs = jax.eval_shape(run.apply_fn, run.params, inputs)
+    return "logistic" if len(outputs.shape) == jnp.ndim(labels) else "cross_entropy"
+
+
+def _gauss_newton_rows(run: Run, cfg: ScalarConfig) -> list[Row]:
+    s = _SECTION
+    loss = _output_loss(run)
+    batch = (run.train["inputs"], run.train["labels"])
+    key = jax.random.fold_in(run.section_key(s), 1)
+    t = time.perf_counter()
+    trace, emp, mc = jax.block_until_ready(
+        _gauss_newton(run.apply_fn, run.params, batch, key, loss=loss,
+                      num_probes=cfg.num_probes, num_samples=_FISHER_SAMPLES)
+    )  # fmt: skip
+    run.meta["gauss_newton_seconds"] = time.perf_counter() - t
+    n = len(run.train["labels"])
+    return [
+        Row.from_estimate(
+            s, "GGN trace (Hutchinson)", trace,
+            note=f"{cfg.num_probes} Rademacher probes, one jvp each; {loss} output Hessian",
+        ),
+        Row(
+            s, "Empirical Fisher trace", float(emp),
+            note=f"exact: (1/n) Σ‖∇ℓ_i‖² over the n = {n} training examples",
+        ),
+        Row.from_estimate(
+            s, "Fisher trace (Monte Carlo)", mc,
+            note=f"{_FISHER_SAMPLES} draws of labels from the model; unbiased for tr GGN",
+        ),
+    ]  # fmt: skip
+
+
 def _norm_rows(params: Any, init: Any) -> list[Row]:
     """Frobenius norm of every matrix, total l1 / l2 norms and the distance from init."""
     s = _SECTION
@@ -78,7 +154,7 @@ def _norm_rows(params: Any, init: Any) -> list[Row]:
 
 
 def curvature_section(run: Run) -> list[Row]:
-    """Hessian trace (Hutchinson, Hutch++), top eigenvalues (Lanczos) and weight norms."""
+    """Hessian traces and top eigenvalues, Gauss-Newton and Fisher traces, weight norms."""
     s = _SECTION
     cfg: ScalarConfig = run.facts.config
     sizes = {
@@ -111,4 +187,5 @@ def curvature_section(run: Run) -> list[Row]:
         )
         for i, v in enumerate(top.tolist(), start=1)
     ]
+    rows += _gauss_newton_rows(run, cfg)
     return rows + _norm_rows(run.params, run.facts.init_params)

@@ -1,4 +1,5 @@
-"""Section ``curvature`` against the dense Hessian and the norms of the weights."""
+"""Section ``curvature`` against the dense Hessian, dense Gauss-Newton and per-example Fisher
+references, and the norms of the weights."""
 
 import dataclasses
 
@@ -9,6 +10,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from jaxbounds.report.sections import curvature_section
+from jaxbounds.report.sections.curvature import _FISHER_SAMPLES
 from tests.helpers import compiles_in, count_compiles
 
 
@@ -35,6 +37,37 @@ def test_trace_and_eigenvalues_against_the_dense_hessian(scalar_run, rows):
     assert "curvature_seconds" in run.meta
 
 
+def test_gauss_newton_and_fisher_rows_against_dense_references(scalar_run, rows):
+    # the scalar model: scores f_i, logistic loss; G = (1/n) sum_i s(f_i) s(-f_i) J_i J_i^T
+    run = scalar_run
+    flat, unravel = ravel_pytree(run.params)
+    inputs, labels = run.train["inputs"], run.train["labels"]
+    n = labels.shape[0]
+    jac = np.asarray(jax.jacfwd(lambda f: run.apply_fn(unravel(f), inputs))(flat), np.float64)
+    scores = np.asarray(run.apply_fn(run.params, inputs), np.float64)
+    sig = 1 / (1 + np.exp(-scores))
+    exact_ggn = float(np.sum(sig * (1 - sig) * np.sum(jac**2, axis=1)) / n)
+    row = rows["GGN trace (Hutchinson)"]
+    assert row.stderr > 0
+    assert abs(row.value - exact_ggn) <= 5 * row.stderr
+
+    # empirical Fisher: gradients of the training loss on each example alone (a batch of one)
+    def example_loss(f, x, y):
+        return run.loss_fn(unravel(f), {"inputs": x[None], "labels": y[None]})
+
+    grads = jax.jit(jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0)))(flat, inputs, labels)
+    grads = np.asarray(grads, np.float64)
+    emp = rows["Empirical Fisher trace"]
+    assert emp.value == pytest.approx(float(np.sum(grads**2) / n), rel=1e-10)
+    assert emp.stderr is None
+    # Monte Carlo Fisher: unbiased for the Gauss-Newton trace, its stderr from the label draws
+    mc = rows["Fisher trace (Monte Carlo)"]
+    assert mc.stderr > 0
+    assert abs(mc.value - exact_ggn) <= 5 * mc.stderr
+    assert f"{_FISHER_SAMPLES} draws" in mc.note
+    assert "gauss_newton_seconds" in run.meta
+
+
 def test_norm_rows(scalar_run, rows):
     run = scalar_run
     layer = run.params["layers"][0]
@@ -59,3 +92,4 @@ def test_second_section_call_compiles_nothing(scalar_run, rows):
         again = {r.name: r for r in curvature_section(run)}
     assert compiles_in(messages) == []
     assert again["Hessian eigenvalue λ1"].value != rows["Hessian eigenvalue λ1"].value
+    assert again["Empirical Fisher trace"].value != rows["Empirical Fisher trace"].value
