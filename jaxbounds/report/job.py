@@ -122,6 +122,19 @@ def _resumed(resume: Report | None, config: JobConfig) -> tuple[list[Row], list[
     return list(resume.rows), done, {k: v for k, v in timings.items() if k in done}
 
 
+def _build_parts(run: Any, build: float) -> dict[str, float]:
+    """The build's time split into the training run (its record's wall time) and the rest.
+
+    The model's builder trains it (``run.record.seconds``, compilation included); the rest is
+    data, initialisation and the measurements the builder takes. Without a training record
+    (a constructed model) the whole build is "data and model".
+    """
+    trained = getattr(getattr(run, "record", None), "seconds", None)
+    if not isinstance(trained, int | float) or not 0 <= trained <= build:
+        return {"data and model": build}
+    return {"training run": float(trained), "data and model": build - float(trained)}
+
+
 def run_estimate(
     model: str = "scalar",
     *,
@@ -174,7 +187,9 @@ def run_estimate(
     if todo and not stop():
         t0 = time.perf_counter()
         run = registry.MODELS[model](jax.random.key(seed), quick=quick)
-        timings = {"build": time.perf_counter() - t0, **timings}
+        build = time.perf_counter() - t0
+        timings = {"build": build, **timings}
+        meta["build_timings_s"] = _build_parts(run, build)
         meta["backend"] = jax.default_backend()
         for section in todo:
             if stop():

@@ -135,3 +135,42 @@ def test_job_config_fingerprint(toy):
     assert config.to_dict()["scale"] == "full"
     assert config.differences(config.to_dict()) == []
     assert config.differences(None) == ["no job configuration recorded"]
+
+
+def test_timing_line_adds_up_and_puts_training_in_the_build():
+    """Issue 26: the line put the training under "build" and printed "training 0.0" beside it.
+    Now the build is split into its training run (the record's wall time) and the rest, the
+    sections are summed apart, and total = build + sections."""
+    import re
+    import time
+    import types
+
+    from jaxbounds.report.render import format_table
+
+    def build(key, *, quick=True):
+        time.sleep(0.05)  # data and model
+        run = Run(
+            name="toy", model=None, apply_fn=lambda p, x: x, params={"w": jnp.ones(3)},
+            loss_fn=lambda p, b: jnp.sum(p["w"]), train={}, facts=None, key=key, quick=quick,
+            meta={},
+        )  # fmt: skip
+        run.record = types.SimpleNamespace(seconds=0.02)  # what the training loop measured
+        return run
+
+    sections = [registry.Section("training", lambda run: [Row("training", "x", 1.0)], ("toy",))]
+    with registry.using({"toy": build}, sections):
+        report = run_estimate("toy", log=None)
+    timings, parts = report.meta["timings_s"], report.meta["build_timings_s"]
+    assert list(parts) == ["training run", "data and model"]
+    assert parts["training run"] == 0.02
+    assert sum(parts.values()) == pytest.approx(timings["build"], rel=1e-12)
+    assert timings["build"] >= 0.05
+    line = format_table(report).splitlines()[-1]
+    numbers = re.fullmatch(
+        r"time \(s\): build ([\d.]+) \(training run 0\.0, data and model ([\d.]+)\); "
+        r"sections ([\d.]+) \(training ([\d.]+)\); total ([\d.]+)",
+        line,
+    )
+    assert numbers, line
+    build_s, _, sections_s, _, total = (float(x) for x in numbers.groups())
+    assert total == pytest.approx(build_s + sections_s, abs=0.051)  # printed to 0.1 s
