@@ -105,17 +105,63 @@ def read_rows(
 # roundoffs of the operands' scale covers a product's rounding, as sqrt(eps) does for float32.
 _TF32_TOL = 8 * 2.0**-11
 _BF16_TOL = 8 * 2.0**-8
+# Explicit mantissa bits a matmul keeps its float32 operands to, by precision name.
+MANTISSA_BITS = {"tensorfloat32": 10, "bfloat16": 7}
 
 
-def matmul_tol(dtype: Any) -> float:
+def matmul_tol(dtype: Any, precision: str | None = None) -> float:
     """Relative tolerance of a result computed through matmuls of ``dtype`` at default precision.
 
     sqrt(eps) of the dtype where float32 matmuls are full precision (CPU, float64, or
     ``jax_default_matmul_precision="highest"``); TF32's on a GPU and bfloat16's on a TPU at JAX's
     default precision. Use it only where a matmul of float32 operands is on the path.
+    ``precision`` (``"tensorfloat32"`` or ``"bfloat16"``) asks for that precision's tolerance
+    whatever the backend: for a model that rounds its own matmul operands (a CPU simulation).
     """
     from kernels._backend import reduced_precision_matmuls, sample_platform
 
+    if precision is not None:
+        if precision not in MANTISSA_BITS:
+            raise ValueError(
+                f"precision: expected one of {sorted(MANTISSA_BITS)}, got {precision!r}"
+            )
+        return _TF32_TOL if precision == "tensorfloat32" else _BF16_TOL
     if not reduced_precision_matmuls(dtype):
         return tol(dtype)
     return _BF16_TOL if sample_platform() == "tpu" else _TF32_TOL
+
+
+def round_mantissa(x: Any, bits: int) -> jax.Array:
+    """float32 ``x`` rounded to ``bits`` explicit mantissa bits (round to nearest, ties to even).
+
+    What a TF32 (``bits=10``) or bfloat16 (``bits=7``) matmul does to its float32 operands; the
+    exponent range stays float32's. A simulation of a GPU / TPU matmul on a CPU, which computes
+    float32 products in full precision whatever ``jax.default_matmul_precision`` says.
+    """
+    x = jnp.asarray(x, jnp.float32)
+    shift = 23 - bits
+    u = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    lsb = (u >> shift) & jnp.uint32(1)
+    u = (u + jnp.uint32((1 << (shift - 1)) - 1) + lsb) & jnp.uint32(
+        ~((1 << shift) - 1) & 0xFFFFFFFF
+    )
+    return jax.lax.bitcast_convert_type(u, jnp.float32)
+
+
+def dot_precisions(fn: Callable[..., Any], *args: Any) -> list[tuple[tuple, Any]]:
+    """(lhs shape, precision) of every ``dot_general`` in ``fn``'s program, nested ones too."""
+    found: list[tuple[tuple, Any]] = []
+
+    def walk(jaxpr: Any) -> None:
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "dot_general":
+                found.append((tuple(eqn.invars[0].aval.shape), eqn.params["precision"]))
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, tuple | list) else (value,):
+                    if hasattr(sub, "jaxpr") and hasattr(sub, "consts"):  # ClosedJaxpr
+                        walk(sub.jaxpr)
+                    elif hasattr(sub, "eqns"):  # Jaxpr
+                        walk(sub)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return found
