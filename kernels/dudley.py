@@ -23,8 +23,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from kernels._checks import check_positive, check_positive_int, check_that
+from kernels._checks import check_positive_int
 from kernels._jit import compile_once
+from kernels._ordered import CheckChain
 
 __all__ = ["DudleyIntegral", "dudley_integral", "dudley_inverse_square"]
 
@@ -54,9 +55,9 @@ def _float_dtype(value: Any, name: str) -> Any:
     return dtype
 
 
-def _check_coefficients(coef_delta: Any, coef_integral: Any) -> None:
-    check_positive(coef_delta, "coef_delta")
-    check_positive(coef_integral, "coef_integral")
+def _check_coefficients(coef_delta: Any, coef_integral: Any, chain: CheckChain) -> None:
+    chain.positive(coef_delta, "coef_delta")
+    chain.positive(coef_integral, "coef_integral")
 
 
 def dudley_inverse_square(
@@ -91,11 +92,12 @@ def dudley_inverse_square(
     2.64477
     """
     n = check_positive_int(num_examples, "num_examples")
-    check_positive(radius, "radius")
-    _check_coefficients(coef_delta, coef_integral)
+    chain = CheckChain()  # runtime checks in argument order (kernels._ordered)
+    chain.positive(radius, "radius")
+    _check_coefficients(coef_delta, coef_integral, chain)
     dtype = _float_dtype(log_cover_coef, "log_cover_coef")
     c = jnp.asarray(log_cover_coef).astype(dtype)
-    check_that(
+    chain.require(
         jnp.logical_and(jnp.isfinite(c), c >= 0),
         "log_cover_coef: expected a finite value >= 0",
     )
@@ -115,6 +117,7 @@ def _tail_integrals(
     hi: jax.Array,
     num_examples: int,
     num_grid: int,
+    chain: CheckChain,
 ) -> tuple[jax.Array, jax.Array]:
     r"""Grid $\varepsilon_k$ log-spaced on [lo, hi] and $\int_{\varepsilon_k}^{hi}$ at each point.
 
@@ -131,7 +134,7 @@ def _tail_integrals(
             f"same shape, got shape {log_n.shape}"
         )
     log_n = log_n.astype(dtype)
-    check_that(
+    chain.require(
         jnp.all(jnp.isfinite(log_n)),
         "log_cover_fn: returned NaN or inf at {} of the grid points",
         jnp.sum(~jnp.isfinite(log_n)),
@@ -143,16 +146,27 @@ def _tail_integrals(
 
 
 def _integral_args(
-    num_examples: int, num_grid: int, min_ratio: float, radius: Any, c0: Any, c1: Any
+    num_examples: int,
+    num_grid: int,
+    min_ratio: float,
+    radius: Any,
+    c0: Any,
+    c1: Any,
+    chain: CheckChain,
 ) -> tuple[int, int, jax.Array]:
-    """Checked n, grid size and radius (as an array in the result dtype)."""
+    """Checked n, grid size and radius (an array in the result dtype).
+
+    The radius is cleaned (:meth:`CheckChain.clean`), so a bad radius is reported as
+    ``radius``, never as NaN values of ``log_cover_fn`` on a grid built from it.
+    """
     n = check_positive_int(num_examples, "num_examples")
     m = check_positive_int(num_grid, "num_grid", minimum=8)
     if not 0 < min_ratio < 1:
         raise ValueError(f"min_ratio: expected a value in (0, 1), got {min_ratio!r}")
-    check_positive(radius, "radius")
-    _check_coefficients(c0, c1)
-    return n, m, jnp.asarray(radius).astype(_float_dtype(radius, "radius"))
+    chain.positive(radius, "radius")
+    _check_coefficients(c0, c1, chain)
+    a = jnp.asarray(radius).astype(_float_dtype(radius, "radius"))
+    return n, m, chain.clean(a)
 
 
 @compile_once
@@ -209,11 +223,14 @@ def dudley_integral(
     >>> round(float(out.value), 5), round(float(out.cutoff), 3)  # closed form: 2.64477 at 0.3
     (2.64477, 0.3)
     """
-    n, m, a = _integral_args(num_examples, num_grid, min_ratio, radius, coef_delta, coef_integral)
+    chain = CheckChain()  # runtime checks in argument order (kernels._ordered)
+    n, m, a = _integral_args(
+        num_examples, num_grid, min_ratio, radius, coef_delta, coef_integral, chain
+    )
 
     def tails(lo: jax.Array, hi: jax.Array) -> tuple[jax.Array, jax.Array]:
         cover = (lambda e: log_cover_fn(e)) if args is None else (lambda e: log_cover_fn(e, args))
-        return _tail_integrals(cover, lo, hi, n, m)
+        return _tail_integrals(cover, lo, hi, n, m, chain)
 
     return _minimise(tails, a * min_ratio, a, coef_delta, coef_integral)
 

@@ -37,8 +37,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._checks import check_key, check_positive, check_positive_int, check_that
+from kernels._checks import check_key, check_positive, check_positive_int
 from kernels._jit import compile_once
+from kernels._ordered import CheckChain
 from kernels.rademacher import _check_float_array, _check_float_dtype
 
 __all__ = [
@@ -57,12 +58,19 @@ _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
 def _check_l1_ball(v: Any, radius: Any) -> tuple[jax.Array, jax.Array]:
-    """``v`` flattened and ``radius`` as an array, after checking ``||v||_1 <= radius``."""
-    flat = _check_float_array(v, "v").reshape(-1)
-    check_positive(radius, "radius")
+    """``v`` flattened and ``radius`` as an array, after checking ``||v||_1 <= radius``.
+
+    The three runtime checks (v finite, radius > 0, the ball) form an ordered chain
+    (:mod:`kernels._ordered`): the first failing one is named on every backend.
+    """
+    chain = CheckChain()
+    flat = _check_float_array(v, "v", chain=chain).reshape(-1)
+    chain.positive(radius, "radius")
     r = jnp.asarray(radius, flat.dtype)
     l1 = jnp.sum(jnp.abs(flat))
-    check_that(l1 <= r * (1 + 1e-6), "v: expected ||v||_1 <= radius, got ||v||_1 = {} > {}", l1, r)
+    chain.require(
+        l1 <= r * (1 + 1e-6), "v: expected ||v||_1 <= radius, got ||v||_1 = {} > {}", l1, r
+    )
     return flat, r
 
 

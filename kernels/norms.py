@@ -40,13 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from kernels._checks import (
-    check_finite,
-    check_positive,
-    ensure_that,
-    is_concrete,
-)
+from kernels._checks import check_finite
 from kernels._jit import compile_once
+from kernels._ordered import CheckChain
 
 __all__ = [
     "as_matrix",
@@ -100,29 +96,25 @@ def _norm_input(x: Any, name: str) -> jax.Array:
     return x
 
 
-def _projection_input(v: Any, name: str) -> jax.Array:
-    """``v`` as a non-empty float32/float64 array with finite entries (runtime check)."""
+def _projection_input(v: Any, name: str, chain: CheckChain) -> jax.Array:
+    """``v`` as a non-empty float32/float64 array with finite entries (runtime check in ``chain``).
+
+    The checks of a projection (its input, then its radius) form an ordered chain
+    (:mod:`kernels._ordered`): when both are bad, the input is the one named on every backend.
+    """
     v = jnp.asarray(v)
     if v.dtype not in (jnp.float32, jnp.float64):
         raise _real_dtype_error(name, v.dtype)
     if v.size == 0:
         raise ValueError(f"{name}: expected a non-empty array, got shape {v.shape}")
-    if is_concrete(v):
-        check_finite(v, name)
-        return v
-    ok = jnp.all(jnp.isfinite(v))
-    return ensure_that(v, ok, f"{name}: expected finite values, found NaN or inf")
+    chain.finite(v, name)
+    return v
 
 
-def _radius(radius: Any, dtype: Any) -> jax.Array:
+def _radius(radius: Any, dtype: Any, chain: CheckChain) -> jax.Array:
     """The radius in ``dtype``, checked > 0 and finite (eagerly, under jit, once under vmap)."""
-    if is_concrete(radius) or not isinstance(radius, jax.Array):
-        check_positive(radius, "radius")  # static values, and the type check
-        return jnp.asarray(radius, dtype=dtype)
-    r = jnp.asarray(radius, dtype=dtype)
-    ok = jnp.logical_and(jnp.isfinite(radius), radius > 0)
-    message = "radius: expected a finite value > 0, got a non-positive or non-finite traced value"
-    return ensure_that(r, ok, message)
+    chain.positive(radius, "radius")
+    return jnp.asarray(radius, dtype=dtype)
 
 
 def dual_exponent(p: float) -> float:
@@ -480,8 +472,9 @@ def project_l1_ball(v: jax.Array, *, radius: Any) -> jax.Array:
     >>> project_l1_ball(jnp.array([3.0, -1.0, 0.5]), radius=2.0).tolist()
     [2.0, -0.0, 0.0]
     """
-    v = _projection_input(v, "v")
-    return _l1(v, _radius(radius, v.dtype))
+    chain = CheckChain()
+    v = _projection_input(v, "v", chain)
+    return _l1(v, _radius(radius, v.dtype, chain))
 
 
 @compile_once
@@ -507,8 +500,9 @@ def project_lp_ball(v: jax.Array, *, p: float, radius: Any) -> jax.Array:
     Array([0.6, 0.8], dtype=float32)
     """
     p = _check_projection_exponent(p, "p", "projections")
-    v = _projection_input(v, "v")
-    return _lp_projection(v, p, _radius(radius, v.dtype))
+    chain = CheckChain()
+    v = _projection_input(v, "v", chain)
+    return _lp_projection(v, p, _radius(radius, v.dtype, chain))
 
 
 _GROUP_CASES = "(1,inf), (2,inf), (inf,inf), (1,1), (2,2), (2,1)"
@@ -567,8 +561,9 @@ def project_group_ball(w: jax.Array, *, q: float, p: float, radius: Any) -> jax.
             f"(q, p): projection onto the ||.||_{{q,p}} ball is implemented for {_GROUP_CASES}; "
             f"got ({q:g}, {p:g})"
         )
-    w = _projection_input(w, "w")
-    return _group_projection(w, q, p, _radius(radius, w.dtype))
+    chain = CheckChain()
+    w = _projection_input(w, "w", chain)
+    return _group_projection(w, q, p, _radius(radius, w.dtype, chain))
 
 
 @compile_once
@@ -602,8 +597,9 @@ def project_schatten_ball(w: jax.Array, *, p: float, radius: Any) -> jax.Array:
     if jnp.ndim(w) != 2:
         raise ValueError(f"w: expected a 2-D matrix, got shape {jnp.shape(w)}")
     p = _check_projection_exponent(p, "p", "Schatten projections")
-    w = _projection_input(w, "w")
-    r = _radius(radius, w.dtype)
+    chain = CheckChain()
+    w = _projection_input(w, "w", chain)
+    r = _radius(radius, w.dtype, chain)
     u, s, vt = jnp.linalg.svd(w, full_matrices=False)
     return (u * _lp_projection(s, p, r)[None, :]) @ vt
 

@@ -186,3 +186,15 @@ def test_closed_form_monotone(c, n, a, scale):
         1 + 1e-12
     )
     assert base <= 4 * a * (1 + 1e-12)
+
+
+def test_integral_checks_name_the_radius_before_the_cover():
+    """A negative radius makes the log grid NaN, so log_cover_fn's values fail too: the
+    radius, the first argument checked, is the one reported."""
+    from kernels._checks import failed_check_message
+
+    f = jax.jit(lambda r: dudley.dudley_integral(inverse_square, num_examples=100, radius=r,
+                                                 args=jnp.asarray(1.0)).value)  # fmt: skip
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        f(jnp.asarray(-1.0))
+    assert failed_check_message(info.value).startswith("radius")

@@ -260,3 +260,14 @@ def test_sparsify_counts_past_2_24_atoms_stay_exact():
     np.testing.assert_array_equal(out, [2.0])
     with pytest.raises(ValueError, match=r"^num_atoms: at most 2\*\*31 - 1"):
         maurey.maurey_sparsify(v, KEY, num_atoms=2**31, radius=2.0)
+
+
+def test_sparsify_checks_name_the_first_bad_argument_under_jit():
+    """NaN v fails its own check and the ball check (NaN > r): only v is reported."""
+    f = jax.jit(lambda v, r: maurey.maurey_sparsify(v, KEY, num_atoms=3, radius=r))
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        f(jnp.array([jnp.nan, 1.0]), jnp.asarray(-1.0))
+    assert _checks.failed_check_message(info.value).startswith("v: expected finite")
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        f(jnp.array([2.0, 1.0]), jnp.asarray(1.0))
+    assert _checks.failed_check_message(info.value).startswith("v: expected ||v||_1 <= radius")

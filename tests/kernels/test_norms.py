@@ -496,3 +496,17 @@ def test_vector_norm_bad_axis_names_it():
     for axis in (2, -3, 1.0, True):
         with pytest.raises(ValueError, match=r"^axis"):
             norms.vector_norm(jnp.ones((2, 2)), axis=axis)
+
+
+def test_projection_checks_name_the_first_bad_argument_under_jit():
+    """v and radius both bad inside jit: one check reports, the one of the first argument
+    (the checks form an ordered chain, so the backend's callback order does not decide)."""
+    from kernels._checks import failed_check_message
+
+    f = jax.jit(lambda v, r: norms.project_lp_ball(v, p=2, radius=r))
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        f(jnp.array([jnp.nan, 1.0]), jnp.asarray(-1.0))
+    assert failed_check_message(info.value).startswith("v: expected finite")
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        f(jnp.array([2.0, 1.0]), jnp.asarray(-1.0))
+    assert failed_check_message(info.value).startswith("radius")
