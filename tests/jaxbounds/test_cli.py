@@ -801,3 +801,45 @@ def cli_row(*args, **kwargs):
     from jaxbounds.report.rows import Row
 
     return Row(*args, **kwargs)
+
+
+# --- the README's estimate excerpt is the committed output of the current code ------------------
+
+
+def _regenerate_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "regenerate_estimate", ROOT / "docs" / "estimate" / "regenerate.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_estimate_excerpt_is_the_committed_output():
+    """Issue 26: the README showed numbers no run of the code gave. The excerpt is now the
+    header and rows of docs/estimate/table.txt, which is docs/estimate/report_scalar.json as
+    format_table renders it, a run of the default job of this version and these sections
+    (``python docs/estimate/regenerate.py`` rewrites all three)."""
+    from jaxbounds.report import format_table
+    from jaxbounds.report.rows import Report
+
+    regenerate = _regenerate_module()
+    table = regenerate.TABLE.read_text(encoding="utf-8")
+    report = Report.from_dict(_strict_json(regenerate.JSON))
+    lines = table.splitlines()
+    assert lines[-1] == "wrote docs/estimate/report_scalar.json"
+    assert "\n".join(lines[:-1]) == format_table(report)
+    job = report.meta["job"]
+    assert (job["model"], job["seed"], job["scale"]) == ("scalar", 0, "quick")
+    assert job["sections"] == [s.name for s in registry.sections_for("scalar", None)]
+    assert job["version"] == jaxbounds.__version__
+    assert report.complete
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = regenerate._BLOCK.search(readme)
+    assert block is not None
+    shown = block.group(2).splitlines()
+    assert shown == regenerate.excerpt(table)
+    assert regenerate.replace_readme_block(readme, shown) == readme
+    assert len(shown) == 1 + len(regenerate.EXCERPT)

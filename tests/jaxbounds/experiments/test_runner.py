@@ -618,11 +618,11 @@ def test_the_lock_dies_with_its_process(tmp_path):
         pass
 
 
-def _signalling_toy(calls):
+def _signalling_toy(calls, signum=signal.SIGINT):
     def run_unit(unit):
         calls.append(unit)
         if len(calls) == 1:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signum)
             time.sleep(0.05)
         return _toy_result(unit)
 
@@ -639,6 +639,10 @@ def test_an_ignored_sigint_stays_ignored_and_a_default_one_stops(tmp_path):
         assert summary.num_missing == 0
         assert len(calls) == NUM_SMOKE_UNITS
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        calls = []  # SIGTERM still stops a job whose SIGINT is ignored
+        with pytest.raises(Interrupted) as info:
+            _run(tmp_path / "term", experiment=_signalling_toy(calls, signal.SIGTERM))
+        assert (info.value.exit_code, len(calls)) == (143, 1)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         calls = []
         with pytest.raises(Interrupted) as info:
