@@ -370,6 +370,8 @@ def _output_paths(args: argparse.Namespace, held: contextlib.ExitStack) -> tuple
     _not_empty("--out", args.out)
     _not_empty("--json", args.json)
     if args.json is not None:
+        if args.json.endswith(("/", os.sep)):  # Path() would drop the slash: a file named DIR
+            raise _UsageError(f"--json {args.json}: expected a file name, got a directory path")
         path, flag = Path(args.json), "--json"
         directory = path.parent
         if not directory.is_dir():

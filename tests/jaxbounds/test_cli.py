@@ -185,6 +185,7 @@ def _bad_places(tmp_path):
         "json is a directory": (["--json", str(a_dir)], "not a regular file"),
         "json in a missing directory": (["--json", str(tmp_path / "nope" / "r.json")], "does not"),
         "json below a file": (["--json", str(a_file / "r.json")], "is not a directory"),
+        "json a directory path": (["--json", f"{tmp_path}/new/"], "expected a file name"),
     }
 
 
@@ -196,6 +197,7 @@ def _bad_places(tmp_path):
         "json is a directory",
         "json in a missing directory",
         "json below a file",
+        "json a directory path",
     ],
 )
 def test_bad_output_place_is_an_error_before_any_work(toy, tmp_path, capsys, case):
