@@ -61,7 +61,13 @@ from kernels._checks import (
 from kernels._jit import compile_once
 from kernels._random import sign_vector
 from kernels.estimate import Estimate
-from kernels.parallel import map_samples, num_leading, sample_devices, sample_statistics
+from kernels.parallel import (
+    map_samples,
+    num_leading,
+    sample_devices,
+    sample_key,
+    sample_statistics,
+)
 
 __all__ = [
     "DatasetHessianOperator",
@@ -86,6 +92,7 @@ __all__ = [
 
 Matvec = Callable[[Any], Any]
 _SUPPORTED = ("float32", "float64")
+_MODES = ("auto", "forms", "products")
 
 
 # --------------------------------------------------------------------------- input checks
@@ -574,26 +581,37 @@ def _forward_mode_ok(form: Callable[[Any], jax.Array], params: Any) -> bool:
     return True
 
 
-def _setup_forms(matvec: Any, like: Any) -> _Flat:
+def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> _Flat:
     """The flat problem of a quadratic-form estimator (Hutchinson).
 
-    ``form``: for a loss operator whose loss has forward-mode derivatives, ``x -> x^T H x`` by
-    forward over forward mode (no linearisation, no Hessian-vector product); otherwise
-    ``x . (A x)`` from the products of :func:`_setup`.
+    ``form``: ``x -> x^T A x``. ``mode="forms"`` (or ``"auto"`` where :func:`_use_forms` says
+    so) and a loss operator whose loss has forward-mode derivatives: by forward over forward
+    mode (no linearisation, no Hessian-vector product); otherwise ``x . (A x)`` from the
+    products of :func:`_setup` (the operator linearised once).
     """
     form = jax.jit(matvec.form) if isinstance(matvec, _LossOperator) else None
-    if form is None or not _forward_mode_ok(form, matvec.params):  # x^T (A x)
-        flat = _setup(matvec, like)
-        return dataclasses.replace(flat, form=lambda x: jnp.vdot(x, flat.matvec(x)))
-    like = _template(like)
-    _check_like(matvec, like)
-    valid = matvec.check_inputs()
-    size, dtype, unravel = _flat_space(like)
+    wanted = mode == "forms" or (mode == "auto" and form is not None and _use_forms(matvec, chunk))
+    if form is not None and wanted and _forward_mode_ok(form, matvec.params):
+        like = _template(like)
+        _check_like(matvec, like)
+        valid = matvec.check_inputs()
+        size, dtype, unravel = _flat_space(like)
 
-    def flat_form(x: jax.Array) -> jax.Array:
-        return form(unravel(x)).astype(dtype)
+        def flat_form(x: jax.Array) -> jax.Array:
+            return form(unravel(x)).astype(dtype)
 
-    return _Flat(size, dtype, None, valid, "loss_fn", form=flat_form)
+        return _Flat(size, dtype, None, valid, "loss_fn", form=flat_form)
+    flat = _setup(matvec, like)  # x^T (A x)
+    return dataclasses.replace(flat, form=lambda x: jnp.vdot(x, flat.matvec(x)))
+
+
+def _use_forms(matvec: _LossOperator, chunk: int) -> bool:
+    """Whether ``mode="auto"`` takes quadratic forms rather than linearised products."""
+    del chunk
+    return not isinstance(matvec, HessianOperator) or _FORMS_FOR_HESSIAN
+
+
+_FORMS_FOR_HESSIAN = True
 
 
 def _flat_space(like: Any) -> tuple[int, Any, Callable[[jax.Array], Any]]:
@@ -627,22 +645,67 @@ def _num_bad_rows(*arrays: jax.Array) -> jax.Array:
     return jnp.sum(jnp.logical_not(jnp.all(jnp.stack(finite), axis=0))).astype(jnp.int32)
 
 
+# kernels that keep one output per probe (SLQ's nodes, Hutch++'s sketch) index their probes
+# with uint32 and count them in int32: at most this many (their outputs would need 2**31 rows)
+_MAX_KEPT = 2**31 - 1
+
+
+def _check_kept_count(value: Any, name: str) -> int:
+    """An int in ``[1, 2**31 - 1]``: a count of probes whose outputs are all kept."""
+    num = check_positive_int(value, name)
+    if num > _MAX_KEPT:
+        raise ValueError(
+            f"{name}: at most 2**31 - 1 (every probe's output is kept in memory, one row "
+            f"each), got {num}"
+        )
+    return num
+
+
 def _indices(num: int) -> jax.Array:
+    """Probe indices ``0 .. num - 1`` (``num`` checked by :func:`_check_kept_count`)."""
     return jnp.arange(num, dtype=jnp.uint32)
+
+
+def _check_basis_dtype(basis_dtype: Any, work: Any) -> Any:
+    """The dtype the Lanczos basis is stored in: ``None`` is the working dtype ``work``."""
+    if basis_dtype is None:
+        return np.dtype(work)
+    try:
+        dtype = np.dtype(jnp.dtype(basis_dtype))
+    except TypeError:
+        raise ValueError(
+            f"basis_dtype: expected None or one of {_BASIS_DTYPES}, got {basis_dtype!r}"
+        ) from None
+    if dtype.name not in _BASIS_DTYPES or dtype.itemsize > np.dtype(work).itemsize:
+        size = np.dtype(work).itemsize
+        allowed = [d for d in _BASIS_DTYPES if np.dtype(jnp.dtype(d)).itemsize <= size]
+        raise ValueError(
+            f"basis_dtype: expected None or one of {allowed} (at most the working precision "
+            f"{np.dtype(work).name}), got {dtype.name}"
+        )
+    return dtype
 
 
 # --------------------------------------------------------------------------- trace estimators
 
 
 def _hutchinson(
-    matvec: Any, like: Any, key: Any, num_probes: int, chunk_size: int | None, probe: str
+    matvec: Any,
+    like: Any,
+    key: Any,
+    num_probes: int,
+    chunk_size: Any,
+    probe: str,
+    mode: str = "auto",
 ) -> Estimate:
     check_key(key, "key")
     check_positive_int(num_probes, "num_probes", minimum=2)
     chunk = _chunk(chunk_size)
     if probe not in ("rademacher", "gaussian"):
         raise ValueError(f"probe: expected 'rademacher' or 'gaussian', got {probe!r}")
-    flat = _setup_forms(matvec, like)
+    if mode not in _MODES:
+        raise ValueError(f"mode: expected one of {_MODES}, got {mode!r}")
+    flat = _setup_forms(matvec, like, mode, chunk)
 
     def one(k: jax.Array) -> jax.Array:
         v = flat.probe(k, probe)
@@ -662,6 +725,7 @@ def hutchinson_trace(
     num_probes: int,
     chunk_size: int | None = None,
     probe: Literal["rademacher", "gaussian"] = "rademacher",
+    mode: Literal["auto", "forms", "products"] = "auto",
 ) -> Estimate:
     r"""Estimate $\operatorname{tr}(A)$ from products $v \mapsto Av$ (Hutchinson).
 
@@ -684,6 +748,10 @@ def hutchinson_trace(
       chunk_size: probes per vectorised batch, an int >= 1; ``None`` (default) runs probes one
         at a time, the least memory and on CPU also fastest for Hessians.
       probe: ``"rademacher"`` or ``"gaussian"``.
+      mode: how $v^\top A v$ is formed for a loss operator: ``"forms"`` (forward over forward
+        mode, no linearisation), ``"products"`` ($v \cdot Av$ with the operator linearised
+        once) or ``"auto"`` (default; see the module docstring). Results agree to rounding.
+        A plain callable always uses products. Static.
 
     Returns:
       Estimate(mean, stderr, num_samples=m).
@@ -702,7 +770,7 @@ def hutchinson_trace(
     >>> hutchinson_trace(lambda v: d * v, 3, jax.random.key(0), num_probes=4).mean
     Array(6., dtype=float32)
     """
-    return _hutchinson(matvec, like, key, num_probes, chunk_size, probe)
+    return _hutchinson(matvec, like, key, num_probes, chunk_size, probe, mode)
 
 
 def hutchpp_memory_bytes(num_matvecs: int, size: int, dtype: Any) -> int:
@@ -930,44 +998,126 @@ def _tridiagonal_matrix(diagonal: jax.Array, off: jax.Array) -> jax.Array:
     return jnp.diag(diagonal) + jnp.diag(off, 1) + jnp.diag(off, -1)
 
 
-def _orth(w: jax.Array, basis: jax.Array) -> jax.Array:
-    """Classical Gram-Schmidt against the rows of ``basis``, twice."""
-    w = w - basis.T @ (basis @ w)
-    return w - basis.T @ (basis @ w)
+# the second Gram-Schmidt pass runs when the first removed more than 1 - _DGKS of w's norm
+# (Daniel, Gragg, Kaufman, Stewart 1976: with 1/sqrt(2) the result is orthogonal to working
+# precision); a breakdown is a beta below _BREAKDOWN * eps * (running estimate of ||A||)
+_DGKS = 0.7071067811865476
+_BREAKDOWN = 16.0
+_BASIS_DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 
-def _lanczos_run(flat: _Flat, key: jax.Array, num_steps: int, v0: jax.Array | None):
-    """Lanczos with full reorthogonalisation and random restarts: (alphas, betas, |v0|)."""
+@dataclasses.dataclass(frozen=True)
+class _Basis:
+    """The Lanczos basis: ``rows`` (padded to whole blocks) stored in ``dtype``, scaled.
+
+    Row i holds ``scale * v_i``: a unit vector's entries are about ``1/sqrt(n)``, below
+    float16's normal range at 10^8 parameters, so a float16 basis stores them times
+    ``sqrt(n)``. Gram-Schmidt reads only the blocks that hold vectors so far (a dynamic loop
+    over ``block`` rows at a time); the rows are never copied.
+    """
+
+    rows: jax.Array  # (num_blocks * block, n)
+    block: int
+    scale: float
+    work: Any  # the working dtype
+
+    @staticmethod
+    def create(num_rows: int, size: int, work: Any, dtype: Any) -> _Basis:
+        block = 1
+        padded = -(-num_rows // block) * block  # rows past num_rows stay zero
+        scale = float(np.sqrt(size)) if np.dtype(dtype) == np.float16 else 1.0
+        return _Basis(jnp.zeros((padded, size), dtype), block, scale, work)
+
+    def set(self, index: Any, v: jax.Array) -> _Basis:
+        """Row ``index`` set to ``v`` (an index past the last row writes nothing)."""
+        stored = (v * jnp.asarray(self.scale, v.dtype)).astype(self.rows.dtype)
+        return dataclasses.replace(self, rows=self.rows.at[index].set(stored, mode="drop"))
+
+    def project_out(self, w: jax.Array, used: Any) -> jax.Array:
+        r"""$w - \sum_{i<used} (v_i^\top w) v_i$, block by block over the rows in use.
+
+        Block Gram-Schmidt: each block of ``block`` rows is read twice (its coefficients, then
+        the update), as elementwise products and sums that XLA fuses with the block's slice.
+        Rows not yet written are zero and change nothing.
+        """
+        rows, block = self.rows, self.block
+        inv = jnp.asarray(1.0 / self.scale**2, self.work)
+        num_blocks = (jnp.asarray(used, jnp.int32) + (block - 1)) // block
+
+        def body(b: jax.Array, w: jax.Array) -> jax.Array:
+            blk = jax.lax.dynamic_slice_in_dim(rows, b * block, block).astype(self.work)
+            coef = jnp.sum(blk * w[None, :], axis=1) * inv
+            return w - jnp.sum(coef[:, None] * blk, axis=0)
+
+        return jax.lax.fori_loop(0, num_blocks, body, w)
+
+    def orthogonalize(self, w: jax.Array, used: Any) -> tuple[jax.Array, jax.Array]:
+        """Gram-Schmidt against the rows in use, a second pass only if the first cancelled.
+
+        Returns ``(w', ||w'||)``. The second pass (DGKS) runs when ``||w'|| < ||w|| / sqrt(2)``.
+        """
+        before = jnp.linalg.norm(w)
+        w = self.project_out(w, used)
+        after = jnp.linalg.norm(w)
+
+        def again(w: jax.Array) -> tuple[jax.Array, jax.Array]:
+            w = self.project_out(w, used)
+            return w, jnp.linalg.norm(w)
+
+        return jax.lax.cond(after < _DGKS * before, again, lambda w: (w, after), w)
+
+
+def _lanczos_run(
+    flat: _Flat,
+    key: jax.Array,
+    num_steps: int,
+    v0: jax.Array | None,
+    basis_dtype: Any = None,
+):
+    r"""Lanczos with full reorthogonalisation and random restarts: (alphas, betas, |v0|).
+
+    Step j: $w = A v_j - \alpha_j v_j - \beta_{j-1} v_{j-1}$ (the three-term recurrence, in
+    the working dtype), then Gram-Schmidt against the stored $v_0 \dots v_j$ (one pass, a
+    second one only when the first cancelled, :meth:`_Basis.orthogonalize`). A $\beta_j$ at the
+    rounding level of $\|A\|$ is an invariant subspace: $\beta_j$ is set to 0 and the next
+    vector is a fresh random one orthogonalised against the basis (a restart).
+    """
     key_start, key_restart = jax.random.split(key)
-    v0 = flat.probe(key_start) if v0 is None else v0.astype(flat.dtype)
+    dtype = flat.dtype
+    v0 = flat.probe(key_start) if v0 is None else v0.astype(dtype)
     norm0 = jnp.linalg.norm(v0)
-    basis = jnp.zeros((num_steps + 1, flat.size), flat.dtype).at[0].set(v0 / norm0)
-    tiny = jnp.finfo(flat.dtype).eps
+    v = v0 / norm0
+    store = dtype if basis_dtype is None else basis_dtype
+    basis = _Basis.create(num_steps, flat.size, dtype, store).set(0, v)
+    eps = jnp.finfo(dtype).eps
 
-    def step(j: int, carry: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
-        basis, alphas, betas, scale = carry
-        v = basis[j]
+    def step(j: jax.Array, carry: tuple[Any, ...]) -> tuple[Any, ...]:
+        rows, v, v_prev, beta_prev, alphas, betas, scale = carry
+        basis_j = dataclasses.replace(basis, rows=rows)
         w = flat.matvec(v)
         alpha = jnp.vdot(v, w)
-        w = _orth(w, basis)
-        beta = jnp.linalg.norm(w)
-        scale = jnp.maximum(scale, jnp.abs(alpha) + beta)
-        broke = beta <= 1e3 * tiny * scale
+        w = w - alpha * v - beta_prev * v_prev
+        w, beta = basis_j.orthogonalize(w, j + 1)
+        scale = jnp.maximum(scale, jnp.abs(alpha) + beta_prev + beta)
+        broke = beta <= _BREAKDOWN * eps * scale
 
         def restart(w: jax.Array) -> jax.Array:
-            fresh = _orth(flat.probe(jax.random.fold_in(key_restart, j)), basis)
+            fresh = flat.probe(jax.random.fold_in(key_restart, j))
+            fresh = basis_j.orthogonalize(fresh, j + 1)[0]
             fresh_norm = jnp.linalg.norm(fresh)
             return fresh / jnp.where(fresh_norm > 0, fresh_norm, 1.0)
 
-        # the restart vector only on breakdown: its orthogonalisation reads the whole basis
-        # twice, as much memory traffic as the step's own (under vmap, cond runs both branches)
+        # the restart vector only on breakdown: its Gram-Schmidt reads the basis again
         nxt = jax.lax.cond(broke, restart, lambda w: w / beta, w)
-        basis = basis.at[j + 1].set(nxt)
-        return basis, alphas.at[j].set(alpha), betas.at[j].set(jnp.where(broke, 0.0, beta)), scale
+        beta = jnp.where(broke, jnp.zeros_like(beta), beta)
+        rows = basis_j.set(j + 1, nxt).rows  # v_k (after the last step) is not kept
+        return rows, nxt, v, beta, alphas.at[j].set(alpha), betas.at[j].set(beta), scale
 
-    zeros = jnp.zeros((num_steps,), flat.dtype)
-    init = (basis, zeros, zeros, jnp.zeros((), flat.dtype))
-    _, alphas, betas, _ = jax.lax.fori_loop(0, num_steps, step, init)
+    zeros = jnp.zeros((num_steps,), dtype)
+    zero = jnp.zeros((), dtype)
+    init = (basis.rows, v, jnp.zeros_like(v), zero, zeros, zeros, zero)
+    out = jax.lax.fori_loop(0, num_steps, step, init)
+    alphas, betas = out[4], out[5]
     return alphas, betas[:-1], norm0
 
 
@@ -985,7 +1135,13 @@ def _check_steps(num_steps: int, size: int) -> int:
 
 @compile_once
 def lanczos(
-    matvec: Matvec, like: Any, key: jax.Array, *, num_steps: int, start: jax.Array | None = None
+    matvec: Matvec,
+    like: Any,
+    key: jax.Array,
+    *,
+    num_steps: int,
+    start: jax.Array | None = None,
+    basis_dtype: Any = None,
 ) -> Tridiagonal:
     r"""Lanczos tridiagonalisation with full reorthogonalisation.
 
@@ -1002,6 +1158,10 @@ def lanczos(
       key: PRNG key (start and restart vectors).
       num_steps: steps k, 1 <= k <= n. Static.
       start: optional flat start vector of shape (n,), finite and nonzero.
+      basis_dtype: dtype the Lanczos basis is stored in: ``None`` (the working dtype, default)
+        or a lower precision (``"float32"`` for float64 work, ``"float16"`` / ``"bfloat16"``),
+        which divides the basis's memory and the traffic of its Gram-Schmidt; accuracy in the
+        module docstring ("Lanczos"). Static.
 
     Returns:
       Tridiagonal(diagonal, off_diagonal, start_norm).
@@ -1030,14 +1190,21 @@ def lanczos(
             jnp.logical_and(jnp.isfinite(norm), norm > 0),
             "start: expected a finite nonzero vector",
         )
-    alphas, betas, norm0 = _lanczos_run(flat, key, num_steps, start)
+    store = _check_basis_dtype(basis_dtype, flat.dtype)
+    alphas, betas, norm0 = _lanczos_run(flat, key, num_steps, start, store)
     flat.check_products(_bad_steps(alphas, betas), num_steps, "steps")
     return Tridiagonal(diagonal=alphas, off_diagonal=betas, start_norm=norm0)
 
 
 @compile_once
 def top_eigenvalues(
-    matvec: Matvec, like: Any, key: jax.Array, *, k: int = 1, num_steps: int
+    matvec: Matvec,
+    like: Any,
+    key: jax.Array,
+    *,
+    k: int = 1,
+    num_steps: int,
+    basis_dtype: Any = None,
 ) -> jax.Array:
     r"""The k largest eigenvalues of a symmetric operator by Lanczos (full reorthogonalisation).
 
@@ -1052,6 +1219,10 @@ def top_eigenvalues(
       key: PRNG key (start vector).
       k: how many eigenvalues, 1 <= k <= n. Static.
       num_steps: Lanczos steps, >= k. Static.
+      basis_dtype: dtype the Lanczos basis is stored in: ``None`` (the working dtype, default)
+        or a lower precision (``"float32"`` for float64 work, ``"float16"`` / ``"bfloat16"``),
+        which divides the basis's memory and the traffic of its Gram-Schmidt; accuracy in the
+        module docstring ("Lanczos"). Static.
 
     Returns:
       Array of shape (k,), largest first.
@@ -1077,7 +1248,8 @@ def top_eigenvalues(
     if num_steps < k:
         raise ValueError(f"num_steps: expected >= k = {k}, got {num_steps}")
     steps = min(num_steps, flat.size)
-    alphas, betas, _ = _lanczos_run(flat, key, steps, None)
+    store = _check_basis_dtype(basis_dtype, flat.dtype)
+    alphas, betas, _ = _lanczos_run(flat, key, steps, None, store)
     flat.check_products(_bad_steps(alphas, betas), steps, "steps")
     return jnp.linalg.eigvalsh(_tridiagonal_matrix(alphas, betas))[::-1][:k]
 
@@ -1100,20 +1272,27 @@ class QuadratureNodes:
 
 
 def _slq(
-    matvec: Any, like: Any, key: Any, num_probes: int, num_steps: int, chunk_size: int | None
+    matvec: Any,
+    like: Any,
+    key: Any,
+    num_probes: int,
+    num_steps: int,
+    chunk_size: int | None,
+    basis_dtype: Any = None,
 ) -> QuadratureNodes:
-    check_key(key, "key")
-    check_positive_int(num_probes, "num_probes")
+    key = check_key(key, "key")
+    _check_kept_count(num_probes, "num_probes")
     chunk = _chunk(chunk_size)
     flat = _setup(matvec, like)
     _check_steps(num_steps, flat.size)
+    store = _check_basis_dtype(basis_dtype, flat.dtype)
 
     def one(i: jax.Array) -> tuple[jax.Array, jax.Array]:
-        alphas, betas, _ = _lanczos_run(flat, jax.random.fold_in(key, i), num_steps, None)
+        alphas, betas, _ = _lanczos_run(flat, sample_key(key, i), num_steps, None, store)
         evals, evecs = jnp.linalg.eigh(_tridiagonal_matrix(alphas, betas))
         return evals, evecs[0] ** 2
 
-    nodes, weights = map_samples(one, _indices(num_probes), chunk_size=chunk)
+    nodes, weights = map_samples(one, _indices(num_probes), chunk_size=chunk, key=key)
     flat.check_products(_num_bad_rows(nodes, weights), num_probes, "probes")
     return QuadratureNodes(nodes=nodes, weights=weights)
 
@@ -1127,6 +1306,7 @@ def slq_nodes(
     num_probes: int,
     num_steps: int,
     chunk_size: int | None = None,
+    basis_dtype: Any = None,
 ) -> QuadratureNodes:
     r"""Gauss quadrature nodes and weights of stochastic Lanczos quadrature.
 
@@ -1145,6 +1325,10 @@ def slq_nodes(
       num_probes: P >= 1. Static.
       num_steps: Lanczos steps k per probe, 1 <= k <= n. Static.
       chunk_size: probes per vectorised batch, an int >= 1; ``None`` runs them one at a time.
+      basis_dtype: dtype the Lanczos basis is stored in: ``None`` (the working dtype, default)
+        or a lower precision (``"float32"`` for float64 work, ``"float16"`` / ``"bfloat16"``),
+        which divides the basis's memory and the traffic of its Gram-Schmidt; accuracy in the
+        module docstring ("Lanczos"). Static.
 
     Returns:
       QuadratureNodes(nodes, weights), each of shape (P, k).
@@ -1164,7 +1348,7 @@ def slq_nodes(
            [1., 2.],
            [1., 2.]], dtype=float32)
     """
-    return _slq(matvec, like, key, num_probes, num_steps, chunk_size)
+    return _slq(matvec, like, key, num_probes, num_steps, chunk_size, basis_dtype)
 
 
 @jax.tree_util.register_dataclass
@@ -1192,6 +1376,7 @@ def spectral_density(
     num_grid: int = 1024,
     bandwidth: Any = None,
     chunk_size: int | None = None,
+    basis_dtype: Any = None,
 ) -> SpectralDensity:
     r"""Spectral density of a symmetric operator by stochastic Lanczos quadrature.
 
@@ -1210,6 +1395,10 @@ def spectral_density(
       bandwidth: smoothing $\sigma > 0$ (a float is static, an array traced); default 1% of
         the range of the nodes.
       chunk_size: probes per vectorised batch, an int >= 1; ``None`` runs them one at a time.
+      basis_dtype: dtype the Lanczos basis is stored in: ``None`` (the working dtype, default)
+        or a lower precision (``"float32"`` for float64 work, ``"float16"`` / ``"bfloat16"``),
+        which divides the basis's memory and the traffic of its Gram-Schmidt; accuracy in the
+        module docstring ("Lanczos"). Static.
 
     Returns:
       SpectralDensity(grid, density), each of shape (num_grid,); the grid spans the nodes plus
@@ -1232,7 +1421,7 @@ def spectral_density(
     check_positive_int(num_grid, "num_grid", minimum=2)
     if bandwidth is not None:
         check_positive(bandwidth, "bandwidth")
-    q = _slq(matvec, like, key, num_probes, num_steps, chunk_size)
+    q = _slq(matvec, like, key, num_probes, num_steps, chunk_size, basis_dtype)
     nodes, weights = q.nodes, q.weights
     lo, hi = jnp.min(nodes), jnp.max(nodes)
     width = jnp.maximum(hi - lo, jnp.maximum(jnp.abs(hi), 1.0) * 1e-6)

@@ -76,8 +76,14 @@ from kernels._checks import (
 from kernels._jit import compile_once
 from kernels._random import sign_vector
 from kernels.estimate import Estimate, estimate_from_samples
-from kernels.norms import project_lp_ball, tree_norm
-from kernels.parallel import SampleStats, map_samples, sample_devices, sample_statistics
+from kernels.norms import tree_norm
+from kernels.parallel import (
+    SampleStats,
+    map_samples,
+    sample_devices,
+    sample_key,
+    sample_statistics,
+)
 
 __all__ = [
     "Perturbation",
@@ -181,9 +187,7 @@ class Perturbation:
     Perturbation(kind='gaussian', scale=0.01, adaptive=False, mask=None)
     """
 
-    kind: Literal["gaussian", "l2_ball", "linf_ball"] = dataclasses.field(
-        metadata={"static": True}
-    )
+    kind: Literal["gaussian", "l2_ball", "linf_ball"] = dataclasses.field(metadata={"static": True})
     scale: Any
     adaptive: bool = dataclasses.field(default=False, metadata={"static": True})
     mask: Any = dataclasses.field(default=None, metadata={"static": True})
@@ -299,6 +303,8 @@ class _Problem:
     scales: jax.Array  # s = mask * (|theta| or 1)
     dim: Any  # number of perturbed coordinates (support of s)
     ok: jax.Array  # params finite and scale valid: later checks report only their own failure
+    # displacement leaves [d_1, ...] (shaped like the parameters' leaves) -> L(theta + d)
+    shifted: Callable[[list], jax.Array]
 
 
 def _ravel_params(params: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
@@ -342,8 +348,8 @@ def _mask_leaf(value: Any, leaf: Any) -> np.ndarray:
         ) from err
 
 
-def _mask_vector(mask: Any, params: Any) -> np.ndarray:
-    """The 0/1 mask (static) as a flat bool vector in the order of ``ravel_pytree(params)``."""
+def _mask_tree(mask: Any, params: Any) -> list[np.ndarray]:
+    """The 0/1 mask (static) as one bool array per leaf of ``params`` (in leaf order)."""
     if mask is None:
         tree = jax.tree_util.tree_map(lambda p: np.ones(jnp.shape(p), bool), params)
     elif callable(mask):
@@ -364,7 +370,12 @@ def _mask_vector(mask: Any, params: Any) -> np.ndarray:
                 "perturbation.mask: expected None, a callable (path, leaf) -> bool, or a pytree of"
                 f" bools whose structure is a prefix of the params' structure: {err}"
             ) from err
-    return np.concatenate([np.ravel(m) for m in jax.tree_util.tree_leaves(tree)])
+    return list(jax.tree_util.tree_leaves(tree))
+
+
+def _mask_vector(mask: Any, params: Any) -> np.ndarray:
+    """The 0/1 mask (static) as a flat bool vector in the order of ``ravel_pytree(params)``."""
+    return np.concatenate([np.ravel(m) for m in _mask_tree(mask, params)])
 
 
 def _setup(
@@ -403,11 +414,22 @@ def _setup(
     else:
         scales = mask_values
         dim = int(mask.sum())
-    # One jitted closure: every use below (L(θ), perturbed points, derivatives) reuses the
-    # jaxpr of a single trace of loss_fn, this shape check included.
-    loss = jax.jit(lambda d: loss_fn(jax.tree_util.tree_map(jnp.add, params, unravel(d)), batch))
+    # One jitted closure of the displacement's leaves: every use (L(θ), perturbed points,
+    # derivatives, flat or leaf by leaf) reuses the jaxpr of a single trace of loss_fn, this
+    # shape check included.
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    shifted = jax.jit(
+        lambda d: loss_fn(
+            jax.tree_util.tree_unflatten(treedef, [w + x for w, x in zip(leaves, d, strict=True)]),
+            batch,
+        )
+    )
+
+    def loss(d: jax.Array) -> jax.Array:
+        return shifted(jax.tree_util.tree_leaves(unravel(d)))
+
     _check_loss_value(jax.eval_shape(loss, flat))
-    return _Problem(flat, unravel, loss, scales, dim, ok)
+    return _Problem(flat, unravel, loss, scales, dim, ok, shifted)
 
 
 def _valid_scale(scale: Any) -> jax.Array:
@@ -818,85 +840,164 @@ def perturbed_hessian_traces(
 
 
 class _Ascent(NamedTuple):
-    x: jax.Array  # current iterate (eta)
-    x_prev: jax.Array
-    fx: jax.Array
-    gx: jax.Array
-    best_x: jax.Array
-    best_f: jax.Array
-    best_g: jax.Array
+    """APGD's state on pytrees shaped like the parameters.
+
+    The iterate is always the best point so far: a step is accepted exactly when it raises the
+    loss above the best value (the current value *is* the best one, by induction from the
+    start), and a rejected step returns to the iterate. So the best point, its value and its
+    gradient need no copies of their own: three parameter-sized trees in all.
+    """
+
+    x: Any  # current iterate eta = the best point so far
+    x_prev: Any  # the iterate before it (momentum)
+    g: Any  # gradient at x
+    f: jax.Array  # loss at x
     alpha: jax.Array  # step size
     num_bad: jax.Array  # non-finite evaluations so far
 
 
-def _apgd_start(prob: _Problem, p: float, radius: jax.Array, k: jax.Array) -> jax.Array:
-    """A random start at half the radius, on the support of the scales."""
+def _tree_scales(prob: _Problem, params: Any, perturbation: Perturbation) -> list[Any]:
+    r"""Per leaf of ``params``: the scale $s$ of $u = s \odot \eta$ on that leaf.
+
+    A Python 1.0 for an unmasked leaf of a plain perturbation, 0.0 for a leaf the mask leaves
+    out (so no parameter-sized constant enters the program), else the leaf's mask times
+    $|\theta|$ (adaptive) or the mask.
+    """
+    leaves = jax.tree_util.tree_leaves(params)
+    masks = _mask_tree(perturbation.mask, params)
+    out = []
+    for leaf, mask in zip(leaves, masks, strict=True):
+        dtype = jnp.result_type(leaf)
+        if not mask.any():
+            out.append(0.0)
+        elif perturbation.adaptive:
+            scale = jnp.abs(leaf)
+            out.append(scale if mask.all() else jnp.asarray(mask, dtype) * scale)
+        else:
+            out.append(1.0 if mask.all() else jnp.asarray(mask, dtype))
+    del prob
+    return out
+
+
+def _scaled(scale: Any, eta: jax.Array) -> jax.Array:
+    """``scale * eta`` on one leaf (a plain leaf, scale 1.0, is ``eta`` itself)."""
+    return eta if isinstance(scale, float) and scale == 1.0 else scale * eta
+
+
+def _tree_project(x: list[jax.Array], p: float, radius: jax.Array) -> list[jax.Array]:
+    """Euclidean projection of all entries of the leaves ``x`` onto the l_p ball, p in {2, inf}."""
+    if p != 2:
+        return [jnp.clip(a, -radius, radius) for a in x]
+    nrm = tree_norm(x)
+    one = jnp.ones((), nrm.dtype)
+    safe = jnp.where(nrm > 0, nrm, one)
+    factor = jnp.where(nrm > 0, jnp.minimum(one, radius / safe), one)
+    return [a * factor for a in x]
+
+
+def _apgd_start(
+    prob: _Problem, scales: list[Any], p: float, radius: jax.Array, k: jax.Array
+) -> list[jax.Array]:
+    """A random start at half the radius, on the support of the scales (leaves of eta).
+
+    Drawn as one flat vector (the draws of every earlier version) and split into leaves once,
+    before the ascent.
+    """
     dtype, size = prob.flat.dtype, prob.flat.shape[0]
-    support = (prob.scales != 0).astype(dtype)
     if p == 2:
-        z = support * jax.random.normal(k, (size,), dtype)
-        return 0.5 * radius * z / jnp.maximum(tree_norm(z), jnp.finfo(dtype).tiny)
-    return 0.5 * radius * support * jax.random.uniform(k, (size,), dtype, -1.0, 1.0)
+        z = jax.random.normal(k, (size,), dtype)
+    else:
+        z = jax.random.uniform(k, (size,), dtype, -1.0, 1.0)
+    leaves = jax.tree_util.tree_leaves(prob.unravel(z))
+    zero = jnp.zeros((), dtype)
+    leaves = [
+        a if isinstance(s, float) and s == 1.0 else jnp.where(jnp.asarray(s) != 0, a, zero)
+        for a, s in zip(leaves, scales, strict=True)
+    ]
+    if p == 2:
+        factor = 0.5 * radius / jnp.maximum(tree_norm(leaves), jnp.finfo(dtype).tiny)
+    else:
+        factor = 0.5 * radius
+    return [a * factor for a in leaves]
 
 
-def _apgd_candidate(state: _Ascent, step: jax.Array, p: float, radius: jax.Array) -> jax.Array:
+def _apgd_candidate(state: _Ascent, step: jax.Array, p: float, radius: jax.Array) -> list:
     """APGD's momentum step from the current iterate, projected onto the ball."""
-    g = state.gx
-    tiny = jnp.finfo(g.dtype).tiny
-    direction = g / jnp.maximum(tree_norm(g), tiny) if p == 2 else jnp.sign(g)
-    z = project_lp_ball(state.x + state.alpha * direction, p=p, radius=radius)
-    mom = jnp.where(step == 0, 1.0, _MOMENTUM).astype(g.dtype)
-    x = state.x
-    return project_lp_ball(x + mom * (z - x) + (1 - mom) * (x - state.x_prev), p=p, radius=radius)
+    g = state.g
+    if p == 2:
+        tiny = jnp.finfo(g[0].dtype).tiny
+        inv = 1 / jnp.maximum(tree_norm(g), tiny)
+        direction = [a * inv for a in g]
+    else:
+        direction = [jnp.sign(a) for a in g]
+    z = _tree_project(
+        [x + state.alpha * d for x, d in zip(state.x, direction, strict=True)], p, radius
+    )
+    mom = jnp.where(step == 0, 1.0, _MOMENTUM).astype(g[0].dtype)
+    moved = [
+        x + mom * (zz - x) + (1 - mom) * (x - xp)
+        for x, zz, xp in zip(state.x, z, state.x_prev, strict=True)
+    ]
+    return _tree_project(moved, p, radius)
 
 
-def _apgd_update(state: _Ascent, x_new: jax.Array, f_new: jax.Array, g_new: jax.Array) -> _Ascent:
-    """Keep the best point; on a step that does not increase the loss, halve and go back."""
-    better = f_new > state.best_f
-    best_x = jnp.where(better, x_new, state.best_x)
-    best_g = jnp.where(better, g_new, state.best_g)
-    best_f = jnp.where(better, f_new, state.best_f)
-    ok = f_new > state.fx
+def _apgd_update(state: _Ascent, x_new: list, f_new: jax.Array, g_new: list) -> _Ascent:
+    """Accept a step that raises the loss; else halve the step and stay (the best point)."""
+    ok = f_new > state.f
+
+    def pick(a: list, b: list) -> list:
+        return [jnp.where(ok, u, v) for u, v in zip(a, b, strict=True)]
+
     return _Ascent(
-        x=jnp.where(ok, x_new, best_x),
-        x_prev=jnp.where(ok, state.x, best_x),
-        fx=jnp.where(ok, f_new, best_f),
-        gx=jnp.where(ok, g_new, best_g),
-        best_x=best_x,
-        best_f=best_f,
-        best_g=best_g,
+        x=pick(x_new, state.x),
+        x_prev=state.x,
+        g=pick(g_new, state.g),
+        f=jnp.where(ok, f_new, state.f),
         alpha=jnp.where(ok, state.alpha, 0.5 * state.alpha),
         num_bad=state.num_bad,
     )
 
 
 def _apgd_restart(
-    prob: _Problem, p: float, radius: jax.Array, alpha0: jax.Array, num_steps: int
-) -> Callable[[jax.Array], tuple[jax.Array, jax.Array, jax.Array]]:
-    r"""``key -> (best loss, best eta, non-finite count)`` of one APGD run on the ball."""
-    value_grad = jax.value_and_grad(lambda eta: prob.loss(prob.scales * eta))
+    prob: _Problem,
+    scales: list[Any],
+    p: float,
+    radius: jax.Array,
+    alpha0: jax.Array,
+    num_steps: int,
+) -> Callable[[jax.Array], tuple[jax.Array, list, jax.Array]]:
+    r"""``key -> (best loss, best eta leaves, non-finite count)`` of one APGD run on the ball.
 
-    def run(k: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        eta0 = _apgd_start(prob, p, radius, k)
+    Everything parameter-sized is a pytree: $\theta + s \odot \eta$ is formed leaf by leaf and
+    the gradient is taken with respect to the leaves of $\eta$.
+    """
+
+    def loss(eta: list) -> jax.Array:
+        return prob.shifted([_scaled(s, e) for s, e in zip(scales, eta, strict=True)])
+
+    value_grad = jax.value_and_grad(loss)
+
+    def run(k: jax.Array) -> tuple[jax.Array, list, jax.Array]:
+        eta0 = _apgd_start(prob, scales, p, radius, k)
 
         def body(i: jax.Array, state: _Ascent) -> _Ascent:
-            # iteration 0 evaluates the start, which the update accepts (every value beats the
-            # initial -inf: the state becomes the start's with no select over the whole state);
-            # iteration i >= 1 takes APGD step i - 1. value_grad (hence loss_fn) appears once
-            x_new = jnp.where(i == 0, eta0, _apgd_candidate(state, i - 1, p, radius))
+            # iteration 0 evaluates the start (the state's x), which the update accepts (every
+            # value beats the initial -inf); iteration i >= 1 takes APGD step i - 1.
+            # value_grad (hence loss_fn) appears once
+            cand = _apgd_candidate(state, i - 1, p, radius)
+            x_new = [jnp.where(i == 0, x, c) for x, c in zip(state.x, cand, strict=True)]
             f_new, g_new = value_grad(x_new)
             num_bad = state.num_bad + jnp.logical_not(jnp.isfinite(f_new)).astype(jnp.int32)
             return _apgd_update(state._replace(num_bad=num_bad), x_new, f_new, g_new)
 
-        f0, g0 = jax.eval_shape(value_grad, eta0)
-        lowest, zero_g = jnp.full(f0.shape, -jnp.inf, f0.dtype), jnp.zeros(g0.shape, g0.dtype)
-        init = _Ascent(
-            eta0, eta0, lowest, zero_g, eta0, lowest, zero_g, alpha0, jnp.zeros((), jnp.int32)
-        )
+        f0 = jax.eval_shape(loss, eta0)
+        lowest = jnp.full(f0.shape, -jnp.inf, f0.dtype)
+        zero_g = [jnp.zeros_like(a) for a in eta0]
+        init = _Ascent(eta0, eta0, zero_g, lowest, alpha0, jnp.zeros((), jnp.int32))
         state = jax.lax.fori_loop(0, num_steps + 1, body, init)
         # no finite value anywhere (possible only with the runtime checks off): NaN, not -inf
-        best_f = jnp.where(jnp.isneginf(state.best_f), jnp.nan, state.best_f)
-        return best_f, state.best_x, state.num_bad
+        best_f = jnp.where(jnp.isneginf(state.f), jnp.nan, state.f)
+        return best_f, state.x, state.num_bad
 
     return run
 
@@ -974,16 +1075,25 @@ def worst_case_sharpness(
     radius = jnp.asarray(perturbation.scale, dtype)
     alpha0 = 2 * radius if step_size is None else jnp.asarray(step_size, dtype)
     p = 2 if perturbation.kind == "l2_ball" else math.inf
-    restart = _apgd_restart(prob, p, radius, alpha0, num_steps)
-    values, etas, bad = map_samples(
-        lambda r: restart(jax.random.fold_in(key, r)),
-        jnp.arange(num_restarts, dtype=jnp.uint32),
-        chunk_size=1,
-    )
+    scales = _tree_scales(prob, params, perturbation)
+    restart = _apgd_restart(prob, scales, p, radius, alpha0, num_steps)
+    value, eta, bad = restart(sample_key(key, 0))
+
+    def better(r: jax.Array, carry: tuple) -> tuple:
+        # restarts one after the other, keeping only the best point (one tree, not one a start)
+        value, eta, bad = carry
+        v, e, b = restart(sample_key(key, r))
+        take = v > value  # a NaN restart never replaces a finite best
+        eta = [jnp.where(take, a, c) for a, c in zip(e, eta, strict=True)]
+        return jnp.where(take, v, value), eta, bad + b
+
+    if num_restarts > 1:
+        value, eta, bad = jax.lax.fori_loop(1, num_restarts, better, (value, eta, bad))
     total = num_restarts * (num_steps + 1)
-    _check_samples(jnp.sum(bad), ok, f"{total} ascent points")
-    best = jnp.argmax(values)
-    return WorstCase(value=values[best] - base, u=prob.unravel(prob.scales * etas[best]))
+    _check_samples(bad, ok, f"{total} ascent points")
+    treedef = jax.tree_util.tree_structure(params)
+    u = [_scaled(s, e) for s, e in zip(scales, eta, strict=True)]
+    return WorstCase(value=value - base, u=jax.tree_util.tree_unflatten(treedef, u))
 
 
 # --------------------------------------------------------------------------------------------
