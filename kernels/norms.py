@@ -155,12 +155,38 @@ def pow2_factors(m: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jnp.ldexp(one, -e), jnp.ldexp(one, e)
 
 
-def _l2_norm(a: jax.Array, axis: Any = None) -> jax.Array:
+def _scaled_l2_norm(a: jax.Array, axis: Any = None) -> jax.Array:
     """Euclidean norm of ``a`` along ``axis``, scaled by a power of two: no overflow/underflow."""
     down, up = pow2_factors(jnp.max(jnp.abs(a), axis=axis, keepdims=True))
     s = a * down
     out = jnp.sqrt(jnp.sum(s * s, axis=axis, keepdims=True)) * up
     return out.reshape(()) if axis is None else jnp.squeeze(out, axis=axis)
+
+
+def _plain_sum_is_safe(total: jax.Array, size: int) -> jax.Array:
+    """Whether a plain sum of ``size`` squares is accurate.
+
+    It is when finite and so far above the smallest normal number that squares flushed to zero
+    weigh below its rounding.
+    """
+    info = jnp.finfo(total.dtype)
+    floor = float(info.tiny) / float(info.eps) * size
+    return jnp.logical_and(jnp.isfinite(total), total >= jnp.asarray(floor, total.dtype))
+
+
+def _l2_norm(a: jax.Array, axis: Any = None) -> jax.Array:
+    """Euclidean norm of ``a`` along ``axis`` that neither overflows nor underflows.
+
+    Over all entries (``axis=None``): the plain ``sqrt(sum(a * a))`` (one pass) unless that sum
+    overflowed or came near the underflow range, then the power-of-two-scaled norm (the branch
+    is a ``lax.cond``: under ``vmap`` both are computed). The scaled norm rounds exactly like
+    the plain one in the normal range, so the branch changes nothing but the boundary cases.
+    """
+    if axis is not None:
+        return _scaled_l2_norm(a, axis)
+    total = jnp.sum(a * a)
+    safe = _plain_sum_is_safe(total, a.size)
+    return jax.lax.cond(safe, lambda: jnp.sqrt(total), lambda: _scaled_l2_norm(a))
 
 
 def _lp(x: jax.Array, p: float, axis: Any = None) -> jax.Array:
@@ -348,7 +374,9 @@ def _tree_matrix_map(fn: Any, tree: Any, split_axis: int) -> Any:
 def tree_norm(tree: Any, *, p: float = 2) -> jax.Array:
     r"""$\ell_p$ norm of all entries of a parameter pytree taken as one vector.
 
-    Leaves of size 0 contribute nothing.
+    Leaves of size 0 contribute nothing. At $p = 2$: one pass, the plain sum of the leaves'
+    squares, unless it overflows or nears the underflow range; then all leaves are rescaled by
+    one power of two (exact) first, so the norm is right wherever it is representable.
 
     Raises:
       ValueError: if ``p`` is not in [1, inf], the tree has no entries, or a leaf is
@@ -357,14 +385,31 @@ def tree_norm(tree: Any, *, p: float = 2) -> jax.Array:
     >>> import jax.numpy as jnp
     >>> float(tree_norm({"a": jnp.array([3.0]), "b": jnp.array([[4.0]])}))
     5.0
+    >>> tree_norm({"a": jnp.array([3e20]), "b": jnp.array([4e20])})  # squares overflow float32
+    Array(5.e+20, dtype=float32)
     """
     p = _check_exponent(p, "p")
     leaves = [jnp.asarray(leaf) for leaf in jax.tree_util.tree_leaves(tree)]
     leaves = [_norm_input(leaf, "tree") for leaf in leaves if leaf.size > 0]
     if not leaves:
         raise ValueError("tree: expected at least one non-empty array leaf")
+    if p == 2 and len({leaf.dtype for leaf in leaves}) == 1:
+        return _tree_l2(leaves)
     parts = jnp.stack([_lp(leaf, p) for leaf in leaves])
     return _lp(parts, p)
+
+
+def _tree_l2(leaves: list[jax.Array]) -> jax.Array:
+    """Euclidean norm of all entries of ``leaves`` (one dtype): one fused pass in the safe range."""
+    total = sum(jnp.sum(leaf * leaf) for leaf in leaves)
+    size = sum(leaf.size for leaf in leaves)
+
+    def scaled() -> jax.Array:
+        top = jnp.max(jnp.stack([jnp.max(jnp.abs(leaf)) for leaf in leaves]))
+        down, up = pow2_factors(top)
+        return jnp.sqrt(sum(jnp.sum(jnp.square(leaf * down)) for leaf in leaves)) * up
+
+    return jax.lax.cond(_plain_sum_is_safe(total, size), lambda: jnp.sqrt(total), scaled)
 
 
 def tree_group_norms(tree: Any, *, q: float, p: float, split_axis: int = 1) -> Any:
@@ -422,12 +467,20 @@ def _l2(v: jax.Array, r: jax.Array) -> jax.Array:
     With ``v = 2**e u`` (exact power-of-two scaling): ``min(1, (r 2**-e) / ||u||_2)``, so a
     norm above the dtype's range still projects (the plain formula gave ``v * 0``).
     """
-    down, _ = pow2_factors(jnp.max(jnp.abs(v)))
-    u = v * down
-    nrm = jnp.sqrt(jnp.sum(u * u))
     one = jnp.ones((), v.dtype)
-    factor = jnp.minimum(one, (r * down) / jnp.where(nrm > 0, nrm, one))
-    return v * jnp.where(nrm > 0, factor, one)
+
+    def plain() -> jax.Array:
+        return jnp.minimum(one, r / jnp.sqrt(total))
+
+    def scaled() -> jax.Array:
+        down, _ = pow2_factors(jnp.max(jnp.abs(v)))
+        u = v * down
+        nrm = jnp.sqrt(jnp.sum(u * u))
+        factor = jnp.minimum(one, (r * down) / jnp.where(nrm > 0, nrm, one))
+        return jnp.where(nrm > 0, factor, one)
+
+    total = jnp.sum(v * v)  # one pass; the scaled branch only past the safe range (lax.cond)
+    return v * jax.lax.cond(_plain_sum_is_safe(total, v.size), plain, scaled)
 
 
 def _lp_projection(v: jax.Array, p: float, r: jax.Array) -> jax.Array:
