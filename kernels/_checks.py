@@ -16,20 +16,25 @@ How a failed runtime check reaches the user:
   traced. No host callback is involved, so this is the same on a CPU, a GPU, a TPU and with
   ``JAX_PLATFORMS=cuda`` (or ``tpu``) alone. A program without traced checks returns no flags
   and is not waited for.
-- **Inside the user's** ``jax.jit`` / ``vmap`` / ``grad`` (and a check inside a loop or
-  ``vmap`` body of the kernel itself): a host callback raises from inside the program. It sits
-  under ``lax.cond`` and runs only when the check fails, so a passing check costs no host round
-  trip; under ``vmap`` it is one callback for the whole batch. The error is a
-  ``jax.errors.JaxRuntimeError`` whose first line is written by JAX and XLA (``INTERNAL:
-  CpuCallback error calling callback: Traceback (most recent call last):``, on every backend)
-  and whose last line is the check's: ``ValueError: kernels check failed: <argument>: ...``.
-  :func:`failed_check_message` finds that message whatever JAX wraps around it.
+- **A check inside a loop or** ``vmap`` **body of the kernel** (not at its top level): a host
+  callback under ``lax.cond``, run only when the check fails (a passing check costs no host
+  round trip); in an eager call it records the failure and the call raises it once the program
+  has run (after the collected checks, which come first).
+- **Inside the user's** ``jax.jit`` / ``vmap`` / ``grad``: every check is such a callback, and
+  it raises from inside the program; under ``vmap`` one callback checks the whole batch. The
+  error is a ``jax.errors.JaxRuntimeError`` whose first line is written by JAX and XLA
+  (``INTERNAL: CpuCallback error calling callback: Traceback (most recent call last):``, on every
+  backend), followed by the callback's traceback, which ends in the check's line
+  ``ValueError: kernels check failed: <argument>: ...``. When several checks fail at once, the
+  backend decides which callback reports first. :func:`failed_check_message` finds the message
+  whatever JAX wraps around it.
 - **Without host callbacks** (no CPU device in the process, e.g. ``JAX_PLATFORMS=cuda`` alone,
   where ``jax.debug.callback`` fails with "failed to find a local CPU device"; or a TPU, whose
   runtime does not raise from a callback), a check inside the user's ``jit`` cannot raise: the
-  kernel warns once when it is traced (:class:`KernelsCheckWarning`) and a failed check turns the
-  floating outputs of the kernel into NaN instead (never a silent wrong number). Eager calls
-  still raise ``ValueError``. ``JAX_PLATFORMS=cuda,cpu`` restores the error.
+  kernel warns once when it is traced (:class:`KernelsCheckWarning`), its top-level checks are
+  collected and a failure turns its floating outputs into NaN, and a check in a loop turns the
+  value it guards (:func:`ensure_that`'s ``x``) into NaN. Eager calls still raise ``ValueError``
+  for the top-level checks. ``JAX_PLATFORMS=cuda,cpu`` restores the errors.
 
 Runtime checks cost one reduction over the checked values, plus one boolean output per check
 (eager calls) or one ``lax.cond`` per check (inside ``jit``). Turn them off with
