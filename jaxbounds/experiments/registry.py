@@ -6,7 +6,7 @@ none of them.
 
 >>> REGISTRY.names()  # doctest: +NORMALIZE_WHITESPACE
 ('tt-sequence-length', 'shallow-gd-table1', 'pac-bayes-perturbation', 'property-testing',
- 'pac-bayes-flatness', 'pac-bayes-gap', 'cot-parity', 'spectrum-adaptive')
+ 'pac-bayes-flatness', 'pac-bayes-gap', 'cot-parity', 'spectrum-adaptive', 'measures-vs-gap')
 """
 
 from __future__ import annotations
@@ -57,6 +57,12 @@ REGISTRY = ExperimentRegistry(
             "spectrum-adaptive",
             "jaxbounds.experiments.spectrum_adaptive:EXPERIMENT",
             "Sakai & Imaizumi 2026: spectrum-adaptive vs norm-based proxy, vs depth and N",
+        ),
+        (
+            "measures-vs-gap",
+            "jaxbounds.experiments.measures_vs_gap:EXPERIMENT",
+            "Jiang et al. 2020 / Dziugaite et al. 2020 / Andriushchenko et al. 2023: which "
+            "measure ranks the Transformers by their gap",
         ),
     ]
 )
