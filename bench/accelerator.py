@@ -7,6 +7,9 @@ this order, each given what is left of a wall-clock budget (``--budget``, defaul
 8 minutes of issue 25 on one H100), so a slow part cannot push the run past it (a part that no
 longer fits is recorded as not run):
 
+The kernel tests (last) keep ``--tests-reserve`` seconds (default 40% of the budget) that the
+timed parts before them may not use.
+
 1. ``scale``: bench/scale.py's GPT-2-small-sized decoder (123.75M parameters, batch 8 x 128,
    float32, random weights), at JAX's default matmul precision (TF32 on a GPU) and at
    ``"highest"``: the gradient, ``hessian_trace`` (Hutchinson), ``average_sharpness``
@@ -148,16 +151,21 @@ def emit(record: dict) -> dict:
 
 
 class Budget:
-    """The run's wall-clock budget; each part asks whether it still has ``need`` seconds."""
+    """The run's wall-clock budget; each part asks whether it still has ``need`` seconds.
 
-    def __init__(self, seconds: float) -> None:
+    ``reserve`` seconds are kept for the last part (the kernel tests): the timed parts before it
+    may not eat into them.
+    """
+
+    def __init__(self, seconds: float, reserve: float = 0.0) -> None:
         self.end = time.monotonic() + seconds
+        self.reserve = reserve
 
     def left(self) -> float:
         return self.end - time.monotonic()
 
     def allows(self, part: str, need: float) -> bool:
-        if self.left() >= need:
+        if self.left() - self.reserve >= need:
             return True
         emit({"part": part, "not_run": f"{self.left():.0f} s left of the budget, needs ~{need}"})
         return False
@@ -650,17 +658,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: seconds on a CPU")
     parser.add_argument("--budget", type=float, default=480.0, help="wall-clock seconds (> 0)")
+    parser.add_argument(
+        "--tests-reserve",
+        type=float,
+        default=None,
+        help="seconds of the budget kept for the kernel tests (default: 40%% of it)",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="output folder")
     parser.add_argument("--only", action="append", choices=sorted(PARTS), help="run these parts")
     args = parser.parse_args(argv)
     if not args.budget > 0:
         parser.error(f"--budget: expected seconds > 0, got {args.budget}")
+    reserve = 0.4 * args.budget if args.tests_reserve is None else args.tests_reserve
+    if not 0 <= reserve < args.budget:
+        parser.error(f"--tests-reserve: expected seconds in [0, --budget), got {reserve}")
+    if args.only and "tests" not in args.only:
+        reserve = 0.0
     sizes = SMOKE if args.smoke else FULL
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     RECORDS.clear()
     start = time.perf_counter()
-    budget = Budget(args.budget)
+    budget = Budget(args.budget, reserve)
     device_info()
     for name, part in PARTS.items():
         if args.only and name not in args.only:
