@@ -60,8 +60,10 @@ class CheckChain:
         ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
         self.require(ok, f"{name}: expected finite values, found NaN or inf")
 
-    def positive(self, value: Any, name: str) -> None:
-        """``value`` is finite and > 0 (its type is checked at once)."""
+    def positive(self, value: Any, name: str, *, scalar: bool = True) -> None:
+        """``value`` is finite and > 0 (its type, and that it is a scalar, are checked at once)."""
+        if scalar and np.ndim(value) != 0 and not isinstance(value, str):
+            raise ValueError(f"{name}: expected a scalar, got an array of shape {np.shape(value)}")
         if is_concrete(value) or not isinstance(value, jax.Array):
             check_positive(value, name)  # static values, and the type check
             return

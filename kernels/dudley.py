@@ -22,6 +22,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from kernels._checks import check_positive_int
 from kernels._jit import compile_once
@@ -93,8 +94,15 @@ def dudley_inverse_square(
     """
     n = check_positive_int(num_examples, "num_examples")
     chain = CheckChain()  # runtime checks in argument order (kernels._ordered)
-    chain.positive(radius, "radius")
+    chain.positive(radius, "radius", scalar=False)
     _check_coefficients(coef_delta, coef_integral, chain)
+    try:
+        np.broadcast_shapes(np.shape(log_cover_coef), np.shape(radius))
+    except ValueError:
+        raise ValueError(
+            f"log_cover_coef, radius: shapes {np.shape(log_cover_coef)} and {np.shape(radius)} do "
+            "not broadcast (the bound is elementwise over them)"
+        ) from None
     dtype = _float_dtype(log_cover_coef, "log_cover_coef")
     c = jnp.asarray(log_cover_coef).astype(dtype)
     chain.require(

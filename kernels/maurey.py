@@ -248,6 +248,8 @@ def maurey_cover_point(
     """
     d = check_positive_int(dim, "dim")
     k = check_positive_int(num_atoms, "num_atoms")
+    if np.ndim(radius) != 0:
+        raise ValueError(f"radius: expected a scalar, got an array of shape {np.shape(radius)}")
     check_positive(radius, "radius")
     base = 2 * d + 1
     dtype = _check_float_dtype(jnp.result_type(float) if dtype is None else dtype, "dtype")

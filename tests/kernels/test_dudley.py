@@ -198,3 +198,13 @@ def test_integral_checks_name_the_radius_before_the_cover():
     with pytest.raises(jax.errors.JaxRuntimeError) as info:
         f(jnp.asarray(-1.0))
     assert failed_check_message(info.value).startswith("radius")
+
+
+def test_mismatched_shapes_name_the_arguments():
+    with pytest.raises(ValueError, match=r"^log_cover_coef, radius: shapes \(3,\) and \(2,\)"):
+        dudley.dudley_inverse_square(jnp.ones(3), num_examples=10, radius=jnp.ones(2))
+    out = dudley.dudley_inverse_square(jnp.ones(3), num_examples=10, radius=jnp.ones(3))
+    assert out.shape == (3,)
+    with pytest.raises(ValueError, match=r"^radius: expected a scalar"):
+        dudley.dudley_integral(inverse_square, num_examples=10, radius=jnp.ones(2),
+                               args=jnp.asarray(1.0))  # fmt: skip

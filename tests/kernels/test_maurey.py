@@ -271,3 +271,13 @@ def test_sparsify_checks_name_the_first_bad_argument_under_jit():
     with pytest.raises(jax.errors.JaxRuntimeError) as info:
         f(jnp.array([2.0, 1.0]), jnp.asarray(1.0))
     assert _checks.failed_check_message(info.value).startswith("v: expected ||v||_1 <= radius")
+
+
+def test_radius_must_be_a_scalar():
+    for call in (
+        lambda r: maurey.maurey_sparsify(jnp.ones(3) / 3, KEY, num_atoms=2, radius=r),
+        lambda r: maurey.maurey_expected_error(jnp.ones(3) / 3, num_atoms=2, radius=r),
+        lambda r: maurey.maurey_cover_point(jnp.arange(3), dim=2, num_atoms=2, radius=r),
+    ):
+        with pytest.raises(ValueError, match=r"^radius: expected a scalar"):
+            call(jnp.ones(2))

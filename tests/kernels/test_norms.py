@@ -510,3 +510,10 @@ def test_projection_checks_name_the_first_bad_argument_under_jit():
     with pytest.raises(jax.errors.JaxRuntimeError) as info:
         f(jnp.array([2.0, 1.0]), jnp.asarray(-1.0))
     assert failed_check_message(info.value).startswith("radius")
+
+
+def test_projection_radius_must_be_a_scalar():
+    with pytest.raises(ValueError, match=r"^radius: expected a scalar"):
+        norms.project_lp_ball(jnp.ones(3), p=2, radius=jnp.ones(2))
+    with pytest.raises(ValueError, match=r"^radius: expected a scalar"):
+        norms.project_group_ball(jnp.ones((2, 2)), q=2, p=1, radius=np.ones(2))

@@ -1090,3 +1090,22 @@ def test_float32_linear_agrees_with_float64_at_2_24_draws():
     e64 = rad.rademacher_linear(jnp.asarray(x), KEY, **kw)
     # summation now contributes nothing visible: what is left is each draw's float32 rounding
     assert abs(float(e32.mean) - float(e64.mean)) < 0.05 * float(e64.stderr)
+
+
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("radius", lambda v: rad.rademacher_linear(jnp.eye(3), KEY, norm=2, radius=v, num_draws=4)),
+        ("step_size", lambda v: rad.rademacher_search(linear_fn, jnp.ones(3), jnp.eye(3), KEY,
+                                                      **search_kw(step_size=v))),
+        ("readout_radius", lambda v: rad.rademacher_readout_search(
+            fixed_features, jnp.ones(1), jnp.eye(3), KEY, **readout_kw(readout_radius=v))),
+        ("output_bound", lambda v: rad.rademacher_search(linear_fn, jnp.ones(3), jnp.eye(3), KEY,
+                                                         **search_kw(output_bound=v))),
+    ],
+)  # fmt: skip
+def test_array_options_must_be_scalars(name, call):
+    """A radius or step of shape (2,) broadcast into raw shape errors (or a silently
+    two-valued estimate): a ValueError names the option."""
+    with pytest.raises(ValueError, match=rf"^{name}: expected a scalar, got an array of shape"):
+        call(jnp.ones(2))
