@@ -337,7 +337,8 @@ def alquier(
     if lambdas is None:
         lam = (np.sqrt(n) / S)[..., None] * base
     budget = kl + _log_ratio(lam.shape[-1], delta)
-    vals = lam * (S**2 / (2.0 * n))[..., None] + budget[..., None] / lam
+    # lam * S^2 / (2N) as (lam S)(S / 2N): S^2 overflows for S > 1.3e154, lam S does not
+    vals = (lam * S[..., None]) * (S / (2.0 * n))[..., None] + budget[..., None] / lam
     idx = np.argmin(np.where(np.isnan(vals), np.inf, vals), axis=-1)[..., None]
     slack = np.take_along_axis(vals, idx, axis=-1)[..., 0]
     lam_best = np.take_along_axis(np.broadcast_to(lam, vals.shape), idx, axis=-1)[..., 0]
@@ -517,9 +518,9 @@ def semi_analytic(
     mesh = _grid(ins, "sigmas", sigmas, sigma_mesh())
     K = mesh.shape[0]
     curvature = mesh**2 * (G[..., None] + _mesh_remainder(ins, remainder, mesh))
-    complexity = 2.0 * np.sqrt(
-        (S**2 / (2.0 * m))[..., None]
-        * (L[..., None] / (2.0 * mesh**2) + _log_ratio(K, delta)[..., None])
+    # 2 sqrt(S^2 X / 2m) as 2 S sqrt(X / 2m): S^2 would overflow for S > 1.3e154
+    complexity = (2.0 * S)[..., None] * np.sqrt(
+        (L[..., None] / (2.0 * mesh**2) + _log_ratio(K, delta)[..., None]) / (2.0 * m)[..., None]
     )
     per_sigma = ls[..., None] + curvature + complexity
     terms = _pick_sigma(per_sigma, sigma=mesh, curvature=curvature, complexity=complexity)

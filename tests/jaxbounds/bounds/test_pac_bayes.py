@@ -395,3 +395,20 @@ def test_kl_bernoulli_against_exact_decimals_at_the_extremes():
                     assert got == 0.0, (q, p)
                 else:
                     assert abs(Decimal(got) - truth) <= Decimal("1e-13") * abs(truth), (q, p)
+
+
+def test_huge_subgaussian_scale_does_not_overflow():
+    """Sigma^2 overflows float64 past 1.3e154; Alquier and the semi-analytic bound multiply by
+    Sigma instead of squaring it and equal their closed forms (were inf)."""
+    S, n, lam = 1e200, 100, 1e-199  # lam Sigma = 10
+    al = pac_bayes.alquier(
+        empirical_risk=0.0, kl=1.0, num_examples=n, delta=0.05, subgaussian_scale=S, lambdas=[lam]
+    )
+    truth = 10.0 * (S / (2 * n)) + (1.0 + np.log(1.0 / 0.05)) / lam
+    assert float(al.value) == pytest.approx(truth, rel=1e-14)
+    semi = pac_bayes.semi_analytic(
+        G_u=1.0, norm_sq=1.0, subgaussian_scale=S, num_examples=n, delta=0.05, sigmas=[0.1]
+    )
+    truth = 0.01 + 2.0 * S * np.sqrt((1.0 / 0.02 + np.log(1.0 / 0.05)) / (2 * n))
+    assert float(semi.value) == pytest.approx(truth, rel=1e-14)
+    assert semi.status is Status.VACUOUS
