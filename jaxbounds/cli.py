@@ -742,6 +742,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _err(f"jaxbounds {args.command}: error: {err} (--debug shows the traceback)")
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C before the command's own handlers were in place (reproduce: while its
+        # experiment module is imported or its grid planned): the same one line, no traceback
+        if args.debug:
+            raise
+        _err(f"jaxbounds {args.command}: interrupted by SIGINT; finished work is kept, run the "
+             "same command again to resume")  # fmt: skip
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

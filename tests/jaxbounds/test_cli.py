@@ -845,3 +845,18 @@ def test_readme_estimate_excerpt_is_the_committed_output():
     assert shown == regenerate.excerpt(table)
     assert regenerate.replace_readme_block(readme, shown) == readme
     assert len(shown) == 1 + len(regenerate.EXCERPT)
+
+
+def test_ctrl_c_before_the_handlers_are_in_place_is_one_line(toy_reproduce, capsys, monkeypatch):
+    """A Ctrl-C while reproduce imports its experiment module was a KeyboardInterrupt traceback."""
+
+    def interrupted(name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(experiments_registry.REGISTRY, "get", interrupted)
+    code, out, err = _run(["reproduce", "toy"], capsys)
+    assert (code, out) == (130, "")
+    assert err == (
+        "jaxbounds reproduce: interrupted by SIGINT; finished work is kept, run the same "
+        "command again to resume\n"
+    )
