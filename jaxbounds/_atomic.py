@@ -169,7 +169,8 @@ def exclusive_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
     nobody). The kernel drops an ``flock`` when its holder exits or is killed, so no stale lock
     can block a later run. Two opens in one process are two locks, so a second lock of the
     same path in the same process is refused as well. On a filesystem without ``flock`` (some
-    network filesystems answer ``ENOLCK`` or ``EOPNOTSUPP``) the block runs unlocked.
+    network filesystems answer ``ENOLCK`` or ``EOPNOTSUPP``), and where there is no ``fcntl``
+    (Windows), the block runs unlocked.
 
     Args:
       path: the directory or lock file.
@@ -190,8 +191,11 @@ def exclusive_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
     ...         print(busy.pid == os.getpid())
     True
     """
-    import fcntl
-
+    try:
+        import fcntl
+    except ImportError:  # not POSIX (Windows): no flock, the block runs unlocked
+        yield Path(path)
+        return
     path = Path(path)
     is_dir = path.is_dir()
     fd = os.open(path, os.O_RDONLY) if is_dir else os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
