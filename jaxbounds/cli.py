@@ -612,9 +612,10 @@ def _reproduce(args: argparse.Namespace) -> int:
     if many:
         _checked_everywhere(info, lambda: _agrees_with_runtime(args, info))
         index, count = info.process_index, info.process_count
-        if args.from_dir is not None and not info.is_main:
-            return 0  # re-rendering runs nothing: process 0 does it alone
+    # a collective with several processes: every process checks, before any returns
     _checked_everywhere(info, lambda: _reproduce_checks(args, experiment, runner))
+    if many and args.from_dir is not None and not info.is_main:
+        return 0  # re-rendering runs nothing: process 0 does it alone
     try:
         summary = runner.run_experiment(
             experiment, scale=args.scale, out_dir=args.out, seeds=args.seeds, jobs=args.jobs,

@@ -104,6 +104,7 @@ def _commands(out: Path) -> list[list[str]]:
     return [
         ["estimate", "--model", "toy", "--out", str(out / "estimate")],
         ["reproduce", "toy", "--out", str(out / "reproduce")],
+        ["reproduce", "toy", "--from", str(out / "reproduce")],  # re-render: process 0 alone
     ]
 
 
@@ -141,9 +142,9 @@ def toy_runs(tmp_path_factory):
 
 def test_estimate_on_two_processes_prints_the_one_process_table(toy_runs):
     single, shared, runs = toy_runs
-    (main_code, main_out), _ = _outputs(runs[0][1])
-    (other_code, other_out), _ = _outputs(runs[1][1])
-    (alone_code, alone_out), _ = _outputs(runs[2][1])
+    (main_code, main_out), *_ = _outputs(runs[0][1])
+    (other_code, other_out), *_ = _outputs(runs[1][1])
+    (alone_code, alone_out), *_ = _outputs(runs[2][1])
     assert main_code == other_code == alone_code == 0
     assert "tr H" in main_out
     assert "average sharpness" in main_out
@@ -164,8 +165,8 @@ def test_estimate_on_two_processes_prints_the_one_process_table(toy_runs):
 
 def test_reproduce_on_two_processes_writes_the_one_process_files(toy_runs):
     single, shared, runs = toy_runs
-    _, (main_code, main_out) = _outputs(runs[0][1])
-    _, (other_code, other_out) = _outputs(runs[1][1])
+    _, (main_code, main_out), _ = _outputs(runs[0][1])
+    _, (other_code, other_out), _ = _outputs(runs[1][1])
     assert main_code == other_code == 0
     assert main_out.endswith(f"toy: 6 of 6 units in {shared / 'reproduce' / 'toy'}")
     assert other_out == ""
@@ -187,6 +188,19 @@ def test_reproduce_on_two_processes_writes_the_one_process_files(toy_runs):
     units = [f"n{n}-s{s}" for n in (2, 3, 5) for s in (0, 1)]
     assert sorted(c.split("-", 1)[1] for c in calls) == sorted(units)
     assert calls == sorted(f"{i % 2}-{u}" for i, u in enumerate(units))
+
+
+def test_rerendering_on_two_processes_checks_on_every_process_then_process_0_renders(toy_runs):
+    """``--from`` on 2 processes: both check the place (a collective), process 1 then stops and
+    process 0 re-renders, byte for byte the files of the run."""
+    single, shared, runs = toy_runs
+    *_, (main_code, main_out) = _outputs(runs[0][1])
+    *_, (other_code, other_out) = _outputs(runs[1][1])
+    assert (main_code, other_code, other_out) == (0, 0, "")
+    assert main_out.endswith(f"toy: 6 of 6 units in {shared / 'reproduce' / 'toy'}")
+    for name in ("results.csv", "report.md"):
+        got = (shared / "reproduce" / "toy" / name).read_bytes()
+        assert got == (single / "reproduce" / "toy" / name).read_bytes(), name
 
 
 def test_process_flags_that_contradict_the_runtime_stop_every_process(tmp_path):
