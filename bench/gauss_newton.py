@@ -10,7 +10,10 @@ ratios against the goals of the issue:
     forward-mode quadratic form; goal <= 0.8 gradients);
   * a GGN matrix-vector product ``ggn(...)(v)`` jitted alone (linearisation included: a forward
     pass, the tangent pass and its transpose; goal <= 1.5 gradients), and the same product
-    amortised inside one program of 16 products (the operator linearised once);
+    amortised inside one program of 16 products (the operator linearised once, as Lanczos and
+    Hutch++ use it); XLA's flop counts of these programs over the gradient's (load-free: a
+    dense layer's tangent and its transpose are two matmuls each, so the product alone is
+    about 5/3 of a gradient's flops, 4/3 once linearised);
   * curvlinops-for-pytorch's ``GGNLinearOperator @ v`` on the PyTorch twin with the same
     weights and batch (goal: ours >= 2x faster per product), after checking that both products
     agree to float32 precision;
@@ -179,6 +182,30 @@ def flat_vector(seed=2):
     return {n: rng.choice([-1.0, 1.0], size=s).astype(np.float32) for n, s in ref.SHAPES}
 
 
+def flop_ratios(params, inputs, targets, v) -> dict:
+    """XLA's flop counts (``cost_analysis``) of the programs over the gradient's: load-free."""
+
+    def flops(fn, *fargs):
+        cost = jax.jit(fn).lower(*fargs).compile().cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        return float(cost["flops"])
+
+    def form(p, x, y, v):
+        return ggn(jax_logits, p, (x, y), loss="cross_entropy").form(v)
+
+    grad = flops(jax_grad, params, inputs, targets)
+    forward = flops(jax_logits, params, inputs)
+    product = flops(ggn_product, params, inputs, targets, v)
+    out = {
+        "flops_gradient": grad,
+        "flops_ggn_form_over_grad": flops(form, params, inputs, targets, v) / grad,
+        "flops_ggn_product_over_grad": product / grad,
+        "flops_ggn_product_linearised_over_grad": (product - forward) / grad,
+    }
+    emit({"record": "flop_ratios", **out})
+    return out
+
+
 def bench_speed(args) -> dict:
     import torch
 
@@ -216,6 +243,7 @@ def bench_speed(args) -> dict:
         "ours32_vs_curvlinops32": rel(ours, theirs),
     }
     emit({"record": "ggn_product_agreement_rel_l2", **agreement})
+    flop = flop_ratios(params, inputs, targets, v)
 
     compile_s = {}
     for name, fn, fargs in [
@@ -278,6 +306,7 @@ def bench_speed(args) -> dict:
         "ef_product_over_grad": med["ef_product"] / grad,
         "ef_trace_over_grad": med["ef_trace"] / grad,
         **{f"agreement_{k}": v for k, v in agreement.items()},
+        **flop,
     }
     out["goal_probe_le_0.8"] = out["ggn_probe_over_grad"] <= 0.8
     out["goal_product_le_1.5"] = out["ggn_product_over_grad"] <= 1.5

@@ -465,7 +465,7 @@ class FisherOperator(_BatchOperator):
     key: Any = None
     num_samples: int = dataclasses.field(default=1, metadata={"static": True})
 
-    def _scores(self, outputs: jax.Array) -> tuple[jax.Array, float]:
+    def _score_samples(self, outputs: jax.Array) -> tuple[jax.Array, float]:
         """Scores (M, *outputs.shape) and the factor 1 / (N M)."""
         targets = self.batch[1]
         _check_outputs(self.loss, outputs, targets)
@@ -477,7 +477,7 @@ class FisherOperator(_BatchOperator):
         return jax.lax.stop_gradient(scores).astype(outputs.dtype), scale
 
     def _middle(self, outputs: jax.Array) -> Callable[[jax.Array], jax.Array]:
-        scores, scale = self._scores(outputs)
+        scores, scale = self._score_samples(outputs)
 
         def middle(u: jax.Array) -> jax.Array:
             dots = _per_example_dots(scores, u)  # (M, n): s_i . (J v)_i
@@ -489,7 +489,7 @@ class FisherOperator(_BatchOperator):
     def form(self, v: Any) -> jax.Array:
         r"""$v^\top F v = \frac1N\sum_i (s_i^\top J_i v)^2$: one forward-mode pass."""
         outputs, u = jax.jvp(self._model(), (self.params,), (v,))
-        scores, scale = self._scores(outputs)
+        scores, scale = self._score_samples(outputs)
         return scale * jnp.sum(_per_example_dots(scores, u) ** 2)
 
 
