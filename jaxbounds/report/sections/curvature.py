@@ -37,8 +37,10 @@ _SECTION = "curvature"
 
 #: Label draws of the Monte Carlo Fisher trace (each is an exact trace given its labels).
 _FISHER_SAMPLES = 16
-#: Examples per vectorised batch of per-example gradients (the Fisher traces).
-_EXAMPLE_CHUNK = 64
+#: At most this many examples per vectorised batch of per-example gradients (the Fisher traces):
+#: the run's training set (300 examples) is one chunk, which compiles one copy of the
+#: per-example gradient (a chunk that does not divide n compiles a second one for the rest).
+_MAX_EXAMPLE_CHUNK = 512
 
 
 @functools.partial(
@@ -68,7 +70,9 @@ def _curvature(
     return hutch, hpp, top
 
 
-@functools.partial(jax.jit, static_argnames=("apply_fn", "loss", "num_probes", "num_samples"))
+@functools.partial(
+    jax.jit, static_argnames=("apply_fn", "loss", "num_probes", "num_samples", "example_chunk")
+)
 def _gauss_newton(
     apply_fn: Any,
     params: Any,
@@ -78,6 +82,7 @@ def _gauss_newton(
     loss: str,
     num_probes: int,
     num_samples: int,
+    example_chunk: int,
 ) -> tuple[Any, jax.Array, Any]:
     """GGN trace (Hutchinson), exact empirical-Fisher trace and MC Fisher trace, one program.
 
@@ -88,11 +93,11 @@ def _gauss_newton(
     op = ggn(apply_fn, params, batch, loss=loss)
     trace = hutchinson_trace(op, params, k_ggn, num_probes=num_probes)
     emp = empirical_fisher_trace(
-        apply_fn, params, batch, loss=loss, example_chunk_size=_EXAMPLE_CHUNK
+        apply_fn, params, batch, loss=loss, example_chunk_size=example_chunk
     )
     mc = mc_fisher_trace(
         apply_fn, params, batch, k_fisher, loss=loss, num_samples=num_samples,
-        example_chunk_size=_EXAMPLE_CHUNK,
+        example_chunk_size=example_chunk,
     )  # fmt: skip
     return trace, emp, mc
 
@@ -109,13 +114,14 @@ def _gauss_newton_rows(run: Run, cfg: ScalarConfig) -> list[Row]:
     loss = _output_loss(run)
     batch = (run.train["inputs"], run.train["labels"])
     key = jax.random.fold_in(run.section_key(s), 1)
+    n = len(run.train["labels"])
     t = time.perf_counter()
     trace, emp, mc = jax.block_until_ready(
         _gauss_newton(run.apply_fn, run.params, batch, key, loss=loss,
-                      num_probes=cfg.num_probes, num_samples=_FISHER_SAMPLES)
+                      num_probes=cfg.num_probes, num_samples=_FISHER_SAMPLES,
+                      example_chunk=min(n, _MAX_EXAMPLE_CHUNK))
     )  # fmt: skip
     run.meta["gauss_newton_seconds"] = time.perf_counter() - t
-    n = len(run.train["labels"])
     return [
         Row.from_estimate(
             s, "GGN trace (Hutchinson)", trace,
