@@ -9,11 +9,10 @@ values of a target $f = \sum_t c_t\chi_{S_t}$ until the training loss is below a
 - :func:`target_function`: the (class, seed) function, with either normalisation; the
   ``"unit_norm"`` and ``"centred"`` functions of one (class, seed) share their subsets and
   the $|z_t|$ they are normalised from (same key);
-- :func:`train_interpolator`: full-batch Adam steps of
-  :func:`jaxbounds.training.make_step` in compiled ``lax.scan`` chunks of ``chunk_steps``
-  steps; after each chunk the full training loss is checked and training stops at the first
-  chunk end where it is below ``loss_threshold`` (or at ``max_steps``). The result records
-  whether the threshold was reached.
+- :func:`train_twin`: full-batch Adam on the training engine
+  (:func:`jaxbounds.training.train`); every ``chunk_steps`` steps the full training loss is
+  checked and training stops at the first check at or below ``loss_threshold`` (or at
+  ``max_steps``). The result records whether the threshold was reached.
 
 The model is evaluated through :func:`jaxbounds.experiments.pac_bayes_perturbation.forward`
 (the same function as the module, on the parameter dict), so one compiled program serves every
@@ -25,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +35,7 @@ from jaxbounds.data.boolean import FourierFunction, random_fourier_function
 from jaxbounds.experiments.pac_bayes_perturbation import forward, grad_sq, loss
 from jaxbounds.models import as_pure
 from jaxbounds.models.construction import ConstructionTransformer
-from jaxbounds.training import make_step
+from jaxbounds.training import train
 from kernels._checks import check_positive_int
 
 __all__ = [
@@ -48,7 +46,7 @@ __all__ = [
     "init_params",
     "loss",
     "target_function",
-    "train_interpolator",
+    "train_twin",
 ]
 
 
@@ -86,8 +84,8 @@ class TrainedModel:
       params: the final parameters (dict of float64 arrays, the keys of :func:`forward`).
       train_loss: full training loss at ``params``.
       num_steps: Adam steps taken.
-      reached: whether ``train_loss < loss_threshold``.
-      losses: training loss at the end of every chunk (the loss curve).
+      reached: whether ``train_loss <= loss_threshold``.
+      losses: training loss at every check after the start (the loss curve).
     """
 
     params: dict[str, jax.Array]
@@ -97,26 +95,7 @@ class TrainedModel:
     losses: tuple[float, ...]
 
 
-@functools.cache
-def _chunk(learning_rate: float, length: int):
-    """A compiled program running ``length`` full-batch Adam steps, then the loss."""
-    optimizer = optax.adam(learning_rate)
-    step = make_step(loss, optimizer)
-
-    @jax.jit
-    def run(params: Any, state: Any, batch: Any) -> tuple[Any, Any, jax.Array]:
-        def body(carry, _):
-            p, s = carry
-            p, s, _ = step(p, s, batch)
-            return (p, s), None
-
-        (params, state), _ = jax.lax.scan(body, (params, state), None, length=length)
-        return params, state, loss(params, batch)
-
-    return optimizer, run
-
-
-def train_interpolator(
+def train_twin(
     bits: jax.Array,
     labels: jax.Array,
     *,
@@ -127,7 +106,12 @@ def train_interpolator(
     max_steps: int,
     chunk_steps: int,
 ) -> TrainedModel:
-    """Train the twin on ``(bits, labels)`` with full-batch Adam until the loss < threshold.
+    """Train the twin on ``(bits, labels)`` with full-batch Adam until the loss <= threshold.
+
+    One call of the training engine (:func:`jaxbounds.training.train`, float64): full-batch
+    Adam, the training loss evaluated at the start and every ``chunk_steps`` steps, the run
+    stopped at the first evaluation at or below ``loss_threshold`` (or at ``max_steps``, or when
+    the loss turns non-finite).
 
     Args:
       bits: (m, T) integer training inputs.
@@ -135,9 +119,10 @@ def train_interpolator(
       seed: seed of the initialisation.
       mlp_width: MLP width of the twin (>= 1).
       learning_rate: Adam's step size (> 0).
-      loss_threshold: stop once the mean quadratic loss is below this (> 0; the paper: 0.02).
-      max_steps: step cap (>= 1); rounded up to whole chunks.
-      chunk_steps: steps per compiled chunk, and how often the loss is checked (>= 1).
+      loss_threshold: stop once the mean quadratic loss is at or below this (> 0; the paper:
+        0.02).
+      max_steps: step cap (>= 1).
+      chunk_steps: how often (in steps) the loss is checked (>= 1).
 
     Returns:
       A :class:`TrainedModel`.
@@ -154,19 +139,17 @@ def train_interpolator(
     with jax.enable_x64(True):
         bits = jnp.asarray(bits)
         params = init_params(bits.shape[1], mlp_width, seed)
-        optimizer, run = _chunk(float(learning_rate), int(chunk_steps))
-        with jax.numpy_dtype_promotion("standard"):
-            state = optimizer.init(params)
         batch = {"bits": bits, "labels": jnp.asarray(labels, jnp.float64)}
-        losses, steps, value = [], 0, float(loss(params, batch))
-        while steps < max_steps and not value < loss_threshold:
-            params, state, current = run(params, state, batch)
-            steps += chunk_steps
-            value = float(current)
-            losses.append(value)
-            if not np.isfinite(value):
-                break
-    return TrainedModel(params, value, steps, bool(value < loss_threshold), tuple(losses))
+        result = train(
+            loss, params, batch, optimizer=optax.adam,
+            hyperparams={"learning_rate": float(learning_rate)}, num_steps=int(max_steps),
+            eval_every=int(chunk_steps), loss_threshold=float(loss_threshold),
+        )  # fmt: skip
+    losses = np.asarray(result.metrics["loss"], np.float64)
+    return TrainedModel(
+        result.params, float(losses[-1]), int(result.steps), bool(result.reached),
+        tuple(float(v) for v in losses[1:]),
+    )  # fmt: skip
 
 
 def evaluate_loss(params: Mapping[str, jax.Array], bits: jax.Array, labels: jax.Array) -> float:

@@ -28,7 +28,7 @@ their values at the smallest T (the paper's "held constant" reading).
 **Training units** (``part="train"``): PARITY of T bits learned by the learnable twin
 :class:`jaxbounds.models.construction.ConstructionTransformer` (no LayerNorm, one-hot
 positions: the architecture the bounds are about, so the comparison is of the same model
-class), quadratic loss, full-batch Adam (``jaxbounds.training.train_minibatch``), at equal m
+class), quadratic loss, full-batch Adam (``jaxbounds.training.train``), at equal m
 training strings drawn without replacement from $\{0,1\}^T$; the test set is every other
 string of the cube (exact population quantities).
 
@@ -73,10 +73,11 @@ from flax import nnx
 from jaxbounds.bounds import pac_bayes
 from jaxbounds.data.boolean import FourierFunction, parity, parity_cot_data
 from jaxbounds.experiments import runner
+from jaxbounds.experiments._claims import claims_at_scale
 from jaxbounds.experiments.pac_bayes_perturbation import forward, grad_sq
 from jaxbounds.models import as_pure
 from jaxbounds.models.construction import ConstructionTransformer, construction
-from jaxbounds.training import train_minibatch
+from jaxbounds.training import train
 from kernels.walsh import cube_points
 
 __all__ = [
@@ -313,12 +314,12 @@ class TrainedUnit:
       params: the trained parameter dict of :func:`~jaxbounds.experiments.pac_bayes_perturbation
         .forward` (float32).
       train_bits, test_bits: the training strings and every other string of the cube.
-      record: the :class:`~jaxbounds.training.TrainingRecord`.
+      losses: the full-batch training loss before every Adam step and after the last.
     """
 
-    def __init__(self, config, seed, params, train_bits, test_bits, record) -> None:
+    def __init__(self, config, seed, params, train_bits, test_bits, losses) -> None:
         self.config, self.seed, self.params = config, seed, params
-        self.train_bits, self.test_bits, self.record = train_bits, test_bits, record
+        self.train_bits, self.test_bits, self.losses = train_bits, test_bits, losses
 
 
 def _loss(params: Any, batch: Mapping[str, jax.Array]) -> jax.Array:
@@ -343,7 +344,11 @@ def _training_data(mode: str, bits: jax.Array) -> dict[str, jax.Array]:
 
 
 def train_unit(cfg: Mapping[str, Any], seed: int) -> TrainedUnit:
-    """Train the direct or the CoT model of one unit (float32, full-batch Adam)."""
+    """Train the direct or the CoT model of one unit (float32, full-batch Adam).
+
+    :func:`jaxbounds.training.train` on the full batch, ``num_epochs`` steps, the training loss
+    evaluated at every step.
+    """
     t, mode = cfg["seq_len"], cfg["mode"]
     train_bits, test_bits = _split(cfg, seed)
     width = t if mode == "direct" else t + 1
@@ -351,14 +356,12 @@ def train_unit(cfg: Mapping[str, Any], seed: int) -> TrainedUnit:
                                     rngs=nnx.Rngs(params=seed))  # fmt: skip
     params = as_pure(model)[1]
     data = _training_data(mode, train_bits)
-    n = int(data["labels"].shape[0])
-    params, record = train_minibatch(
-        _loss, params, data, jax.random.fold_in(jax.random.key(seed), 1),
-        num_epochs=cfg["num_epochs"], batch_size=n,
-        optimizer=optax.adam(cfg["learning_rate"]), progress=False,
-        label=f"[{mode} T={t}]",
+    result = train(
+        _loss, params, data, optimizer=optax.adam,
+        hyperparams={"learning_rate": cfg["learning_rate"]}, num_steps=cfg["num_epochs"],
     )  # fmt: skip
-    return TrainedUnit(dict(cfg), seed, params, train_bits, test_bits, record)
+    losses = np.asarray(result.metrics["loss"])
+    return TrainedUnit(dict(cfg), seed, result.params, train_bits, test_bits, losses)
 
 
 def _metrics(trained: TrainedUnit, bits: jax.Array) -> dict[str, float]:
@@ -389,7 +392,7 @@ def trained_row(trained: TrainedUnit) -> dict[str, Any]:
     0-1 error of the final answer in both modes.
     """
     tr, te = _metrics(trained, trained.train_bits), _metrics(trained, trained.test_bits)
-    losses = np.asarray(trained.record.loss)
+    losses = trained.losses
     row = {
         "num_train": int(trained.train_bits.shape[0]),
         "num_test": int(trained.test_bits.shape[0]),
@@ -639,7 +642,7 @@ def _report(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], stats: d
             _train_table(stats["trained"]), "",
             "![trained](figure_trained.png)", "",
         ]  # fmt: skip
-    lines += ["## Claims", "", *_claims(stats)]
+    lines += ["## Claims", "", *claims_at_scale(_claims(stats), meta["scale"])]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

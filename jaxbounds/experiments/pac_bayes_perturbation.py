@@ -45,6 +45,7 @@ import numpy as np
 from jaxbounds.bounds import pac_bayes
 from jaxbounds.data.boolean import random_fourier_function, tiling_parities
 from jaxbounds.experiments import runner
+from jaxbounds.experiments._claims import claims_at_scale
 from jaxbounds.models import as_pure
 from jaxbounds.models.construction import construction
 from jaxbounds.models.ntk import ntk_diagonal
@@ -500,7 +501,7 @@ def _report(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], stats: d
             _sigma_table(rows, stats), "",
             "![P vs sigma](figure_P_vs_sigma.png) ![bounds](figure_bounds.png)", "",
         ]  # fmt: skip
-    lines += ["## Claims", "", *_claims(stats)]
+    lines += ["## Claims", "", *claims_at_scale(_claims(stats), meta["scale"])]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

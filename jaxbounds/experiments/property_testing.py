@@ -53,6 +53,7 @@ import numpy as np
 
 from jaxbounds.data.boolean import random_fourier_function
 from jaxbounds.experiments import runner
+from jaxbounds.experiments._claims import claims_at_scale
 from kernels import testers
 from kernels.walsh import fwht, spectrum_degree, spectrum_sparsity
 
@@ -408,7 +409,7 @@ def _report(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], stats: d
         "![Figure 8](figure8_first_acceptance.png) ![queries](queries.png)", "",
         "## All classes pooled", "",
         _overall_table(stats).rstrip("\n"), "",
-        "## Claims", "", *_claims(stats), "",
+        "## Claims", "", *claims_at_scale(_claims(stats), meta["scale"]), "",
         "## Why the degree bound wilts (past the paper)", "",
         "At d = D - 1 one trial of the coordinate-cube test rejects a D-uniform function with "
         "probability exactly rho = omega / C(T, D) (the alternating sum over the cube of D "

@@ -54,17 +54,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from flax import nnx
 
 from jaxbounds.bounds import shallow_gd as shallow_bound
 from jaxbounds.data.mnist import BinaryDigits, load_binary_digits, load_mnist_sample
 from jaxbounds.data.synthetic import synthetic_digits
 from jaxbounds.experiments import runner
+from jaxbounds.experiments._claims import claims_at_scale
 from jaxbounds.experiments.runner import Experiment, Unit
 from jaxbounds.models import ShallowTransformer, shallow_quantities
 from jaxbounds.models.ntk import feature_alpha, linearized_apply
 from jaxbounds.models.shallow import PARAM_NAMES, shallow_apply, shallow_features
-from jaxbounds.training import accuracy, logistic_loss, train_gd
+from jaxbounds.training import accuracy, logistic_loss, train
 from jaxbounds.training.ntk_regime import ntk_regime
 from kernels.norms import tree_norm
 
@@ -115,13 +117,14 @@ _COMMON = {"learning_rate": 0.1, "loss": "logistic", "init": "lecun", "dtype": "
 #: Config grids per scale (``"auto"`` entries are resolved by :func:`shallow_units`).
 SCALES = {
     "smoke": {"d_m": [8, 64], "N": [24, 96], "data": "synthetic", "token_dim": 16,
-              "num_steps": 40, "ntk_steps": 10, "ntk_d_m": [], "curve_points": 21, **_COMMON},
+              "num_steps": 40, "ntk_steps": 10, "ntk_d_m": [], "curve_points": 21, "lanes": 2,
+              **_COMMON},
     "cpu": {"d_m": [64, 256], "N": "auto", "data": "auto", "token_dim": "auto",
             "num_steps": 1000, "ntk_steps": 300, "ntk_d_m": [64, 256], "curve_points": 101,
-            **_COMMON},
+            "lanes": 3, **_COMMON},
     "paper": {"d_m": [64, 1024, 4096], "N": "auto", "data": "auto", "token_dim": "auto",
               "num_steps": 1000, "ntk_steps": 300, "ntk_d_m": [64, 1024], "curve_points": 101,
-              **_COMMON},
+              "lanes": 3, **_COMMON},
 }  # fmt: skip
 
 _DATA_TEXT = {
@@ -232,43 +235,44 @@ def initial_params(d: int, d_m: int, seed: int) -> dict[str, jax.Array]:
     return ShallowTransformer(d, d_m, rngs=nnx.Rngs(params=seed)).params_dict()
 
 
-def _per_seed_loss(params: Any, data: Mapping[str, jax.Array]) -> jax.Array:
-    """(S,) logistic losses of S stacked parameter sets on ``data``."""
-    return jax.vmap(lambda p: logistic_loss(shallow_apply(p, data["inputs"]), data["labels"]))(
-        params
-    )
+def _loss(params: Any, data: Mapping[str, jax.Array]) -> jax.Array:
+    """The logistic loss of one parameter set on ``data``."""
+    return logistic_loss(shallow_apply(params, data["inputs"]), data["labels"])
 
 
-def _seed_metrics(params: Any, mdata: tuple[Any, Any, Any]) -> dict[str, jax.Array]:
-    """Per-seed train/test loss and distance of every matrix from its initial value."""
-    params0, train, test = mdata
-    out = {"train_loss": _per_seed_loss(params, train), "test_loss": _per_seed_loss(params, test)}
-    for name in PARAM_NAMES:
-        diff = (params[name] - params0[name]).reshape(params[name].shape[0], -1)
-        out[f"distance_{name}"] = jnp.linalg.norm(diff, axis=1)
-    return out
+def _losses(params: Any, both: tuple[Any, Any]) -> dict[str, jax.Array]:
+    """Train and test loss of one run (the engine's evaluation, every step)."""
+    train, test = both
+    return {"train_loss": _loss(params, train), "test_loss": _loss(params, test)}
 
 
 def train_seeds(config: Mapping[str, Any], seeds: Sequence[int]) -> dict[str, Any]:
-    """Full-batch GD of the S seeds of one configuration as one program.
+    """Full-batch GD of the S seeds of one configuration: one call of the training engine.
+
+    The seeds run ``config["lanes"]`` at a time under one ``vmap`` (their data is shared), each
+    with its own GD (:func:`jaxbounds.training.train`, ``optax.sgd``), evaluated at every step:
+    train and test loss and every matrix's distance from its initial value.
 
     Returns:
       dict with ``params0`` / ``params`` (lists of per-seed dicts), ``train`` / ``test`` data
       and ``metrics`` (``train_loss``, ``test_loss``, ``distance_<name>``: (T + 1, S) arrays).
     """
-    train, test = _split(config)
-    d = int(train["inputs"].shape[-1])
+    train_data, test = _split(config)
+    d = int(train_data["inputs"].shape[-1])
     params0 = [initial_params(d, config["d_m"], s) for s in seeds]
     stacked0 = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *params0)
-    final, record = train_gd(
-        lambda p, batch: jnp.sum(_per_seed_loss(p, batch)), stacked0, train,
-        learning_rate=float(config["learning_rate"]), num_steps=int(config["num_steps"]),
-        metrics_fn=_seed_metrics, metrics_data=(stacked0, train, test), record_spectral=False,
-        progress=False,
+    result = train(
+        _loss, stacked0, train_data, optimizer=optax.sgd,
+        hyperparams={"learning_rate": float(config["learning_rate"])},
+        num_steps=int(config["num_steps"]), eval_fn=_losses, eval_data=(train_data, test),
+        norms="frobenius", runs=len(seeds), lanes=int(config["lanes"]),
     )  # fmt: skip
-    params = [jax.tree_util.tree_map(lambda a, i=i: a[i], final) for i in range(len(seeds))]
-    metrics = {k: np.asarray(v, dtype=np.float64) for k, v in record.metrics.items()}
-    return {"params0": params0, "stacked0": stacked0, "params": params, "train": train,
+    params = [jax.tree_util.tree_map(lambda a, i=i: a[i], result.params) for i in
+              range(len(seeds))]  # fmt: skip
+    metrics = {k: np.asarray(v, dtype=np.float64).T for k, v in result.metrics.items()}
+    for j, name in enumerate(result.names):
+        metrics[f"distance_{name}"] = np.asarray(result.norms["distance"][:, :, j], np.float64).T
+    return {"params0": params0, "stacked0": stacked0, "params": params, "train": train_data,
             "test": test, "metrics": metrics}  # fmt: skip
 
 
@@ -342,53 +346,49 @@ _NTK_COLUMNS = ("relative_movement", "drift_train", "drift_test", "relative_drif
                 "loss_model", "loss_linear")  # fmt: skip
 
 
-def _stacked_apply(params: Any, inputs: jax.Array) -> jax.Array:
-    """(S, n) outputs of S stacked parameter sets."""
-    return jax.vmap(shallow_apply, in_axes=(0, None))(params, inputs)
-
-
 def _ntk_drifts(config: Mapping[str, Any], run: dict[str, Any]) -> list[dict[str, Any]]:
     """Per seed, the NTK-regime drift after ``ntk_steps`` GD steps (None when not measured).
 
-    One :func:`~jaxbounds.training.ntk_regime.ntk_regime` call trains the S stacked seeds and
-    their linearisations at init together: its loss is the mean over the S seeds, so the step
-    size is S times the configuration's (each seed then takes its own GD step exactly). The
-    drifts are recomputed per seed from the trained weights.
+    One :func:`~jaxbounds.training.ntk_regime.ntk_regime` call per seed (its model and its
+    linearisation at init trained side by side by the same GD; the compiled programs are
+    shared by the seeds), so a seed's drift does not depend on the other seeds.
     """
     num = len(run["params0"])
     if not config["ntk_steps"]:
         return [{f"ntk_{c}": None for c in _NTK_COLUMNS} for _ in range(num)]
-    p0, train, test = run["stacked0"], run["train"], run["test"]
-    result = ntk_regime(
-        _stacked_apply, p0, train, test, learning_rate=float(config["learning_rate"]) * num,
-        num_steps=int(config["ntk_steps"]), loss="logistic", progress=False,
-    )  # fmt: skip
-    outputs = {
-        split: (
-            _stacked_apply(result.params, data["inputs"]),
-            linearized_apply(_stacked_apply, result.linear_params, p0, data["inputs"]),
-            _stacked_apply(p0, data["inputs"]),
-        )
-        for split, data in (("train", train), ("test", test))
-    }
-    return [_ntk_row(outputs, train["labels"], result, p0, i) for i in range(num)]
+    train_data, test = run["train"], run["test"]
+    rows = []
+    for p0 in run["params0"]:
+        result = ntk_regime(
+            shallow_apply, p0, train_data, test, learning_rate=float(config["learning_rate"]),
+            num_steps=int(config["ntk_steps"]), loss="logistic", progress=False,
+        )  # fmt: skip
+        outputs = {
+            split: tuple(np.asarray(a, np.float64) for a in (
+                shallow_apply(result.params, data["inputs"]),
+                linearized_apply(shallow_apply, result.linear_params, p0, data["inputs"]),
+                shallow_apply(p0, data["inputs"]),
+            ))
+            for split, data in (("train", train_data), ("test", test))
+        }  # fmt: skip
+        rows.append(_ntk_row(outputs, train_data["labels"], result, p0))
+    return rows
 
 
-def _ntk_row(outputs: dict, labels: jax.Array, result: Any, p0: Any, i: int) -> dict[str, float]:
-    """Seed i's drift columns from the stacked outputs (model f, linearisation g, f at init)."""
-    f, g, f0 = (np.asarray(a[i], np.float64) for a in outputs["train"])
-    f_test, g_test, _ = (np.asarray(a[i], np.float64) for a in outputs["test"])
-    seed = lambda tree: jax.tree_util.tree_map(lambda a: a[i], tree)  # noqa: E731
-    moved = jax.tree_util.tree_map(jnp.subtract, seed(result.params), seed(p0))
+def _ntk_row(outputs: dict, labels: jax.Array, result: Any, p0: Any) -> dict[str, float]:
+    """A seed's drift columns from its outputs (model f, linearisation g, f at init)."""
+    f, g, f0 = outputs["train"]
+    f_test, g_test, _ = outputs["test"]
+    moved = jax.tree_util.tree_map(jnp.subtract, result.params, p0)
     return {
-        "ntk_relative_movement": float(tree_norm(moved) / tree_norm(seed(p0))),
+        "ntk_relative_movement": float(tree_norm(moved) / tree_norm(p0)),
         "ntk_drift_train": float(np.max(np.abs(f - g))),
         "ntk_drift_test": float(np.max(np.abs(f_test - g_test))),
         "ntk_relative_drift_train": float(
             np.linalg.norm(f - g) / max(float(np.linalg.norm(f - f0)), 1e-300)
         ),
-        "ntk_loss_model": float(logistic_loss(outputs["train"][0][i], labels)),
-        "ntk_loss_linear": float(logistic_loss(outputs["train"][1][i], labels)),
+        "ntk_loss_model": float(result.record.metrics["loss_model"][-1]),
+        "ntk_loss_linear": float(result.record.metrics["loss_linear"][-1]),
     }
 
 
@@ -638,7 +638,8 @@ def report_text(rows: list[dict], meta: dict) -> str:
         "## Setup", "", *_setup_lines(rows, meta), "",
         "## Table 1: lowest test loss (ours: mean ± std over seeds)", "",
         "Our N grid is the data source's; the paper's rows are shown where they fall. "
-        + _paper_comparison(rows), "", _table1(rows), "## Claims", "", *_claims(rows), "",
+        + _paper_comparison(rows), "", _table1(rows), "## Claims", "",
+        *claims_at_scale(_claims(rows), meta["scale"]), "",
         "## Figures", "",
         "Figures 1-3 (train loss top, test loss bottom; mean over seeds, band = min-max):", "",
         *figures, "", "![lowest test loss vs N](lowest_test_loss_vs_N.png)", "",

@@ -4,7 +4,7 @@ Only the abstract of the paper survives; the bound's form is rebuilt from the au
 SPEC.md section 6 and implemented in :mod:`jaxbounds.bounds.spectral`. One unit is one
 Transformer (:class:`jaxbounds.models.block.BlockTransformer`: pre-norm attention with H heads
 of width k < d, so $W_{QK}$ and $\tilde V = W_VW_O$ have rank $\le k$, and a GELU MLP) of depth
-L trained by Adam (:func:`jaxbounds.training.train_minibatch`, logistic loss) on N examples of
+L trained by Adam (:func:`jaxbounds.training.train`, logistic loss) on N examples of
 the sparse-majority task (:func:`jaxbounds.data.sparse_majority`; the target subset and the
 1024-example test set depend on the seed only, the training set on (seed, N), the
 initialisation on (seed, L)). Every unit runs the same number of optimiser steps.
@@ -38,6 +38,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -45,14 +46,16 @@ from typing import Any
 
 import jax
 import numpy as np
+import optax
 from flax import nnx
 
 from jaxbounds.bounds import spectral
 from jaxbounds.data.sparse_majority import sparse_majority
 from jaxbounds.experiments import runner
+from jaxbounds.experiments._claims import claims_at_scale
 from jaxbounds.models import as_pure
 from jaxbounds.models.block import GELU_LIPSCHITZ, BlockTransformer, spectral_layers
-from jaxbounds.training import train_minibatch
+from jaxbounds.training import TrainResult, train
 from jaxbounds.training.losses import accuracy, logistic_loss
 
 __all__ = [
@@ -127,27 +130,44 @@ def _data(cfg: Mapping[str, Any], seed: int) -> tuple[dict, dict]:
     return train, test
 
 
-def _loss_fn(apply_fn):
-    return lambda params, batch: logistic_loss(apply_fn(params, batch[0]), batch[1])
+@functools.cache
+def _training_fns(embed_dim: int, depth: int, num_heads: int, head_dim: int, mlp_dim: int):
+    """``(apply_fn, loss_fn)`` of one model shape: the same objects for every seed and N.
+
+    The training engine caches its programs on them, so it compiles once per shape.
+    """
+    model = BlockTransformer(embed_dim, num_layers=depth, num_heads=num_heads, head_dim=head_dim,
+                             mlp_dim=mlp_dim, rngs=nnx.Rngs(0))  # fmt: skip
+    apply_fn = as_pure(model)[0]
+
+    def loss_fn(params, batch):
+        return logistic_loss(apply_fn(params, batch[0]), batch[1])
+
+    return apply_fn, loss_fn
 
 
-def train_unit(cfg: Mapping[str, Any], seed: int) -> tuple[Any, Any, dict, dict, Any]:
-    """Train the unit's model: ``(apply_fn, params, train, test, record)`` (deterministic)."""
-    train, test = _data(cfg, seed)
+def train_unit(cfg: Mapping[str, Any], seed: int) -> tuple[Any, Any, dict, dict, TrainResult]:
+    """Train the unit's model: ``(apply_fn, params, train, test, result)`` (deterministic).
+
+    :func:`jaxbounds.training.train`: Adam on minibatches of ``batch_size``, exactly
+    ``num_steps`` steps (the last epoch may be partial).
+    """
+    train_data, test = _data(cfg, seed)
     model = BlockTransformer(
         cfg["embed_dim"], num_layers=cfg["depth"], num_heads=cfg["num_heads"],
         head_dim=cfg["head_dim"], mlp_dim=cfg["mlp_dim"],
         rngs=nnx.Rngs(jax.random.fold_in(jax.random.key(seed), 10_000 + cfg["depth"])),
     )  # fmt: skip
-    apply_fn, params = as_pure(model)
-    n, bs = cfg["num_examples"], cfg["batch_size"]
-    num_epochs = max(1, round(cfg["num_steps"] / -(-n // bs)))
-    params, record = train_minibatch(
-        _loss_fn(apply_fn), params, (train["inputs"], train["labels"]),
-        jax.random.fold_in(jax.random.key(seed), 20_000 + cfg["depth"]), num_epochs=num_epochs,
-        batch_size=bs, learning_rate=cfg["learning_rate"], progress=False,
+    params = as_pure(model)[1]
+    apply_fn, loss_fn = _training_fns(cfg["embed_dim"], cfg["depth"], cfg["num_heads"],
+                                      cfg["head_dim"], cfg["mlp_dim"])  # fmt: skip
+    result = train(
+        loss_fn, params, (train_data["inputs"], train_data["labels"]),
+        jax.random.fold_in(jax.random.key(seed), 20_000 + cfg["depth"]), optimizer=optax.adam,
+        hyperparams={"learning_rate": cfg["learning_rate"]}, num_steps=cfg["num_steps"],
+        batch_size=cfg["batch_size"], eval_every=cfg["num_steps"],
     )  # fmt: skip
-    return apply_fn, params, train, test, record
+    return apply_fn, result.params, train_data, test, result
 
 
 def matrix_names(layers: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -189,7 +209,7 @@ def matrix_stats(layers: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
 def run_unit(unit: runner.Unit) -> dict:
     """Train one model, then both proxies, the chosen p and the ranks of every matrix."""
     cfg = unit.config
-    apply_fn, params, train, test, record = train_unit(cfg, unit.seed)
+    apply_fn, params, train, test, result = train_unit(cfg, unit.seed)
     layers = spectral_layers(params)
     sa = spectral.spectrum_adaptive_proxy(
         layers, num_examples=cfg["num_examples"], L_phi=GELU_LIPSCHITZ, rank_tol=RANK_TOL
@@ -203,7 +223,7 @@ def run_unit(unit: runner.Unit) -> dict:
     train_loss = float(logistic_loss(out_train, train["labels"]))
     test_loss = float(logistic_loss(out_test, test["labels"]))
     return {
-        "num_epochs": int(record.epoch[-1]),
+        "train_steps": int(result.steps),
         "train_loss": train_loss,
         "train_accuracy": float(accuracy(out_train, train["labels"])),
         "test_loss": test_loss,
@@ -430,7 +450,7 @@ def _report(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], stats: d
         "per head).", "",
         _matrix_table(stats, g).rstrip("\n"), "",
         "![ranks and chosen p](figure_matrices.png)", "",
-        "## Claims", "", *_claims(stats), "",
+        "## Claims", "", *claims_at_scale(_claims(stats), meta["scale"]), "",
     ]  # fmt: skip
     return "\n".join(lines).rstrip("\n") + "\n"
 

@@ -59,6 +59,7 @@ from jaxbounds.bounds import covering, edelman, trauger_tewari
 from jaxbounds.bounds._result import Bound
 from jaxbounds.data import sparse_majority
 from jaxbounds.experiments import runner
+from jaxbounds.experiments._claims import claims_at_scale
 from jaxbounds.models import ScalarTransformer, as_pure
 from jaxbounds.models.pure import apply_in_chunks
 from jaxbounds.training import TrainResult, accuracy, cross_entropy_loss, train
@@ -89,7 +90,9 @@ _COMMON = {
     "edelman_ref_T": 20,
 }
 
-#: Config grid per scale. ``seq_len`` is the axis; every other value is fixed per scale.
+#: Config grid per scale. ``seq_len`` is the axis; every other value is fixed per scale, except
+#: ``width_check``: a second grid (the same keys overridden) that tests whether the accuracy
+#: plateau verdict is an artefact of the reduced width and epoch budget (see :func:`tt_units`).
 SCALES: dict[str, dict[str, Any]] = {
     "smoke": {
         **_COMMON,
@@ -104,6 +107,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "rad_steps": 3,
         "edelman_ref_T": 10,
         "lanes": 2,
+        "width_check": {"num_epochs": 24, "seq_len": [20]},
     },
     "cpu": {
         **_COMMON,
@@ -117,6 +121,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "rad_draws": 8,
         "rad_steps": 20,
         "lanes": 5,
+        "width_check": {"embed_dim": 32, "num_epochs": 400, "seq_len": [20, 100, 200]},
     },
     "paper": {
         **_COMMON,
@@ -169,6 +174,31 @@ EPOCH_CHOICE = {
 
 _PLATEAU_BAND = 0.05  # accuracy plateau: the longer half of the grid within 5 points
 _ALPHA = 0.05  # significance level of the trend tests
+
+
+def tt_units(grid: Mapping[str, Any], seeds: Sequence[int]) -> list[runner.Unit]:
+    """The main grid's units, then those of its ``width_check`` grid (if any).
+
+    The check grid is the main grid with the keys of ``width_check`` replaced (a wider model
+    trained longer on some T), so its rows sit in the same table and are told apart by their
+    ``embed_dim`` and ``num_epochs``.
+
+    >>> grid = {"T": [20, 60], "d": 16, "width_check": {"d": 32, "T": [20]}}
+    >>> [u.label() for u in tt_units(grid, [0])]
+    ['T=20 d=16 seed=0', 'T=60 d=16 seed=0', 'T=20 d=32 seed=0']
+    """
+    main = {k: v for k, v in grid.items() if k != "width_check"}
+    units = runner.grid_units(main, seeds)
+    if grid.get("width_check"):
+        units += runner.grid_units({**main, **grid["width_check"]}, seeds)
+    return units
+
+
+def _split_rows(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -> tuple[list, list]:
+    """(main-grid rows, width-check rows): the main ones have the grid's width and epochs."""
+    key = ("embed_dim", "num_epochs")
+    main = [r for r in rows if all(r[k] == grid[k] for k in key)]
+    return main, [r for r in rows if not all(r[k] == grid[k] for k in key)]
 
 
 # ------------------------------------------------------------------------------ model and data
@@ -612,6 +642,37 @@ def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def width_check_statistics(main: Sequence[Mapping[str, Any]],
+                           check: Sequence[Mapping[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """The width and budget check beside the main grid at the check's T.
+
+    Per T of the check grid: max and mean ± std over seeds of the validation accuracy, the mean
+    training accuracy and best epoch, for the check's runs and the main runs; the plateau
+    criterion of the main claim applied to the check's runs (the per-T max over the longer half
+    of its T within :data:`_PLATEAU_BAND`), and Kendall's tau of its per-T max against T.
+    """
+    out: dict[str, Any] = {"embed_dim": check[0]["embed_dim"], "num_epochs": check[0]["num_epochs"]}
+    for name, rows in (("check", check), ("main", main)):
+        acc, train_acc = per_length(rows, "val_accuracy"), per_length(rows, "train_accuracy")
+        best = per_length(rows, "best_epoch")
+        lengths = [t for t in per_length(check, "val_accuracy") if t in acc]
+        out[name] = {
+            "T": lengths,
+            "max": [max(acc[t]) for t in lengths],
+            "mean": [float(np.mean(acc[t])) for t in lengths],
+            "std": [float(np.std(acc[t], ddof=1)) if len(acc[t]) > 1 else math.nan
+                    for t in lengths],
+            "train_accuracy": [float(np.mean(train_acc[t])) for t in lengths],
+            "best_epoch": [float(np.mean(best[t])) for t in lengths],
+        }  # fmt: skip
+    c = out["check"]
+    half = (len(c["T"]) - 1) // 2
+    out["plateau"] = {"T": c["T"][half:], "range_of_max": float(np.ptp(c["max"][half:])),
+                      "band": _PLATEAU_BAND}  # fmt: skip
+    out["tau_max"] = dataclasses.asdict(runner.kendall_tau(c["T"], c["max"]))
+    return out
+
+
 def _tau_text(tau: Mapping[str, Any]) -> str:
     return str(runner.KendallTau(**tau))
 
@@ -649,6 +710,40 @@ def _plateau_claim(stats: Mapping[str, Any]) -> str:
         f"{plateau['band']}); over all T the per-T max has {_tau_text(acc['tau_max'])}"
     )
     return runner.claim_line(CLAIMS[2], ok, evidence)
+
+
+def _width_claim(check: Mapping[str, Any]) -> str:
+    """The plateau claim again, on the wider model trained longer."""
+    plateau, c = check["plateau"], check["check"]
+    ok = bool(plateau["range_of_max"] <= plateau["band"])
+    maxima = ", ".join(f"{t}: {v:.3f}" for t, v in zip(c["T"], c["max"], strict=True))
+    evidence = (
+        f"d = {check['embed_dim']}, {check['num_epochs']} epochs: max validation accuracy per T "
+        f"{{{maxima}}}; over the longer half T = {plateau['T']} it spans "
+        f"{plateau['range_of_max']:.3f} (plateau: within {plateau['band']}); the per-T max has "
+        f"{_tau_text(check['tau_max'])}"
+    )
+    claim = f"{CLAIMS[2].rstrip('.')}: width and budget check"
+    return runner.claim_line(claim, ok, evidence)
+
+
+def _width_table(check: Mapping[str, Any], grid: Mapping[str, Any]) -> str:
+    c, m = check["check"], check["main"]
+    table = []
+    for t in c["T"]:
+        cells = [t]
+        for part in (m, c):
+            if t in part["T"]:
+                j = part["T"].index(t)
+                cells += [part["max"][j], f"{part['mean'][j]:.3g} ± {part['std'][j]:.3g}",
+                          part["train_accuracy"][j], part["best_epoch"][j]]  # fmt: skip
+            else:
+                cells += ["", "", "", ""]
+        table.append(cells)
+    d0, e0, d1, e1 = grid["embed_dim"], grid["num_epochs"], check["embed_dim"], check["num_epochs"]
+    header = ["T"] + [f"{h} (d = {d}, {e} ep.)" for d, e in ((d0, e0), (d1, e1)) for h in
+                      ("max val. acc.", "val. acc.", "train acc.", "best epoch")]  # fmt: skip
+    return runner.markdown_table(header, table, align="r" * len(header), digits=3)
 
 
 def _bound_claim(stats: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
@@ -768,6 +863,21 @@ def _reading(rows: Sequence[Mapping[str, Any]], stats: Mapping[str, Any]) -> lis
     ]  # fmt: skip
 
 
+def _width_section(stats: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str]:
+    """The width and budget check: its table (nothing when the scale has no check)."""
+    if "width_check" not in stats:
+        return []
+    check, grid = stats["width_check"], meta["config_grid"]
+    return [
+        "## Width and budget check: is the accuracy verdict an artefact of the cpu scale?", "",
+        f"The same experiment at T = {check['check']['T']} with d = {check['embed_dim']} (the "
+        f"main grid: {grid['embed_dim']}) and {check['num_epochs']} epochs (main: "
+        f"{grid['num_epochs']}), other settings and seeds unchanged; mean ± std over runs at "
+        "the best epoch (lowest validation loss).", "",
+        _width_table(check, grid), "",
+    ]  # fmt: skip
+
+
 def _report(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], stats: dict) -> str:
     lines = [
         f"# {meta['experiment']}: {meta['paper']}", "", meta["description"], "",
@@ -784,10 +894,14 @@ def _report(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], stats: d
         _bounds_table(rows), "",
         "![bounds](figure4_bounds.png)", "",
         "## Claims", "",
-        _trend_claim(CLAIMS[0], stats["gen_gap"], "gap"),
-        _trend_claim(CLAIMS[1], stats["l1_norm"], "l1 norm"),
-        _plateau_claim(stats),
-        _bound_claim(stats, rows), "",
+        *claims_at_scale([
+            _trend_claim(CLAIMS[0], stats["gen_gap"], "gap"),
+            _trend_claim(CLAIMS[1], stats["l1_norm"], "l1 norm"),
+            _plateau_claim(stats),
+            *([_width_claim(stats["width_check"])] if "width_check" in stats else []),
+            _bound_claim(stats, rows),
+        ], meta["scale"]), "",
+        *_width_section(stats, meta),
         *_reading(rows, stats),
     ]  # fmt: skip
     return "\n".join(lines).rstrip("\n") + "\n"
@@ -855,13 +969,20 @@ def _bounds_figure(rows: Sequence[Mapping[str, Any]]):
 
 
 def render(rows: list[dict], meta: dict, out_dir: Path) -> None:
-    """Figures 1-3 analogues, the bounds figure, ``statistics.json`` and ``report.md``."""
+    """Figures 1-3 analogues, the bounds figure, ``statistics.json`` and ``report.md``.
+
+    Figures, tables and the paper's claims use the main grid; the width check has its own
+    table and claim line.
+    """
+    rows, check = _split_rows(rows, meta["config_grid"])
     figures = {
         name: _trend_figure(rows, column, label, f"{paper_figure} analogue ({meta['scale']})")
         for name, (column, label, paper_figure) in FIGURES.items()
     }
     figures["figure4_bounds.png"] = _bounds_figure(rows)
     stats = statistics(rows)
+    if check:
+        stats["width_check"] = width_check_statistics(rows, check)
     runner.write_rendered(out_dir, figures, stats, _report(rows, meta, stats))
 
 
@@ -877,6 +998,7 @@ EXPERIMENT = runner.Experiment(
     scales=SCALES,
     run_unit=run_unit,
     run_batch=run_batch,
+    units=tt_units,
     render=render,
     claims=CLAIMS,
     paper_numbers=PAPER_NUMBERS,

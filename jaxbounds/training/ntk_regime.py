@@ -7,7 +7,8 @@ $f^{lin}(\theta; x) = f(\theta_0; x) + J_{\theta_0}(x)(\theta - \theta_0)$
 the two trajectories stay together: the weights move little relative to their size, and the
 predictions of the trained model and of the trained linear model agree.
 
-Recorded every step (both runs share one :func:`~jaxbounds.training.train_gd` call on the pair
+Recorded every step (both runs share one :func:`~jaxbounds.training.train_gd` call, the
+training engine with ``optax.sgd``, on the pair
 ``{"model": theta, "linear": theta_lin}``; the loss is the sum of the two losses, whose gradient
 is the two separate gradients, so each half follows its own GD exactly):
 
@@ -29,6 +30,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -92,8 +94,12 @@ class NTKRegimeResult:
         }
 
 
+@functools.cache
 def _metrics_fn(apply_fn: Callable, loss_of: Callable) -> Callable:
-    """``(pair, (p0, x, y, x_test)) -> {losses, drifts}`` of one GD step of the pair."""
+    """``(pair, (p0, x, y, x_test)) -> {losses, drifts}`` of one GD step of the pair.
+
+    One object per (model, loss), so that repeated :func:`ntk_regime` calls compile nothing.
+    """
 
     def metrics(pair: dict[str, Any], data: tuple[Any, ...]) -> dict[str, jax.Array]:
         p0, x, y, x_test = data
@@ -149,18 +155,10 @@ def ntk_regime(
     if loss not in LOSSES:
         raise ValueError(f"loss: expected one of {sorted(LOSSES)}, got {loss!r}")
     loss_of = LOSSES[loss]
-
-    # theta_0 and the data go into the compiled steps as arguments, not closed-over constants
-    # (XLA would constant-fold the whole forward pass at theta_0 otherwise).
-    def joint_loss(pair: dict[str, Any], batch: tuple[Any, ...]) -> jax.Array:
-        p0, x, y = batch
-        lin = linearized_apply(apply_fn, pair["linear"], p0, x)
-        return loss_of(apply_fn(pair["model"], x), y) + loss_of(lin, y)
-
     x_test = None if test is None else jnp.asarray(test["inputs"])
     batch = (params0, jnp.asarray(train["inputs"]), jnp.asarray(train["labels"]))
     pair, record = train_gd(
-        joint_loss,
+        _joint_loss(apply_fn, loss_of),
         {"model": params0, "linear": params0},
         batch,
         learning_rate=learning_rate,
@@ -172,6 +170,22 @@ def ntk_regime(
         label="[ntk-regime]",
     )
     return _result(pair, record, params0, x_test is not None)
+
+
+@functools.cache
+def _joint_loss(apply_fn: Callable, loss_of: Callable) -> Callable:
+    """The sum of the model's and the linearisation's losses (one object per model and loss).
+
+    theta_0 and the data go into the compiled steps as arguments, not closed-over constants
+    (XLA would constant-fold the whole forward pass at theta_0 otherwise).
+    """
+
+    def joint_loss(pair: dict[str, Any], batch: tuple[Any, ...]) -> jax.Array:
+        p0, x, y = batch
+        lin = linearized_apply(apply_fn, pair["linear"], p0, x)
+        return loss_of(apply_fn(pair["model"], x), y) + loss_of(lin, y)
+
+    return joint_loss
 
 
 def _result(pair: dict[str, Any], record: TrainingRecord, params0: Any, has_test: bool):

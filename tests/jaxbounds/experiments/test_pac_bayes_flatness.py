@@ -98,13 +98,13 @@ def test_domination_names_the_failing_coordinate():
     assert out["norm_ratio"] == 5.0
 
 
-def test_train_interpolator_checks_arguments():
+def test_train_twin_checks_arguments():
     bits = cube_points(3)
     with pytest.raises(ValueError, match="loss_threshold"):
-        ft.train_interpolator(bits, jnp.zeros(8), seed=0, mlp_width=4, learning_rate=0.1,
+        ft.train_twin(bits, jnp.zeros(8), seed=0, mlp_width=4, learning_rate=0.1,
                               loss_threshold=0.0, max_steps=1, chunk_steps=1)  # fmt: skip
     with pytest.raises(ValueError, match="max_steps"):
-        ft.train_interpolator(bits, jnp.zeros(8), seed=0, mlp_width=4, learning_rate=0.1,
+        ft.train_twin(bits, jnp.zeros(8), seed=0, mlp_width=4, learning_rate=0.1,
                               loss_threshold=0.1, max_steps=0, chunk_steps=1)  # fmt: skip
 
 
@@ -142,7 +142,7 @@ def test_one_unit_recomputed(smoke_run):
     bits = cube_points(t)
     batch = {"bits": bits, "labels": f(bits)}
     built = as_pure(construction(f, seq_len=t))[1]
-    trained = ft.train_interpolator(
+    trained = ft.train_twin(
         bits, batch["labels"], seed=seed, mlp_width=cfg["mlp_width"],
         learning_rate=cfg["learning_rate"], loss_threshold=cfg["loss_threshold"],
         max_steps=cfg["max_steps"], chunk_steps=cfg["chunk_steps"],

@@ -159,4 +159,5 @@ def test_report_statistics_recomputed_from_results_csv(smoke_run):
     assert e3["P_implied_by_0.327"] == pytest.approx((0.327 - b0) / s**2, rel=1e-12)
     assert f"{b0:.4f}" in report
     assert f"{e3['semi_analytic_ours']:.4f}" in report
-    assert "**reproduced**: At the E.3 check case the bound without" in report
+    assert "**not tested at this scale**: At the E.3 check case the bound without" in report
+    assert "**reproduced**" not in report

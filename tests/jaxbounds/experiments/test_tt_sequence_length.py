@@ -17,7 +17,7 @@ import pytest
 from scipy import stats
 
 from jaxbounds.experiments import tt_sequence_length as tt
-from jaxbounds.experiments.runner import Unit, format_number, grid_units
+from jaxbounds.experiments.runner import Unit, format_number
 from tests.helpers import read_rows, run_smoke
 
 NUMERIC = ("seq_len", "seed", "l1_norm", "gen_gap", "val_accuracy", "tt_rad", "edelman_cover",
@@ -29,8 +29,22 @@ def smoke_run(tmp_path_factory) -> Path:
     return run_smoke(tt.EXPERIMENT, tmp_path_factory)
 
 
+SMOKE = tt.SCALES["smoke"]
+MAIN = {"embed_dim": SMOKE["embed_dim"], "num_epochs": SMOKE["num_epochs"]}
+
+
+def _all_rows(run_dir: Path) -> list[dict]:
+    return read_rows(run_dir, floats=(*NUMERIC, "embed_dim", "num_epochs", "best_epoch"))
+
+
 def _rows(run_dir: Path) -> list[dict]:
-    return read_rows(run_dir, floats=NUMERIC)
+    """The main grid's rows (the width check's rows have another width or epoch budget)."""
+    return [r for r in _all_rows(run_dir) if all(r[k] == v for k, v in MAIN.items())]
+
+
+def _units(seeds):
+    return [u for u in tt.tt_units(SMOKE, seeds) if all(u.config[k] == v for k, v in
+                                                         MAIN.items())]  # fmt: skip
 
 
 def test_files(smoke_run):
@@ -41,8 +55,9 @@ def test_files(smoke_run):
         assert (smoke_run / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads((smoke_run / "summary.json").read_text())
     assert summary["scale"] == "smoke"
-    assert summary["num_units"] == len(_rows(smoke_run)) == 4
-    assert len(list((smoke_run / "units").glob("*.json"))) == 4
+    assert summary["num_units"] == len(_all_rows(smoke_run)) == 6  # 4 main + 2 width check
+    assert len(_rows(smoke_run)) == 4
+    assert len(list((smoke_run / "units").glob("*.json"))) == 6
     # every bound carries its status next to its value
     row = _rows(smoke_run)[0]
     for column in ("tt_rad", "tt_gap_bound", "tt42_rad", "edelman_rad", "edelman_gap_bound"):
@@ -78,13 +93,15 @@ def test_report_statistics_recomputed_from_results_csv(smoke_run):
     np.testing.assert_allclose(
         ratio, [math.log(d * m * (t + 1)) / math.log(d * m * (ref_t + 1)) for t in lengths]
     )
-    assert "**reproduced**: The Edelman et al. bound grows" in report
+    assert "**not tested at this scale**: The Edelman et al. bound grows" in report
+    for verdict in ("**reproduced**", "**not reproduced**", "**inconclusive**"):
+        assert verdict not in report  # smoke scale: no claim is tested
 
 
 def test_one_unit_recomputed_by_hand(smoke_run):
     """l1 norm and the T&T Corollary 4.1.1 bound (heads summed) from their formulas."""
     rows = [r for r in _rows(smoke_run) if r["seq_len"] == 10]
-    units = [u for u in grid_units(tt.SCALES["smoke"], [0, 1]) if u.config["seq_len"] == 10]
+    units = [u for u in _units([0, 1]) if u.config["seq_len"] == 10]
     (params, data), _ = tt.best_params(units)
     row = rows[0]
     leaves = [np.asarray(x, np.float64) for x in
@@ -114,8 +131,7 @@ def test_one_unit_recomputed_by_hand(smoke_run):
 
 def test_run_unit_equals_its_batch_row(smoke_run):
     """A unit computed alone (a resumed run) gives its row of the batched run, bit for bit."""
-    unit = Unit(next(u.config for u in grid_units(tt.SCALES["smoke"], [1])
-                     if u.config["seq_len"] == 20), seed=1)  # fmt: skip
+    unit = next(u for u in _units([1]) if u.config["seq_len"] == 20)
     alone = tt.run_unit(unit)
     row = next(r for r in _rows(smoke_run) if r["seq_len"] == 20 and r["seed"] == 1)
     for key, value in alone.items():
@@ -145,3 +161,19 @@ def test_a_unit_row_does_not_depend_on_its_batch():
         assert alone == five[seed], seed
     assert three[2] == five[2]
     assert three[0] == five[0]
+
+
+def test_width_check_recomputed_from_results_csv(smoke_run):
+    """The width / budget check's rows, statistics and (untested at smoke) claim line."""
+    rows = _all_rows(smoke_run)
+    check = [r for r in rows if r["num_epochs"] == SMOKE["width_check"]["num_epochs"]]
+    assert sorted((r["seq_len"], r["seed"]) for r in check) == [(20, 0), (20, 1)]
+    recorded = json.loads((smoke_run / "statistics.json").read_text())["width_check"]
+    assert recorded["check"]["max"] == [max(r["val_accuracy"] for r in check)]
+    main_20 = [r["val_accuracy"] for r in _rows(smoke_run) if r["seq_len"] == 20]
+    assert recorded["main"]["max"] == [max(main_20)]
+    assert recorded["plateau"]["range_of_max"] == 0.0  # one T: nothing to span
+    report = (smoke_run / "report.md").read_text()
+    assert "## Width and budget check" in report
+    claim = "**not tested at this scale**: The validation accuracy plateaus as T grows (Figure 3)"
+    assert f"{claim}: width and budget check" in report
