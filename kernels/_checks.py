@@ -55,7 +55,7 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -326,7 +326,7 @@ class Failures:
     def __bool__(self) -> bool:
         return bool(self.messages)
 
-    def raise_first(self, recorded: list[str] = ()) -> None:  # type: ignore[assignment]
+    def raise_first(self, recorded: Sequence[str] = ()) -> None:
         """Concrete: raise the ValueError of the first failed check.
 
         The collected checks in traced order first, then the ``recorded`` failures of checks
@@ -431,7 +431,11 @@ _RECORDED_LOCK = threading.Lock()
 
 @contextlib.contextmanager
 def recording() -> Iterator[list[str]]:
-    """Around an eager kernel call: the messages of its failed in-place checks, in run order."""
+    """Around an eager kernel call: the messages of its failed in-place checks, in run order.
+
+    The record is per process: kernels called eagerly from several threads at once may see each
+    other's failures (each still raises a ``ValueError`` of a check that failed).
+    """
     with _RECORDED_LOCK:
         _RECORDED.clear()
     found: list[str] = []
