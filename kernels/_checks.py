@@ -256,11 +256,12 @@ def _warn_cannot_raise() -> None:
         return
     _WARNED.add("cannot-raise")
     warnings.warn(
-        "kernels: runtime checks inside jax.jit cannot raise here (no CPU device for the host "
-        "callback, e.g. JAX_PLATFORMS=cuda alone, or a TPU): a failed check makes the kernel's "
-        "floating results NaN instead of raising. Eager calls still raise ValueError. Add cpu "
-        "to JAX_PLATFORMS (e.g. JAX_PLATFORMS=cuda,cpu) to get the error, or turn the checks "
-        "off with kernels.set_runtime_checks(False).",
+        "kernels: runtime checks inside jax.jit (and inside a kernel's loops) cannot raise "
+        "here (no CPU device for the host callback, e.g. JAX_PLATFORMS=cuda alone, or a TPU): "
+        "a failed check makes the kernel's floating results NaN instead of raising. Eager calls "
+        "still raise ValueError for their argument checks. Add cpu to JAX_PLATFORMS (e.g. "
+        "JAX_PLATFORMS=cuda,cpu) to get the error, or turn the checks off with "
+        "kernels.set_runtime_checks(False).",
         KernelsCheckWarning,
         stacklevel=4,
     )
