@@ -138,24 +138,29 @@ def _gauss_newton_rows(run: Run, cfg: ScalarConfig) -> list[Row]:
     ]  # fmt: skip
 
 
-def _norm_rows(params: Any, init: Any) -> list[Row]:
-    """Frobenius norm of every matrix, total l1 / l2 norms and the distance from init."""
-    s = _SECTION
-    rows = [
-        Row(s, f"‖{name}‖_F", float(jnp.linalg.norm(mat.reshape(-1))), note="norm")
+@jax.jit
+def _norms(params: Any, init: Any) -> tuple[Any, ...]:
+    """Frobenius norms of the matrices, l1 / l2 norms and the distance from init, one program."""
+    frobenius = {
+        name: jnp.linalg.norm(mat.reshape(-1))
         for name, mat in ScalarTransformer.named_matrices(params).items()
-    ]
-    rows.append(
-        Row(
-            s,
-            "‖θ‖_1 (all weights)",
-            float(tree_norm(params, p=1)),
-            note="norm; T&T Fig. 1 quantity",
-        )
-    )
-    rows.append(Row(s, "‖θ‖_2 (all weights)", float(tree_norm(params)), note="norm"))
-    dist = float(tree_norm(jax.tree_util.tree_map(jnp.subtract, params, init)))
-    rows.append(Row(s, "‖θ - θ_0‖_2", dist, note="norm; distance from initialisation"))
+    }
+    dist = tree_norm(jax.tree_util.tree_map(jnp.subtract, params, init))
+    return frobenius, tree_norm(params, p=1), tree_norm(params), dist
+
+
+def _norm_rows(params: Any, init: Any) -> list[Row]:
+    """Frobenius norm of every matrix, total l1 / l2 norms and the distance from init.
+
+    One jitted program (compiled once per parameter shapes; eagerly, a norm's ``lax.cond``
+    compiles anew on every call).
+    """
+    s = _SECTION
+    frobenius, l1, l2, dist = _norms(params, init)
+    rows = [Row(s, f"‖{name}‖_F", float(value), note="norm") for name, value in frobenius.items()]
+    rows.append(Row(s, "‖θ‖_1 (all weights)", float(l1), note="norm; T&T Fig. 1 quantity"))
+    rows.append(Row(s, "‖θ‖_2 (all weights)", float(l2), note="norm"))
+    rows.append(Row(s, "‖θ - θ_0‖_2", float(dist), note="norm; distance from initialisation"))
     return rows
 
 
