@@ -99,6 +99,7 @@ __all__ = [
 ]
 
 _KINDS = ("gaussian", "l2_ball", "linf_ball")
+_MODES = ("auto", "forms", "products")
 _MOMENTUM = 0.75  # APGD's momentum weight (Croce & Hein 2020)
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -466,8 +467,41 @@ def _hessian_at(
     prob: _Problem, shift: jax.Array
 ) -> tuple[jax.Array, Callable[[jax.Array], jax.Array]]:
     """L at theta + ``shift`` and ``v -> H v`` there, from one linearisation of the gradient."""
-    (value, _), linear = jax.linearize(jax.value_and_grad(prob.loss), shift)
+    value, linear = _linearized(prob, shift)
     return value, lambda v: linear(v)[1]
+
+
+def _linearized(prob: _Problem, shift: jax.Array) -> tuple[jax.Array, Any]:
+    """L at theta + ``shift`` and the linearised value-and-gradient there (a Partial)."""
+    (value, _), linear = jax.linearize(jax.value_and_grad(prob.loss), shift)
+    return value, linear
+
+
+def _quadratic_form(prob: _Problem) -> Callable[[jax.Array], jax.Array]:
+    r"""``x -> x^T H(theta) x``: the second derivative of $t \mapsto L(\theta + t x)$ at 0.
+
+    Forward over forward mode (two nested ``jax.jvp``): no backward pass, no linearisation.
+    """
+    zero = jnp.zeros_like(prob.flat)
+
+    def form(x: jax.Array) -> jax.Array:
+        def slope(d: jax.Array) -> jax.Array:
+            return jax.jvp(prob.loss, (d,), (x,))[1]
+
+        return jax.jvp(slope, (zero,), (x,))[1]
+
+    return form
+
+
+# the decomposition's u^T H u: linearised products for one pair / probe at a time while the
+# linearisation keeps at most this many bytes, else quadratic forms (the rule and the
+# measurements behind it: kernels.curvature, Hutchinson's mode="auto")
+_PRODUCT_RESIDUAL_BYTES = 2**30
+
+
+def _residual_bytes(linear: Any) -> int:
+    leaves = jax.tree_util.tree_leaves(linear)
+    return sum(math.prod(jnp.shape(x)) * np.dtype(jnp.result_type(x)).itemsize for x in leaves)
 
 
 def _check_samples(num_bad: jax.Array, ok: jax.Array, what: str) -> None:
@@ -610,7 +644,7 @@ def _decomposition_pair(
     prob: _Problem,
     base: jax.Array,
     sigma: jax.Array,
-    hvp: Callable[[jax.Array], jax.Array],
+    quad: Callable[[jax.Array], jax.Array],
 ) -> Callable[[jax.Array], jax.Array]:
     r"""``key -> [pair mean, pair mean - u^T H u / 2]`` for one Gaussian pair."""
     draw = _sampler("gaussian", sigma, prob)
@@ -618,8 +652,8 @@ def _decomposition_pair(
     def one(k: jax.Array) -> jax.Array:
         u = draw(k)
         pair = _increase(prob, base, u, antithetic=True)
-        quad = (0.5 * jnp.vdot(u, hvp(u))).astype(pair.dtype)
-        return jnp.stack([pair, pair - quad])
+        half = (0.5 * quad(u)).astype(pair.dtype)
+        return jnp.stack([pair, pair - half])
 
     return one
 
@@ -645,6 +679,7 @@ def sharpness_decomposition(
     num_samples: int,
     num_probes: int,
     chunk_size: int | None = None,
+    mode: Literal["auto", "forms", "products"] = "auto",
 ) -> SharpnessDecomposition:
     r"""The Theorem 6/12 decomposition of the average increase under Gaussian perturbations.
 
@@ -668,8 +703,9 @@ def sharpness_decomposition(
       third-order term has mean zero, so $P = O(\sigma^4)$ for smooth losses.
 
     ``average`` and ``trace_term + remainder`` estimate the same number; they differ by Monte
-    Carlo error only (compare them with their standard errors). Hessian-vector products come
-    from one linearisation of $\nabla L$ at $\theta$ (memory: one forward and backward pass).
+    Carlo error only (compare them with their standard errors). The quadratic forms
+    $u^\top H u$ come from one linearisation of $\nabla L$ at $\theta$ (memory: its
+    residuals) or by forward over forward mode (``mode``).
 
     Args:
       loss_fn: ``(params, batch) -> scalar`` (twice differentiable). Static (by identity).
@@ -680,6 +716,12 @@ def sharpness_decomposition(
       num_samples: $K \ge 2$ antithetic pairs ($2K$ loss evaluations). Static.
       num_probes: Hutchinson probes for the trace term (>= 2). Static.
       chunk_size: pairs / probes per vectorised batch; ``None`` runs them one at a time.
+      mode: how each $u^\top H u$ (pairs) and $v^\top SHS v$ (probes) is formed:
+        ``"products"`` (a Hessian-vector product from one linearisation of the gradient at
+        $\theta$, whose residuals stay in memory), ``"forms"`` (forward over forward mode:
+        no linearisation, memory of a forward pass) or ``"auto"`` (default): products one at
+        a time while the linearisation keeps at most 1 GiB, else forms (as
+        :func:`kernels.curvature.hutchinson_trace`). The two agree to rounding. Static.
 
     Returns:
       :class:`SharpnessDecomposition` (``average``, ``trace_term``, ``remainder``, ``sigma``).
@@ -708,17 +750,29 @@ def sharpness_decomposition(
     num = check_positive_int(num_samples, "num_samples", minimum=2)
     num_probes = check_positive_int(num_probes, "num_probes", minimum=2)
     chunk_size = _check_chunk(chunk_size)
+    if not isinstance(mode, str) or mode not in _MODES:
+        raise ValueError(f"mode: expected one of {_MODES}, got {mode!r}")
     prob = _setup(loss_fn, params, batch, key, perturbation)
-    base, hvp = _hessian_at(prob, jnp.zeros_like(prob.flat))
+    base, linear = _linearized(prob, jnp.zeros_like(prob.flat))
+    products = mode == "products" or (
+        mode == "auto"
+        and chunk_size in (None, 1)
+        and _residual_bytes(linear) <= _PRODUCT_RESIDUAL_BYTES
+    )
+    if products:
+
+        def quad(x: jax.Array) -> jax.Array:
+            return jnp.vdot(x, linear(x)[1])
+    else:
+        quad = _quadratic_form(prob)
     ok = _checked_base(prob, base)
     sigma = jnp.asarray(perturbation.scale, prob.flat.dtype)
     key_pairs, key_probes = jax.random.split(key)
 
     def probe(k: jax.Array) -> jax.Array:
-        v = prob.scales * sign_vector(k, prob.scales.shape[0], prob.scales.dtype)
-        return jnp.vdot(v, hvp(v))
+        return quad(prob.scales * sign_vector(k, prob.scales.shape[0], prob.scales.dtype))
 
-    pair_fn = _decomposition_pair(prob, base, sigma, hvp)
+    pair_fn = _decomposition_pair(prob, base, sigma, quad)
     pairs = sample_statistics(pair_fn, key_pairs, num_samples=num, chunk_size=chunk_size)
     _check_samples(pairs.num_nonfinite, ok, _pairs_text(num))
     trace = sample_statistics(probe, key_probes, num_samples=num_probes, chunk_size=chunk_size)
@@ -884,11 +938,30 @@ def _scaled(scale: Any, eta: jax.Array) -> jax.Array:
     return eta if isinstance(scale, float) and scale == 1.0 else scale * eta
 
 
+def _leaves_norm(x: list[jax.Array]) -> jax.Array:
+    """2-norm of all entries of the leaves ``x``: one fused pass per leaf.
+
+    A plain sum of squares: the iterates lie within a few radii of 0. (A scaled norm per leaf
+    made the ascent's program 3x larger.)
+    """
+    return jnp.sqrt(sum(jnp.sum(a * a) for a in x))
+
+
+def _direction(g: list[jax.Array]) -> list[jax.Array]:
+    """``g / ||g||_2`` (0 for g = 0), scaled by ``max |g|`` first so that no square overflows."""
+    dtype = g[0].dtype
+    big = jnp.max(jnp.stack([jnp.max(jnp.abs(a)) for a in g]))
+    inv_big = 1 / jnp.where(big > 0, big, jnp.ones((), dtype))
+    nrm = _leaves_norm([a * inv_big for a in g])
+    inv = inv_big / jnp.maximum(nrm, jnp.finfo(dtype).tiny)
+    return [a * inv for a in g]
+
+
 def _tree_project(x: list[jax.Array], p: float, radius: jax.Array) -> list[jax.Array]:
     """Euclidean projection of all entries of the leaves ``x`` onto the l_p ball, p in {2, inf}."""
     if p != 2:
         return [jnp.clip(a, -radius, radius) for a in x]
-    nrm = tree_norm(x)
+    nrm = _leaves_norm(x)
     one = jnp.ones((), nrm.dtype)
     safe = jnp.where(nrm > 0, nrm, one)
     factor = jnp.where(nrm > 0, jnp.minimum(one, radius / safe), one)
@@ -915,7 +988,7 @@ def _apgd_start(
         for a, s in zip(leaves, scales, strict=True)
     ]
     if p == 2:
-        factor = 0.5 * radius / jnp.maximum(tree_norm(leaves), jnp.finfo(dtype).tiny)
+        factor = 0.5 * radius / jnp.maximum(_leaves_norm(leaves), jnp.finfo(dtype).tiny)
     else:
         factor = 0.5 * radius
     return [a * factor for a in leaves]
@@ -924,12 +997,7 @@ def _apgd_start(
 def _apgd_candidate(state: _Ascent, step: jax.Array, p: float, radius: jax.Array) -> list:
     """APGD's momentum step from the current iterate, projected onto the ball."""
     g = state.g
-    if p == 2:
-        tiny = jnp.finfo(g[0].dtype).tiny
-        inv = 1 / jnp.maximum(tree_norm(g), tiny)
-        direction = [a * inv for a in g]
-    else:
-        direction = [jnp.sign(a) for a in g]
+    direction = _direction(g) if p == 2 else [jnp.sign(a) for a in g]
     z = _tree_project(
         [x + state.alpha * d for x, d in zip(state.x, direction, strict=True)], p, radius
     )
