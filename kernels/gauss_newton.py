@@ -793,6 +793,13 @@ def dataset_empirical_fisher(
 
     Raises:
       ValueError: as :func:`dataset_ggn`.
+
+    >>> import jax.numpy as jnp
+    >>> x = jnp.array([[[1.0, 0.0]], [[0.0, 1.0]]])  # two batches of one example
+    >>> op = dataset_empirical_fisher(lambda w, x: x @ w, jnp.zeros(2),
+    ...                               (x, jnp.array([[-1.0], [-3.0]])), loss="squared_error")
+    >>> op(jnp.ones(2))  # (1/2) (diag(4, 0) + diag(0, 36)), as empirical_fisher's example
+    Array([ 2., 18.], dtype=float32)
     """
     _check_apply_fn(apply_fn)
     _check_loss(loss)
@@ -847,6 +854,13 @@ def mc_fisher(
     References:
       Martens 2020, arXiv:1412.1193, section 9; Kunstner, Hennig, Balles 2019,
       arXiv:1905.12558.
+
+    >>> import jax, jax.numpy as jnp
+    >>> x = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> op = mc_fisher(lambda w, x: x @ w, jnp.zeros(2), (x, jnp.zeros(2)), jax.random.key(0),
+    ...                loss="squared_error", num_samples=4)
+    >>> bool(op.form(jnp.ones(2)) >= 0), op(jnp.ones(2)).shape  # one PSD draw; E = G = I
+    (True, (2,))
     """
     _check_apply_fn(apply_fn)
     num_samples = _check_mc(loss, key, num_samples)
@@ -891,6 +905,13 @@ def dataset_mc_fisher(
 
     Raises:
       ValueError: as :func:`dataset_ggn` and :func:`mc_fisher`.
+
+    >>> import jax, jax.numpy as jnp
+    >>> x = jnp.array([[[1.0, 0.0]], [[0.0, 1.0]]])  # two batches of one example
+    >>> op = dataset_mc_fisher(lambda w, x: x @ w, jnp.zeros(2), (x, jnp.zeros((2, 1))),
+    ...                        jax.random.key(0), loss="squared_error")
+    >>> bool(op.form(jnp.ones(2)) >= 0)
+    True
     """
     _check_apply_fn(apply_fn)
     num_samples = _check_mc(loss, key, num_samples)
