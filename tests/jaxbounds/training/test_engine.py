@@ -273,9 +273,10 @@ def test_runs_equal_single_runs_and_learning_rates_vmap(shallow):
     assert not np.allclose(many.metrics["loss"][0], many.metrics["loss"][2])
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-def test_a_lane_does_not_depend_on_its_position_or_neighbours(shallow, dtype):
-    """Same run, same bits: alone, first, last, beside other runs, in a batch of 2 or 5."""
+def test_a_lane_does_not_depend_on_its_position_or_neighbours(shallow):
+    """Same run, same bits: alone, first, last, beside other runs, in a batch of 2 or 5 (float32,
+    where vmaps of different widths rounded differently before the engine)."""
+    dtype = jnp.float32
     x, y = shallow[1]
     batch = (x.astype(dtype), y)
     seeds = [0, 1, 2, 3, 4]
