@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -400,18 +401,38 @@ class Granulated:
         """
         if not self.group_taus:
             raise ValueError("resampled: needs group_taus (granulated_tau with seed_key)")
+        labels, per_axis = self._arrays
         counts = collections.Counter(json_value(s) for s in drawn)
+        draws = np.array([counts.get(label, 0) for label in labels], dtype=float)
         values = []
-        for groups in self.group_taus.values():
-            weights = np.array([counts.get(seed, 0) for seed, _ in groups], dtype=float)
+        for codes, taus in per_axis:
+            weights = draws[codes]
             if weights.sum() > 0:
-                taus = np.array([tau for _, tau in groups])
                 values.append(float(weights @ taus / weights.sum()))
         return float(np.mean(values)) if values else math.nan
 
+    @functools.cached_property
+    def _arrays(self) -> tuple[list[str], list[tuple[np.ndarray, np.ndarray]]]:
+        """The seeds of the groups as codes into one label list, and the taus, per axis."""
+        labels = sorted({seed for groups in self.group_taus.values() for seed, _ in groups})
+        code = {label: k for k, label in enumerate(labels)}
+        per_axis = [
+            (np.array([code[seed] for seed, _ in groups], dtype=int),
+             np.array([tau for _, tau in groups], dtype=float))
+            for groups in self.group_taus.values()
+        ]  # fmt: skip
+        return labels, per_axis
 
-def _group_key(setting: Mapping[str, Any], skip: str) -> str:
-    return json.dumps({k: v for k, v in setting.items() if k != skip}, sort_keys=True)
+
+def _label(value: Any) -> Any:
+    """A hashable stand-in for a JSON value: scalars tagged with their type, else JSON text."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return (type(value).__name__, value)
+    return json_value(value)
+
+
+def _group_key(setting: Mapping[str, Any], skip: str) -> tuple:
+    return tuple((k, _label(v)) for k, v in sorted(setting.items()) if k != skip)
 
 
 def granulated_tau(
@@ -473,7 +494,7 @@ def granulated_tau(
             groups.setdefault(_group_key(setting, axis), []).append(i)
         taus = []
         for members in groups.values():
-            values = {json_value(settings[i][axis]) for i in members}
+            values = {_label(settings[i][axis]) for i in members}
             if len(members) >= 2 and len(values) >= 2:
                 tau = kendall_tau_a(mu[members], g[members])
                 seed = "" if seed_key is None else json_value(settings[members[0]][seed_key])
@@ -641,22 +662,28 @@ def sign_error(
             raise ValueError(f"settings: {key!r} is not a key of every setting")
     if not (isinstance(min_weight, int | float) and min_weight >= 0 and math.isfinite(min_weight)):
         raise ValueError(f"min_weight: expected a finite number >= 0, got {min_weight!r}")
-    index = {}
+    keys = sorted({k for setting in settings for k in setting if k != seed_key})
+    index: dict[tuple, dict[Any, int]] = {}
     for i, setting in enumerate(settings):
-        config = {k: v for k, v in setting.items() if k != seed_key}
-        index.setdefault(json_value(config), {})[json_value(setting[seed_key])] = i
+        config = tuple(_label(setting.get(k)) for k in keys)
+        index.setdefault(config, {})[_label(setting[seed_key])] = i
+    configs = list(index)
+    first = [settings[next(iter(index[c].values()))] for c in configs]
+    columns: list[dict] = [{} for _ in keys]
+    codes = np.array(
+        [[col.setdefault(v, len(col)) for col, v in zip(columns, c, strict=True)] for c in configs],
+        dtype=int,
+    ).reshape(len(configs), len(keys))
+    differ = codes[:, None, :] != codes[None, :, :]
+    one_apart = np.triu(differ.sum(axis=-1) == 1, 1)
     errors: list[tuple[float, str, str]] = []
-    keys = list(index)
-    parsed = {k: json.loads(k) for k in keys}
-    for a, b in itertools.combinations(keys, 2):
-        ca, cb = parsed[a], parsed[b]
-        differ = [k for k in ca if json_value(ca[k]) != json_value(cb.get(k))]
-        if len(differ) != 1 or differ[0] not in axes:
+    for a, b in zip(*np.nonzero(one_apart), strict=True):
+        axis = keys[int(np.argmax(differ[a, b]))]
+        if axis not in axes:
             continue
-        axis = differ[0]
         num = den = 0.0
-        for seed in sorted(set(index[a]) & set(index[b])):
-            i, j = index[a][seed], index[b][seed]
+        for seed in sorted(set(index[configs[a]]) & set(index[configs[b]])):
+            i, j = index[configs[a]][seed], index[configs[b]][seed]
             if math.isnan(mu[i]) or math.isnan(mu[j]) or math.isnan(g[i]) or math.isnan(g[j]):
                 continue
             w = 1.0 if pair_weight is None else float(pair_weight(i, j))
@@ -665,13 +692,11 @@ def sign_error(
             e = 0.5 * (1.0 - np.sign(mu[i] - mu[j]) * np.sign(g[i] - g[j]))
             num, den = num + w * e, den + w
         if den > min_weight:
-            others = {k: v for k, v in ca.items() if k != axis}
+            ca, cb = first[a], first[b]
             lo, hi = sorted([ca[axis], cb[axis]], key=_sort_key)
             where = f"{axis}: {_show(lo)} -> {_show(hi)}"
-            if len(others) > 0 and len(axes) > 1:
-                rest = ", ".join(f"{k}={_show(v)}" for k, v in others.items() if k in axes)
-                where = f"{where} ({rest})" if rest else where
-            errors.append((float(num / den), axis, where))
+            rest = ", ".join(f"{k}={_show(ca[k])}" for k in axes if k != axis and k in ca)
+            errors.append((float(num / den), axis, f"{where} ({rest})" if rest else where))
     if not errors:
         nan = math.nan
         return SignError(nan, nan, nan, 0, "", {a: nan for a in axes})
@@ -732,12 +757,14 @@ def resample_index(seeds: Sequence[Any], drawn: Sequence[Any]) -> tuple[np.ndarr
     >>> resample_index([0, 1, 0, 1], [1, 1])
     (array([1, 3, 1, 3]), array([0, 0, 1, 1]))
     """
-    labels = [json_value(s) for s in seeds]
+    members: dict[Any, list[int]] = {}
+    for i, seed in enumerate(seeds):
+        members.setdefault(_label(seed), []).append(i)
     index, copy = [], []
     for c, seed in enumerate(drawn):
-        members = [i for i, label in enumerate(labels) if label == json_value(seed)]
-        index += members
-        copy += [c] * len(members)
+        found = members.get(_label(seed), [])
+        index += found
+        copy += [c] * len(found)
     return np.asarray(index, dtype=int), np.asarray(copy, dtype=int)
 
 

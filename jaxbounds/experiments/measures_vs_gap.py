@@ -192,7 +192,7 @@ COMMON_KEYS = (
     "sharpness_sigmas", "adaptive_sigmas", "worst_steps", "worst_batches", "worst_rho_linf",
     "worst_rho_l2", "sigma_pairs", "sigma_steps", "sigma_target", "sigma_bracket",
     "adaptive_sigma_bracket", "ggn_probes", "fisher_samples", "example_chunk", "rad_draws",
-    "rad_steps", "delta", "dtype",
+    "rad_steps", "delta", "dtype", "measure_opt_level",
 )  # fmt: skip
 
 _MEASURE_COMMON = {
@@ -202,6 +202,7 @@ _MEASURE_COMMON = {
     "sigma_steps": 12, "sigma_target": 0.1, "sigma_bracket": [1e-5, 2.0],
     "adaptive_sigma_bracket": [1e-4, 4.0], "ggn_probes": 32, "fisher_samples": 8,
     "example_chunk": 16, "rad_draws": 16, "rad_steps": 20, "delta": 0.05, "dtype": "float32",
+    "measure_opt_level": 0,
 }  # fmt: skip
 
 #: Config grid per scale: the families' axes and designs, and the measures' settings.
@@ -238,7 +239,7 @@ SCALES: dict[str, dict[str, Any]] = {
                          "width": [8, 12, 16], "num_train": [128, 256, 512],
                          "seq_len": [10, 20, 40], "max_steps": [4000]},
                 "crossed": ["learning_rate"],
-                "fixed": {"num_heads": 2, "sparsity": 5, "train_pool": 512, "num_test": 512,
+                "fixed": {"num_heads": 4, "sparsity": 5, "train_pool": 512, "num_test": 512,
                           "optimizer": "adam", "loss_threshold": 0.05, "eval_every": 25,
                           "measure_examples": 128},
             },
@@ -261,7 +262,7 @@ SCALES: dict[str, dict[str, Any]] = {
                          "width": [16, 32, 64], "num_train": [256, 512, 1024],
                          "seq_len": [20, 50, 100], "max_steps": [20000]},
                 "crossed": ["learning_rate", "batch_size", "width", "num_train", "seq_len"],
-                "fixed": {"num_heads": 2, "sparsity": 9, "train_pool": 1024, "num_test": 2000,
+                "fixed": {"num_heads": 4, "sparsity": 9, "train_pool": 1024, "num_test": 2000,
                           "optimizer": "adam", "loss_threshold": 0.01, "eval_every": 50,
                           "measure_examples": 256},
             },
@@ -278,6 +279,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "lanes": 8, "measure_lanes": 8, "hessian_probes": 64, "lanczos_steps": 32,
         "sharpness_pairs": 64, "worst_batches": 4, "sigma_pairs": 32, "sigma_steps": 16,
         "ggn_probes": 64, "fisher_samples": 16, "rad_draws": 64, "rad_steps": 50,
+        "measure_opt_level": None,
     },
 }  # fmt: skip
 
@@ -836,7 +838,7 @@ _PROGRAM_KEYS = (
     "family", "width", "num_heads", "hessian_probes", "lanczos_steps", "sharpness_pairs",
     "worst_steps", "worst_batches", "worst_rho_linf", "worst_rho_l2", "sigma_pairs",
     "sigma_steps", "sigma_target", "sigma_bracket", "adaptive_sigma_bracket", "ggn_probes",
-    "fisher_samples", "example_chunk", "rad_draws", "rad_steps", "delta",
+    "fisher_samples", "example_chunk", "rad_draws", "rad_steps", "delta", "measure_opt_level",
 )  # fmt: skip
 
 
@@ -864,8 +866,10 @@ def _run_program(name: str, cfg: Mapping[str, Any], args: list[tuple]) -> tuple[
         if compiled is None:
             start = time.perf_counter()
             fn = _lane_program(name, _family_fns(cfg), cfg_items)
+            level = cfg["measure_opt_level"]
+            options = None if level is None else {"xla_backend_optimization_level": level}
             with kernels.runtime_checks(False):
-                compiled = jax.jit(jax.vmap(fn)).lower(*stacked).compile()
+                compiled = jax.jit(jax.vmap(fn)).lower(*stacked).compile(compiler_options=options)
             spent = time.perf_counter() - start
             _COMPILED[sig] = compiled
         start = time.perf_counter()
@@ -1189,6 +1193,29 @@ def _tau_b(x: np.ndarray, y: np.ndarray) -> float:
     return float(sps.kendalltau(x[keep], y[keep]).statistic)
 
 
+def _signs(values: np.ndarray) -> np.ndarray:
+    """The matrix sign(v_i - v_j) (int8)."""
+    return np.sign(values[:, None] - values[None, :]).astype(np.int8)
+
+
+def _tau_b_resample(sx: np.ndarray, sy: np.ndarray, index: np.ndarray) -> float:
+    r"""Kendall's tau-b of the models ``index`` (repeats allowed) from their sign matrices.
+
+    $(n_c - n_d)/\sqrt{(n_0 - n_x)(n_0 - n_y)}$ with $n_x$, $n_y$ the pairs tied in x, in y (a
+    model and its repeat are tied in both): ``scipy.stats.kendalltau`` of the repeated sample,
+    without sorting for each of the bootstrap's resamples.
+    """
+    a, b = sx[np.ix_(index, index)], sy[np.ix_(index, index)]
+    n = index.size
+    pairs = n * (n - 1) / 2
+    tied_x = (np.count_nonzero(a == 0) - n) / 2
+    tied_y = (np.count_nonzero(b == 0) - n) / 2
+    denominator = math.sqrt(max(pairs - tied_x, 0.0) * max(pairs - tied_y, 0.0))
+    if denominator == 0:
+        return math.nan
+    return float(np.sum(a.astype(np.int64) * b) / 2 / denominator)
+
+
 def statistics(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -> dict[str, Any]:
     """The statistics of every measure (``measures.csv``, ``statistics.json``, the claims).
 
@@ -1223,12 +1250,15 @@ def statistics(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -> di
         entry["tau"] = math.nan if tau is None else tau.tau
         entry["tau_p"] = math.nan if tau is None else tau.p_value
 
-        def boot_tau(drawn, mu=mu):
-            idx, _ = _stats.resample_index(seeds, drawn)
-            return _tau_b(mu[idx], gap[idx])
+        kept = np.flatnonzero(have)
+        members = {s: np.flatnonzero(np.array(seeds)[kept] == s) for s in set(seeds)}
+        sx, sy = _signs(mu[kept]), _signs(gap[kept])
 
-        ci = _stats.seed_bootstrap(seeds, boot_tau, num_resamples=BOOTSTRAP_RESAMPLES,
-                                   confidence=CONFIDENCE)  # fmt: skip
+        def boot_tau(drawn, members=members, sx=sx, sy=sy):
+            index = np.concatenate([members[s] for s in drawn])
+            return _tau_b_resample(sx, sy, index) if index.size >= 3 else math.nan
+
+        ci = _boot(seeds, boot_tau)
         entry["tau_low"], entry["tau_high"] = ci.low, ci.high
         for family in FAMILIES:
             sel = have & np.array([r["family"] == family for r in rows])
@@ -1241,9 +1271,7 @@ def statistics(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -> di
         entry["psi"] = math.nan if gran is None else gran.psi
         entry["psi_axes"] = {} if gran is None else gran.per_axis
         if gran is not None and gran.group_taus:
-            ci = _stats.seed_bootstrap(
-                seeds, gran.resampled, num_resamples=BOOTSTRAP_RESAMPLES, confidence=CONFIDENCE
-            )
+            ci = _boot(seeds, gran.resampled)
             entry["psi_low"], entry["psi_high"] = ci.low, ci.high
         else:
             entry["psi_low"] = entry["psi_high"] = math.nan
@@ -1294,88 +1322,126 @@ def _lr_tracking(rows, settings, axes, specs) -> dict[str, float]:
 # ------------------------------------------------------------------------------------ claims
 
 
-def _claims(stats: Mapping[str, Any], small: bool) -> list[str]:
-    """One line per claim: verdict, then the numbers."""
-    ms = stats["measures"]
-    if small:
-        return [f"- **not tested at this scale**: {c}" for c in CLAIMS]
-    fmt = runner.format_number
-    lines = []
-    kinds = {n: e["kind"] for n, e in ms.items()}
-    psi = {n: e["psi"] for n, e in ms.items() if math.isfinite(e["psi"])}
-    ranked = sorted(psi, key=lambda n: -psi[n])
-    sharp_pb = [n for n in psi if kinds[n] in ("sharpness", "pac-bayes")]
-    norm_bound = [n for n in psi if kinds[n] in ("norm", "bound")]
-    seeds = stats["models"]["seeds"]
+def _boot(seeds: Sequence[Any], statistic: Callable[[list], float]) -> _stats.Interval:
+    return _stats.seed_bootstrap(seeds, statistic, num_resamples=BOOTSTRAP_RESAMPLES,
+                                 confidence=CONFIDENCE)  # fmt: skip
 
-    def group_diff(drawn):
-        values = {n: ms[n]["_gran"].resampled(drawn) for n in sharp_pb + norm_bound}
-        a = [values[n] for n in sharp_pb if math.isfinite(values[n])]
-        b = [values[n] for n in norm_bound if math.isfinite(values[n])]
+
+def _claim_rank_best(ms: Mapping[str, Any], seeds: list) -> tuple[bool | None, str]:
+    """Sharpness and PAC-Bayes measures above norm and bound measures by Psi, and on top."""
+    psi = {n: e["psi"] for n, e in ms.items() if math.isfinite(e["psi"])}
+    group = [n for n in psi if ms[n]["kind"] in ("sharpness", "pac-bayes")]
+    rest = [n for n in psi if ms[n]["kind"] in ("norm", "bound")]
+    if not group or not rest:
+        return None, "Psi is undefined for one of the two groups"
+
+    def diff(drawn: list) -> float:
+        a = [v for n in group if math.isfinite(v := ms[n]["_gran"].resampled(drawn))]
+        b = [v for n in rest if math.isfinite(v := ms[n]["_gran"].resampled(drawn))]
         return float(np.mean(a) - np.mean(b)) if a and b else math.nan
 
-    diff = float(np.mean([psi[n] for n in sharp_pb]) - np.mean([psi[n] for n in norm_bound]))
-    ci = _stats.seed_bootstrap(seeds, group_diff, num_resamples=BOOTSTRAP_RESAMPLES,
-                               confidence=CONFIDENCE)  # fmt: skip
-    top = ranked[:3]
-    ok = bool(ci.low > 0 and kinds[ranked[0]] in ("sharpness", "pac-bayes"))
-    lines.append(_claim(CLAIMS[0], ok, (
-        f"mean Psi of the {len(sharp_pb)} sharpness and PAC-Bayes measures minus that of the "
-        f"{len(norm_bound)} norm and bound measures: {diff:+.3f}, {CONFIDENCE:.0%} seed-bootstrap "
-        f"interval {ci.format(3)}; the top three by Psi: "
-        + ", ".join(f"{n} ({kinds[n]}, {psi[n]:+.3f})" for n in top)
-    )))  # fmt: skip
+    ranked = sorted(psi, key=lambda n: -psi[n])
+    value = float(np.mean([psi[n] for n in group]) - np.mean([psi[n] for n in rest]))
+    ci = _boot(seeds, diff)
+    ok = bool(ci.low > 0 and ms[ranked[0]]["kind"] in ("sharpness", "pac-bayes"))
+    top = ", ".join(f"{n} ({ms[n]['kind']}, {psi[n]:+.3f})" for n in ranked[:3])
+    return ok, (
+        f"mean Psi of the {len(group)} sharpness and PAC-Bayes measures minus that of the "
+        f"{len(rest)} norm and bound measures: {value:+.3f}, seed-bootstrap interval "
+        f"{ci.format(3)}; the top three by Psi: {top}"
+    )
+
+
+def _claim_magnitude_aware(ms: Mapping[str, Any], seeds: list) -> tuple[bool | None, str]:
+    """The magnitude-aware PAC-Bayes measure first by Psi, or tied with the first."""
     mag = "pacbayes_mag_flatness"
-    best = ranked[0]
-    if mag in psi:
+    psi = {n: e["psi"] for n, e in ms.items() if math.isfinite(e["psi"])}
+    if mag not in psi:
+        return None, f"Psi of {mag} is undefined"
+    ranked = sorted(psi, key=lambda n: -psi[n])
+    best, rank = ranked[0], ranked.index(mag) + 1
+    ci = _boot(seeds, lambda d: ms[best]["_gran"].resampled(d) - ms[mag]["_gran"].resampled(d))
+    ok = bool(rank == 1 or ci.low <= 0)
+    return ok, (
+        f"{mag} ranks {rank} of {len(ranked)} by Psi ({psi[mag]:+.3f}; tau "
+        f"{ms[mag]['tau']:+.3f}); the first, {best}, has Psi {psi[best]:+.3f}; Psi({best}) - "
+        f"Psi({mag}) has the seed-bootstrap interval {ci.format(3)} (tied if it holds 0)"
+    )
 
-        def vs_best(drawn):
-            return ms[best]["_gran"].resampled(drawn) - ms[mag]["_gran"].resampled(drawn)
 
-        ci = _stats.seed_bootstrap(seeds, vs_best, num_resamples=BOOTSTRAP_RESAMPLES,
-                                   confidence=CONFIDENCE)  # fmt: skip
-        rank = ranked.index(mag) + 1
-        ok = bool(rank == 1 or ci.low <= 0)
-        lines.append(_claim(CLAIMS[1], ok, (
-            f"{mag} ranks {rank} of {len(ranked)} by Psi ({psi[mag]:+.3f}, tau "
-            f"{ms[mag]['tau']:+.3f}); the best, {best}, has Psi {psi[best]:+.3f}; Psi(best) - "
-            f"Psi({mag}) has the interval {ci.format(3)}"
-        )))  # fmt: skip
+def _claim_norm_products(ms: Mapping[str, Any]) -> tuple[bool | None, str]:
     prods = ["log_prod_frobenius", "log_prod_spectral"]
+    if any(not math.isfinite(ms[n]["tau_high"]) for n in prods):
+        return None, "tau undefined"
     ok = all(ms[n]["tau_high"] < 0 for n in prods)
-    lines.append(_claim(CLAIMS[2], ok, "; ".join(
-        f"{n}: tau {ms[n]['tau']:+.3f} {_interval(ms[n])}, Psi {ms[n]['psi']:+.3f}"
-        for n in prods
-    )))  # fmt: skip
-    sharp = [n for n in ms if kinds[n] == "sharpness"]
-    taus = {n: ms[n]["tau"] for n in sharp}
+    return ok, "; ".join(
+        f"{n}: tau {ms[n]['tau']:+.3f} {_interval(ms[n])}, Psi {_fmt(ms[n]['psi'])}" for n in prods
+    )
+
+
+def _claim_sharpness_weak(ms: Mapping[str, Any]) -> tuple[bool | None, str]:
+    taus = {n: e["tau"] for n, e in ms.items() if e["kind"] == "sharpness"}
+    if any(not math.isfinite(t) for t in taus.values()):
+        return None, "tau undefined"
     ok = all(t < WEAK_TAU for t in taus.values())
-    lines.append(_claim(CLAIMS[3], ok, (
+    return ok, (
         f"tau with the gap over all models (weak: below {WEAK_TAU}): "
         + ", ".join(f"{n} {t:+.3f} {_interval(ms[n])}" for n, t in taus.items())
-    )))  # fmt: skip
-    lr = stats["models"]["lr_tau"]
-    if lr:
-        mean_lr = float(np.mean([abs(v) for v in lr.values()]))
-        ok = mean_lr >= TRACK_TAU
-        lines.append(_claim(CLAIMS[4], ok, (
-            "granulated tau of each sharpness measure with the learning rate itself, over the "
-            "groups that differ only in it: "
-            + ", ".join(f"{n} {v:+.3f}" for n, v in lr.items())
-            + f" (mean |tau| {mean_lr:.3f}; tracks: at least {TRACK_TAU}); beside it their "
-            f"psi on the learning-rate axes against the gap: "
-            + ", ".join(f"{n} {_lr_psi(ms[n]):+.3f}" for n in lr)
-        )))  # fmt: skip
+    )
+
+
+def _claim_learning_rate(ms: Mapping[str, Any], lr: Mapping[str, float]) -> tuple:
+    values = [abs(v) for v in lr.values() if math.isfinite(v)]
+    if not values:
+        return None, "no learning-rate axis"
+    mean_lr = float(np.mean(values))
+    return mean_lr >= TRACK_TAU, (
+        "granulated tau of each sharpness measure with the learning rate itself (over the "
+        "groups that differ only in it): "
+        + ", ".join(f"{n} {_fmt(v)}" for n, v in lr.items())
+        + f" (mean |tau| {mean_lr:.3f}; tracks: at least {TRACK_TAU}); against the gap on the "
+        "same axes: " + ", ".join(f"{n} {_fmt(_lr_psi(ms[n]))}" for n in lr)
+    )
+
+
+def _claim_every_measure_fails(ms: Mapping[str, Any]) -> tuple[bool | None, str]:
     worst = {n: e["sign_error_worst"] for n, e in ms.items()
              if math.isfinite(e["sign_error_worst"])}  # fmt: skip
-    ok = bool(worst) and all(v >= FAIL_ERROR for v in worst.values())
-    least = min(worst, key=worst.get) if worst else None
-    lines.append(_claim(CLAIMS[5], ok, (
-        f"robust (worst-environment) sign error at least {FAIL_ERROR} for "
-        f"{sum(v >= FAIL_ERROR for v in worst.values())} of {len(worst)} measures; the most "
-        f"robust is {least} with {fmt(worst[least], 3)} (worst environment: "
-        f"{ms[least]['worst_environment']})" if least else "no environment has enough weight"
-    )))  # fmt: skip
+    if not worst:
+        return None, "no environment has enough weight"
+    least = min(worst, key=worst.get)
+    failing = sum(v >= FAIL_ERROR for v in worst.values())
+    return failing == len(worst), (
+        f"worst-environment sign error at least {FAIL_ERROR} for {failing} of {len(worst)} "
+        f"measures; the most robust is {least} with {worst[least]:.3f} (its worst "
+        f"environment: {ms[least]['worst_environment']}); median over measures "
+        f"{float(np.median(list(worst.values()))):.3f}"
+    )
+
+
+def _claims(stats: Mapping[str, Any], small: bool) -> list[str]:
+    """One line per claim: the verdict and the numbers it rests on.
+
+    At a scale too small to test them (smoke, or one seed) every verdict is "not tested at this
+    scale" and the numbers are still shown; a claim whose statistic is undefined is "not
+    tested here".
+    """
+    ms, seeds = stats["measures"], stats["models"]["seeds"]
+    results = [
+        _claim_rank_best(ms, seeds),
+        _claim_magnitude_aware(ms, seeds),
+        _claim_norm_products(ms),
+        _claim_sharpness_weak(ms),
+        _claim_learning_rate(ms, stats["models"]["lr_tau"]),
+        _claim_every_measure_fails(ms),
+    ]
+    lines = []
+    for claim, (ok, evidence) in zip(CLAIMS, results, strict=True):
+        if small or ok is None:
+            verdict = "not tested at this scale" if small else "not tested here"
+            lines.append(f"- **{verdict}**: {claim} ({evidence})")
+        else:
+            lines.append(runner.claim_line(claim, bool(ok), evidence))
     return lines
 
 
@@ -1387,10 +1453,6 @@ def _lr_psi(entry: Mapping[str, Any]) -> float:
 
 def _interval(entry: Mapping[str, Any]) -> str:
     return f"[{entry['tau_low']:+.2f}, {entry['tau_high']:+.2f}]"
-
-
-def _claim(claim: str, ok: bool, evidence: str) -> str:
-    return runner.claim_line(claim, bool(ok), evidence)
 
 
 # ------------------------------------------------------------------------------------ render
