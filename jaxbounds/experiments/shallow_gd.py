@@ -631,8 +631,9 @@ def _setup_lines(rows: list[dict], meta: dict) -> list[str]:
         "cross-entropy of a scalar score (logistic loss), float32. A seed draws the "
         "initialisation only (the same for every N), the training set is the first N images.",
         f"- Scale `{meta['scale']}`, seeds {meta['seeds']}, {meta['num_finished']} of "
-        f"{meta['num_units']} units; total unit time {meta['total_unit_time_s']:.0f} s on "
-        f"{machine.get('cpu_count', '?')} CPUs ({machine.get('jax_backend', '?')}).",
+        f"{meta['num_units']} units, on {machine.get('cpu_count', '?')} CPUs "
+        f"({machine.get('jax_backend', '?')}); the wall time of every unit is in summary.json "
+        "(this report has no timings, so a rerun on the same machine gives the same bytes).",
         f"- The lowest test loss is reached at the last step in {at_end} of {len(rows)} runs"
         + (": those runs were still improving when they stopped, so their minimum lies later "
            "and lower than the Table 1 entry." if at_end else
