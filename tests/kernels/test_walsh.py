@@ -174,10 +174,12 @@ def test_integer_transforms_are_exact_or_refused():
         fwht(jnp.full(2**16, 2**16, jnp.int32))
     with pytest.raises(ValueError, match=r"^x: an exact transform"):
         fwht(jnp.full(4, -(2**30), jnp.int32))
-    ok = fwht(jnp.full(2**16, 2**14, jnp.int32))
+    ok = fwht(jnp.full(2**4, 2**26, jnp.int32))  # the largest entries that fit: 2**30
     assert int(ok[0]) == 2**30
     assert int(jnp.sum(jnp.abs(ok[1:]))) == 0
-    wide = fwht(jnp.full(2**16, 2**16, jnp.int64))  # x64 is on in the tests: exact in int64
+    with pytest.raises(ValueError, match=r"^x: an exact transform of 2\*\*4 integers"):
+        fwht(jnp.full(2**4, 2**27, jnp.int32))
+    wide = fwht(jnp.full(2**4, 2**28, jnp.int64))  # x64 is on in the tests: exact in int64
     assert wide.dtype == jnp.int64
     assert int(wide[0]) == 2**32
     with pytest.raises(jax.errors.JaxRuntimeError, match="x: an exact transform"):
