@@ -843,10 +843,11 @@ def hutchpp_memory_bytes(num_matvecs: int, size: int, dtype: Any) -> int:
 def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int, devices: list):
     """Orthonormal basis Q of A S (S Rademacher, row j from fold_in(key, j)) and tr(Q'AQ) terms."""
     images = map_samples(
-        lambda j: flat.matvec(flat.probe(jax.random.fold_in(key, j))),
+        lambda j: flat.matvec(flat.probe(sample_key(key, j))),
         _indices(num_sketch),
         chunk_size=chunk,
         devices=devices,
+        key=key,  # an rbg key's draws change under vmap: such a map runs one at a time
     )  # (s, n): rows A s_j
     basis = jnp.linalg.qr(images.T)[0]  # (n, s)
 
@@ -861,11 +862,16 @@ def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int, devi
 def _hutchpp(
     matvec: Any, like: Any, key: Any, num_matvecs: int, chunk_size: int | None
 ) -> Estimate:
-    check_key(key, "key")
-    check_positive_int(num_matvecs, "num_matvecs", minimum=4)
+    key = check_key(key, "key")
+    check_num_samples(num_matvecs, "num_matvecs", minimum=4)
     chunk = _chunk(chunk_size)
     flat = _setup(matvec, like)
     num_sketch = min(num_matvecs // 3, flat.size)
+    if num_sketch > _MAX_KEPT:
+        raise ValueError(
+            f"num_matvecs: Hutch++ keeps a sketch of min(num_matvecs // 3, n) vectors, at most "
+            f"2**31 - 1; got num_matvecs={num_matvecs} ({num_sketch} sketch vectors)"
+        )
     num_hutch = num_matvecs - 2 * num_sketch
     key_sketch, key_hutch = jax.random.split(key)
     # one program may not mix shard_maps over different device sets, and in a multi-process
@@ -1173,7 +1179,7 @@ def _bad_steps(alphas: jax.Array, betas: jax.Array) -> jax.Array:
 
 
 def _check_steps(num_steps: int, size: int) -> int:
-    check_positive_int(num_steps, "num_steps")
+    _check_kept_count(num_steps, "num_steps")
     if num_steps > size:
         raise ValueError(f"num_steps: expected at most the dimension {size}, got {num_steps}")
     return num_steps

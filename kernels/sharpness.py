@@ -79,6 +79,7 @@ from kernels.estimate import Estimate, estimate_from_samples
 from kernels.norms import tree_norm
 from kernels.parallel import (
     SampleStats,
+    check_num_samples,
     map_samples,
     sample_devices,
     sample_key,
@@ -99,6 +100,9 @@ __all__ = [
 ]
 
 _KINDS = ("gaussian", "l2_ball", "linf_ball")
+_INT32_MAX = 2**31 - 1
+_KEPT = "every sample's result is kept, one row each"
+_LOOP = "a loop count (int32)"
 _MODES = ("auto", "forms", "products")
 _MOMENTUM = 0.75  # APGD's momentum weight (Croce & Hein 2020)
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -406,7 +410,7 @@ def _setup(
     mask_values = jnp.ones(flat.shape, dtype) if mask.all() else jnp.asarray(mask, dtype)
     if perturbation.adaptive:
         scales = mask_values * jnp.abs(flat)
-        dim = jnp.sum(scales != 0)
+        dim = _support_size(scales)
         check_that(
             jnp.logical_or(jnp.logical_not(ok), dim > 0),
             "perturbation: adaptive scales |θ| are zero on every masked parameter",
@@ -431,6 +435,15 @@ def _setup(
 
     _check_loss_value(jax.eval_shape(loss, flat))
     return _Problem(flat, unravel, loss, scales, dim, ok, shifted)
+
+
+def _support_size(scales: jax.Array) -> jax.Array:
+    """How many scales are nonzero, counted in their float dtype.
+
+    An int32 count wraps past 2**31 parameters with x64 off; a float32 count is exact to
+    2**24 and within a relative 1e-6 beyond, ample for the radius draw ``u**(1/dim)``.
+    """
+    return jnp.sum(scales != 0, dtype=scales.dtype)
 
 
 def _valid_scale(scale: Any) -> jax.Array:
@@ -511,6 +524,17 @@ def _check_samples(num_bad: jax.Array, ok: jax.Array, what: str) -> None:
         f"loss_fn: non-finite at {{}} of the {what} (the estimate would be NaN)",
         num_bad,
     )
+
+
+def _check_count(value: Any, name: str, minimum: int = 1, why: str = _LOOP) -> int:
+    """An int in ``[minimum, 2**31 - 3]``: counts of kept results and of loop iterations.
+
+    The loops run a count plus up to 2 extra iterations in int32 (``lax.fori_loop``).
+    """
+    num = check_positive_int(value, name, minimum)
+    if num > _INT32_MAX - 2:
+        raise ValueError(f"{name}: at most 2**31 - 3 ({why}), got {num}")
+    return num
 
 
 def _check_chunk(chunk_size: Any) -> int | None:
@@ -628,7 +652,7 @@ def average_sharpness(
     >>> bool(abs(est.mean - 4 / 6) < 5 * est.stderr)  # E u_i^2 = 1/3, so (1 + 3) / 6
     True
     """
-    num = check_positive_int(num_samples, "num_samples", minimum=2)
+    num = check_num_samples(num_samples, "num_samples", minimum=2)
     chunk_size = _check_chunk(chunk_size)
     antithetic = _check_bool(antithetic, "antithetic")
     prob = _setup(loss_fn, params, batch, key, perturbation)
@@ -747,8 +771,8 @@ def sharpness_decomposition(
             "perturbation: the Theorem 6/12 decomposition is for Gaussian perturbations; expected"
             f" Perturbation('gaussian', sigma, ...), got {perturbation!r}"
         )
-    num = check_positive_int(num_samples, "num_samples", minimum=2)
-    num_probes = check_positive_int(num_probes, "num_probes", minimum=2)
+    num = check_num_samples(num_samples, "num_samples", minimum=2)
+    num_probes = check_num_samples(num_probes, "num_probes", minimum=2)
     chunk_size = _check_chunk(chunk_size)
     if not isinstance(mode, str) or mode not in _MODES:
         raise ValueError(f"mode: expected one of {_MODES}, got {mode!r}")
@@ -797,7 +821,7 @@ def _trace_at(
     r"""``index -> (trace estimate, its stderr, non-finite?)`` at $\theta + u_j$."""
 
     def one(index: jax.Array) -> tuple[jax.Array, ...]:
-        k_u, k_probe = jax.random.split(jax.random.fold_in(key, index))
+        k_u, k_probe = jax.random.split(sample_key(key, index))
         value, hvp = _hessian_at(prob, draw(k_u))
 
         def probe(kp: jax.Array) -> jax.Array:
@@ -867,14 +891,17 @@ def perturbed_hessian_traces(
     >>> res.traces.mean.tolist(), float(res.average.mean), float(res.average.stderr)
     ([8.0, 8.0, 8.0], 8.0, 0.0)
     """
-    num = check_positive_int(num_samples, "num_samples", minimum=2)
-    num_probes = check_positive_int(num_probes, "num_probes", minimum=2)
+    num = _check_count(num_samples, "num_samples", minimum=2, why=_KEPT)
+    num_probes = check_num_samples(num_probes, "num_probes", minimum=2)
     chunk_size = _check_chunk(chunk_size)
     prob = _setup(loss_fn, params, batch, key, perturbation)
     draw = _sampler(perturbation.kind, perturbation.scale, prob)
     one = _trace_at(prob, draw, key, num_probes)
     means, stderrs, bad = map_samples(
-        one, jnp.arange(num, dtype=jnp.uint32), chunk_size=1 if chunk_size is None else chunk_size
+        one,
+        jnp.arange(num, dtype=jnp.uint32),
+        chunk_size=1 if chunk_size is None else chunk_size,
+        key=key,  # an rbg key's draws change under vmap: such a map runs one at a time
     )
     _check_samples(jnp.sum(bad.astype(jnp.int32)), prob.ok, f"{num} perturbed points")
     mean_est = estimate_from_samples(means)
@@ -1133,8 +1160,13 @@ def worst_case_sharpness(
             "perturbation: worst-case sharpness needs a Perturbation of kind 'l2_ball' or"
             f" 'linf_ball', got {perturbation!r}"
         )
-    num_steps = check_positive_int(num_steps, "num_steps")
-    num_restarts = check_positive_int(num_restarts, "num_restarts")
+    num_steps = _check_count(num_steps, "num_steps", why=_LOOP)
+    num_restarts = _check_count(num_restarts, "num_restarts", why=_LOOP)
+    if num_restarts * (num_steps + 1) > _INT32_MAX:
+        raise ValueError(
+            "num_restarts: num_restarts * (num_steps + 1) ascent points are counted in int32, "
+            f"at most 2**31 - 1; got {num_restarts} * {num_steps + 1}"
+        )
     if step_size is not None:
         check_positive(step_size, "step_size")
     prob = _setup(loss_fn, params, batch, key, perturbation)
@@ -1269,8 +1301,8 @@ def sigma_search(
         )
     check_positive(target_increase, "target_increase")
     check_positive(sigma_lower, "sigma_lower")
-    num = check_positive_int(num_samples, "num_samples", minimum=2)
-    num_steps = check_positive_int(num_steps, "num_steps")
+    num = check_num_samples(num_samples, "num_samples", minimum=2)
+    num_steps = _check_count(num_steps, "num_steps")
     chunk_size = _check_chunk(chunk_size)
     prob = _setup(loss_fn, params, batch, key, perturbation)
     dtype = prob.flat.dtype

@@ -682,8 +682,11 @@ def run_mode(mode, body, *args):
 def test_nan_params_raise(name, mode):
     params = jnp.asarray(THETA).at[1].set(jnp.nan)
     with expect_failure(mode, "params: expected finite"):
-        run_mode(mode, lambda p: call_kernel(name, weighted_sq, p, jnp.asarray(WEIGHTS),
-                                             jax.random.key(0)), params)
+        run_mode(
+            mode,
+            lambda p: call_kernel(name, weighted_sq, p, jnp.asarray(WEIGHTS), jax.random.key(0)),
+            params,
+        )
 
 
 @pytest.mark.parametrize("name", KERNELS)
@@ -730,8 +733,12 @@ def test_nonfinite_count_of_some_pairs():
 
     with pytest.raises(ValueError, match=r"non-finite at (\d+) of the 64 antithetic") as info:
         average_sharpness(
-            loss, jnp.zeros(3), (), jax.random.key(0),
-            perturbation=Perturbation("gaussian", 0.3), num_samples=64,
+            loss,
+            jnp.zeros(3),
+            (),
+            jax.random.key(0),
+            perturbation=Perturbation("gaussian", 0.3),
+            num_samples=64,
         )
     bad = int(str(info.value).split("non-finite at ")[1].split()[0])
     assert 0 < bad < 64
@@ -847,7 +854,11 @@ def test_bad_masks_raise():
         avg(Perturbation("gaussian", 0.1, mask={"w": False}))
     with pytest.raises(ValueError, match="mask: matches no parameter"):
         worst_case_sharpness(
-            loss, params, (), key, num_steps=2,
+            loss,
+            params,
+            (),
+            key,
+            num_steps=2,
             perturbation=Perturbation("l2_ball", 0.1, mask=lambda path, leaf: "attn" in path),
         )
     with pytest.raises(ValueError, match="mask: the callable must decide"):
@@ -916,3 +927,220 @@ def test_sharded_equals_single_device():
     np.testing.assert_allclose(sharded["avg"], single["avg"], rtol=1e-12)
     np.testing.assert_allclose(sharded["worst"], single["worst"], rtol=1e-12)
     np.testing.assert_allclose(sharded["traces"], single["traces"], rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# the pytree ascent, quadratic-form modes, key implementations, counts
+
+
+def split_quad_loss(params, batch):
+    """quad_loss on the concatenation of two leaves (a pytree of parameters)."""
+    return quad_loss(jnp.concatenate([params["a"], params["b"].ravel()]), batch)
+
+
+def apgd_reference(f, grad, eta0, radius, alpha, num_steps, p):
+    """APGD as before the pytree state: flat vectors, a separate best point, value, gradient."""
+    proj = (
+        (lambda v: v * min(1.0, radius / np.linalg.norm(v)))
+        if p == 2
+        else (lambda v: np.clip(v, -radius, radius))
+    )
+    x = x_prev = best_x = eta0
+    fx = best_f = -np.inf
+    gx = best_g = np.zeros_like(eta0)
+    for i in range(num_steps + 1):
+        if i == 0:
+            x_new = eta0
+        else:
+            d = gx / max(np.linalg.norm(gx), 1e-300) if p == 2 else np.sign(gx)
+            z = proj(x + alpha * d)
+            mom = 1.0 if i == 1 else 0.75
+            x_new = proj(x + mom * (z - x) + (1 - mom) * (x - x_prev))
+        f_new, g_new = f(x_new), grad(x_new)
+        if f_new > best_f:
+            best_x, best_g, best_f = x_new, g_new, f_new
+        ok = f_new > fx
+        x_prev = x if ok else best_x
+        x, fx, gx = (x_new, f_new, g_new) if ok else (best_x, best_f, best_g)
+        alpha = alpha if ok else 0.5 * alpha
+    return best_f, best_x
+
+
+@pytest.mark.parametrize(("kind", "adaptive"), [("l2_ball", False), ("linf_ball", True)])
+def test_pytree_ascent_equals_the_flat_reference_step_by_step(kind, adaptive):
+    # the ascent keeps three parameter-sized trees (the iterate is always the best point);
+    # the flat algorithm with a separate best point gives the same maximiser and value
+    batch, a, b, theta = quadratic(n=6, seed=5, psd=False)
+    params = {"a": jnp.asarray(theta[:2]), "b": jnp.asarray(theta[2:]).reshape(2, 2)}
+    radius, num_steps = 0.4, 12
+    key = jax.random.key(50)
+    res = worst_case_sharpness(
+        split_quad_loss,
+        params,
+        batch,
+        key,
+        perturbation=Perturbation(kind, radius, adaptive=adaptive),
+        num_steps=num_steps,
+    )
+    s = np.abs(theta) if adaptive else np.ones(6)
+    p = 2 if kind == "l2_ball" else np.inf
+    k0 = jax.random.fold_in(key, 0)  # restart 0's key
+    if p == 2:
+        z = np.asarray(jax.random.normal(k0, (6,), jnp.float64))
+        eta0 = 0.5 * radius * z / np.linalg.norm(z)
+    else:
+        eta0 = 0.5 * radius * np.asarray(jax.random.uniform(k0, (6,), jnp.float64, -1.0, 1.0))
+    f = lambda eta: 0.5 * (theta + s * eta) @ a @ (theta + s * eta) + b @ (theta + s * eta)  # noqa: E731
+    grad = lambda eta: s * (a @ (theta + s * eta) + b)  # noqa: E731
+    best_f, best_eta = apgd_reference(f, grad, eta0, radius, 2 * radius, num_steps, p)
+    np.testing.assert_allclose(float(res.value), best_f - f(np.zeros(6)), rtol=1e-10)
+    u = np.concatenate([np.asarray(res.u["a"]), np.asarray(res.u["b"]).ravel()])
+    np.testing.assert_allclose(u, s * best_eta, rtol=1e-10, atol=1e-14)
+
+
+def test_more_restarts_never_lower_the_worst_case():
+    # restart 0 is the single-restart run: the best of three is at least its value
+    batch, _, _, theta = quadratic(n=5, seed=6, psd=False)
+    pert = Perturbation("l2_ball", 0.3)
+    run = lambda r: worst_case_sharpness(  # noqa: E731
+        quad_loss,
+        jnp.asarray(theta),
+        batch,
+        jax.random.key(51),
+        perturbation=pert,
+        num_steps=2,
+        num_restarts=r,
+    )
+    one, three = run(1), run(3)
+    assert float(three.value) >= float(one.value)
+    np.testing.assert_allclose(
+        float(
+            quad_loss(jnp.asarray(theta) + three.u, batch) - quad_loss(jnp.asarray(theta), batch)
+        ),
+        float(three.value),
+        rtol=1e-12,
+    )
+
+
+def test_decomposition_modes_agree():
+    # u^T H u by forward over forward mode or from the linearised gradient: same estimates
+    a = jnp.linspace(-1.5, 2.0, 8)
+    theta = jnp.linspace(0.3, -0.4, 8)
+    runs = {
+        mode: sharpness_decomposition(
+            exp_loss,
+            theta,
+            a,
+            jax.random.key(52),
+            perturbation=Perturbation("gaussian", 0.1),
+            num_samples=16,
+            num_probes=4,
+            mode=mode,
+        )
+        for mode in ("forms", "products", "auto")
+    }
+    for name in ("average", "trace_term", "remainder"):
+        for mode in ("forms", "auto"):
+            np.testing.assert_allclose(
+                getattr(runs[mode], name).mean, getattr(runs["products"], name).mean, rtol=1e-10
+            )
+    with pytest.raises(ValueError, match=r"^mode: expected one of"):
+        sharpness_decomposition(
+            exp_loss,
+            theta,
+            a,
+            jax.random.key(0),
+            perturbation=Perturbation("gaussian", 0.1),
+            num_samples=2,
+            num_probes=2,
+            mode="hvp",
+        )
+
+
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])  # threefry2x32: the tests above
+def test_every_key_implementation_keeps_the_invariances(impl):
+    # Gaussian perturbations, random starts and probes from rbg keys (whose draws change under
+    # vmap, so their samples run one at a time): finite results that do not depend on
+    # chunk_size
+    batch, _, _, theta = quadratic(n=5, seed=7)
+    theta = jnp.asarray(theta)
+    key = jax.random.key(53, impl=impl)
+    gauss = Perturbation("gaussian", 0.05)
+    for fn in (
+        lambda c: (
+            average_sharpness(
+                quad_loss, theta, batch, key, perturbation=gauss, num_samples=6, chunk_size=c
+            ).mean
+        ),
+        lambda c: (
+            perturbed_hessian_traces(
+                quad_loss,
+                theta,
+                batch,
+                key,
+                perturbation=gauss,
+                num_samples=4,
+                num_probes=2,
+                chunk_size=c,
+            ).traces.mean
+        ),
+    ):
+        one, chunked = fn(None), fn(3)
+        assert np.all(np.isfinite(np.asarray(one)))
+        np.testing.assert_allclose(chunked, one, rtol=1e-10, atol=1e-14)
+    res = worst_case_sharpness(
+        quad_loss,
+        theta,
+        batch,
+        key,
+        perturbation=Perturbation("l2_ball", 0.2),
+        num_steps=3,
+        num_restarts=2,
+    )
+    assert np.isfinite(float(res.value))
+    assert float(res.value) > 0
+
+
+def test_counts_are_exact_or_refused_past_2_to_the_31():
+    batch, _, _, theta = quadratic(n=4, seed=8)
+    theta = jnp.asarray(theta)
+    key = jax.random.key(0)
+    gauss, ball = Perturbation("gaussian", 0.1), Perturbation("l2_ball", 0.1)
+    # streamed Monte Carlo counts trace at 2**40 (nothing wraps), past 2**53 they are refused
+    out = jax.eval_shape(
+        lambda k: average_sharpness(
+            quad_loss, theta, batch, k, perturbation=gauss, num_samples=2**40
+        ),
+        key,
+    )
+    assert out.num_evaluations == 2**41
+    with pytest.raises(ValueError, match=r"^num_samples: at most 2\*\*53"):
+        average_sharpness(quad_loss, theta, batch, key, perturbation=gauss, num_samples=2**53 + 1)
+    # kept results and loop counts are refused past the int32 range, naming the reason
+    with pytest.raises(ValueError, match=r"^num_samples: at most 2\*\*31 - 3 \(every sample"):
+        perturbed_hessian_traces(
+            quad_loss, theta, batch, key, perturbation=gauss, num_samples=2**31, num_probes=2
+        )
+    with pytest.raises(ValueError, match=r"^num_steps: at most 2\*\*31 - 3"):
+        worst_case_sharpness(quad_loss, theta, batch, key, perturbation=ball, num_steps=2**31)
+    with pytest.raises(ValueError, match=r"^num_restarts: num_restarts \* \(num_steps \+ 1\)"):
+        worst_case_sharpness(
+            quad_loss, theta, batch, key, perturbation=ball, num_steps=2**20, num_restarts=2**12
+        )
+
+
+def test_adaptive_dimension_count_does_not_wrap_with_x64_off():
+    # the support of adaptive scales is counted in the parameters' float dtype: with x64 off an
+    # int32 count of 2**31 + 2**20 nonzero scales wrapped negative (the l2 ball's radius draw
+    # u**(1/dim) then turned NaN); the count is now float and positive, to float32 rounding.
+    # (A broadcast: XLA folds the sum, nothing of that size is allocated.)
+    from kernels.sharpness import _support_size
+
+    size = 2**31 + 2**20
+    with jax.enable_x64(False):
+        scales = lambda: jnp.broadcast_to(jnp.float32(0.5), (size,))  # noqa: E731
+        count = jax.jit(lambda: _support_size(scales()))()
+        old = jax.jit(lambda: jnp.sum(scales() != 0))()
+    assert count.dtype == jnp.float32
+    assert float(count) == pytest.approx(size, rel=1e-6)
+    assert int(old) < 0  # what the int32 count gave
