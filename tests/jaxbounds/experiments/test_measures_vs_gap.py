@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import stats
 
 import kernels
 from jaxbounds.bounds.from_model import scalar_bounds
@@ -164,6 +165,17 @@ def test_render_on_planted_measures(tmp_path):
     assert "norm products correlate negatively" in report
     stats = json.loads((tmp_path / "statistics.json").read_text())
     assert stats["models"]["num_models"] == len(rows)
+
+
+def test_bootstrap_tau_equals_scipy_on_the_repeated_sample():
+    """The resampled tau-b from sign matrices is scipy's tau-b of the sample with its repeats."""
+    rng = np.random.default_rng(8)
+    x = np.round(rng.normal(size=40), 1)  # ties in x
+    y = rng.normal(size=40)
+    sx, sy = mvg._signs(x), mvg._signs(y)
+    for index in (np.arange(40), rng.integers(0, 40, size=40), np.r_[0:20, 0:20, 5:9]):
+        want = stats.kendalltau(x[index], y[index]).statistic
+        assert mvg._tau_b_resample(sx, sy, index) == pytest.approx(want, abs=1e-12)
 
 
 # -------------------------------------------------------------------- slow: the smoke run
