@@ -184,6 +184,16 @@ def _l2_norm(a: jax.Array, axis: Any = None) -> jax.Array:
     """
     if axis is not None:
         return _scaled_l2_norm(a, axis)
+    return _whole_l2_norm(a)
+
+
+@jax.jit
+def _whole_l2_norm(a: jax.Array) -> jax.Array:
+    """:func:`_l2_norm` over all entries, jitted.
+
+    An eager call compiles once per shape (an eager ``lax.cond`` of fresh closures compiled anew
+    on every call).
+    """
     total = jnp.sum(a * a)
     safe = _plain_sum_is_safe(total, a.size)
     return jax.lax.cond(safe, lambda: jnp.sqrt(total), lambda: _scaled_l2_norm(a))
@@ -399,8 +409,12 @@ def tree_norm(tree: Any, *, p: float = 2) -> jax.Array:
     return _lp(parts, p)
 
 
+@jax.jit
 def _tree_l2(leaves: list[jax.Array]) -> jax.Array:
-    """Euclidean norm of all entries of ``leaves`` (one dtype): one fused pass in the safe range."""
+    """Euclidean norm of all entries of ``leaves`` (one dtype): one fused pass in the safe range.
+
+    Jitted, so an eager call compiles once per structure and shapes.
+    """
     total = sum(jnp.sum(leaf * leaf) for leaf in leaves)
     size = sum(leaf.size for leaf in leaves)
 

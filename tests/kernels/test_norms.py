@@ -517,3 +517,17 @@ def test_projection_radius_must_be_a_scalar():
         norms.project_lp_ball(jnp.ones(3), p=2, radius=jnp.ones(2))
     with pytest.raises(ValueError, match=r"^radius: expected a scalar"):
         norms.project_group_ball(jnp.ones((2, 2)), q=2, p=1, radius=np.ones(2))
+
+
+def test_eager_two_norms_compile_once():
+    """tree_norm / vector_norm called eagerly a second time with new values compile nothing
+    (their overflow branch is a lax.cond inside a jitted helper)."""
+    t1 = {"a": jnp.ones((3, 4)), "b": jnp.ones(5)}
+    t2 = {"a": jnp.zeros((3, 4)) + 2, "b": jnp.ones(5) + 1}
+    v1, v2 = jnp.ones(7), jnp.ones(7) + 2
+    norms.tree_norm(t1)
+    norms.vector_norm(v1)
+    with count_compiles() as messages:
+        assert float(norms.tree_norm(t2)) == pytest.approx(np.sqrt(12 * 4 + 5 * 4))
+        assert float(norms.vector_norm(v2)) == pytest.approx(np.sqrt(7 * 9))
+    assert compiles_in(messages) == []
