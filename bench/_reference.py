@@ -152,3 +152,56 @@ def torch_criterion(logits, targets):
     from torch.nn import functional as F
 
     return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def torch_device() -> str:
+    """``"cuda"`` when PyTorch sees a GPU, else ``"cpu"``: the PyTorch twins run there."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def torch_sync(device: str) -> None:
+    """Wait for PyTorch's queued work on ``device`` (a no-op on the CPU), before a clock read."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def on_accelerator() -> bool:
+    """Whether JAX's default devices are accelerators (memory then comes from the device)."""
+    import jax
+
+    return jax.default_backend() != "cpu"
+
+
+def device_peak_mb() -> float | None:
+    """Peak bytes in use on JAX's first device (``memory_stats()``), in MB; None on a CPU."""
+    import jax
+
+    stats = jax.devices()[0].memory_stats()
+    if not stats or "peak_bytes_in_use" not in stats:
+        return None
+    return stats["peak_bytes_in_use"] / 2**20
+
+
+def xla_costs(compiled) -> dict:
+    """XLA's load-independent costs of a compiled program: GFLOP, GB accessed, MB temporaries.
+
+    ``cost_analysis()`` counts a loop body once (not once per iteration) and counted a random
+    draw split into leaves several times over on CPU (JAX 0.10); compare like with like.
+    """
+    out = {}
+    costs = compiled.cost_analysis()
+    costs = costs[0] if isinstance(costs, list) else costs
+    if costs:
+        out["gflop"] = costs.get("flops", 0.0) / 1e9
+        out["gb_accessed"] = costs.get("bytes accessed", 0.0) / 1e9
+    mem = compiled.memory_analysis()
+    if mem is not None:
+        out["xla_temp_mb"] = mem.temp_size_in_bytes / 2**20
+    return out

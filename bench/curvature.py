@@ -12,12 +12,24 @@ Measures in one run, interleaving the variants and reporting medians:
 - peak resident memory of the jitted Hutchinson program with many vs 16 probes, each in a fresh
   subprocess (target <= 1.5 x);
 - Hutch++ vs Hutchinson median relative error at 99 products on a synthetic matrix with 10
-  dominant eigenvalues plus a noisy bulk (target >= 10 x lower).
+  dominant eigenvalues plus a noisy bulk (target >= 10 x lower);
+- ``kernels`` (issue 22's ratios at this size): Hutchinson per probe with each way of forming
+  $v^\top H v$ (``mode="auto"``, ``"forms"``, ``"products"``), Lanczos per step
+  (``top_eigenvalues``, 10 steps, full and float16 basis), worst-case sharpness per ascent
+  step (5 steps) and the sharpness decomposition per pair + probe (forms vs products), each
+  against one gradient: interleaved timings in one process plus XLA's load-independent
+  ``cost_analysis()`` (GFLOP, bytes accessed; a loop body counted once) and
+  ``memory_analysis()`` temporaries of each compiled program.
+
+Runs unchanged on whatever ``jax.devices()`` holds: on a GPU the PyTorch twin and PyHessian run
+on ``cuda`` (when PyTorch sees one), and memory is the device's peak (``memory_stats()``)
+instead of the host's RSS. ``main(argv)`` returns the summary (for ``bench/accelerator.py``).
 
 Prints one JSON record per configuration, then a JSON summary of the ratios.
 
 Run:  .venv/bin/python bench/curvature.py            (full: 64 probes, 1024-probe memory run)
       .venv/bin/python bench/curvature.py --quick    (fewer repeats/probes, a couple of minutes)
+      .venv/bin/python bench/curvature.py --only kernels   (issue 22's ratios alone)
 Needs the ``bench`` extra (torch, matfree, psutil); pyhessian is used when installed, else
 its loop is reproduced verbatim (``_pyhessian_trace``).
 """
@@ -41,7 +53,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench import _reference as ref
-from kernels.curvature import hutchinson_trace, hutchpp_trace, hvp
+from kernels.curvature import hutchinson_trace, hutchpp_trace, hvp, top_eigenvalues
+from kernels.sharpness import Perturbation, sharpness_decomposition, worst_case_sharpness
 
 
 def emit(record: dict) -> None:
@@ -109,14 +122,16 @@ def torch_setup():
     import torch
 
     torch.manual_seed(0)
-    model = ref.torch_model(ref.init_params())
-    inputs, targets = (torch.as_tensor(a) for a in ref.make_batch())
+    device = ref.torch_device()
+    model = ref.torch_model(ref.init_params()).to(device)
+    inputs, targets = (torch.as_tensor(a).to(device) for a in ref.make_batch())
     return model, inputs, targets
 
 
 def torch_grad(model, inputs, targets):
     model.zero_grad(set_to_none=True)
     ref.torch_criterion(model(inputs), targets).backward()
+    ref.torch_sync(inputs.device.type)
     return model.wq.grad
 
 
@@ -149,7 +164,8 @@ def pyhessian_trace(model, inputs, targets, num_probes):
     except ImportError:
         out = _pyhessian_trace(model, inputs, targets, num_probes)
     else:
-        h = hessian(model, ref.torch_criterion, data=(inputs, targets), cuda=False)
+        cuda = inputs.device.type == "cuda"
+        h = hessian(model, ref.torch_criterion, data=(inputs, targets), cuda=cuda)
         out = h.trace(maxIter=num_probes, tol=-float("inf"))  # tol=-inf: exactly maxIter probes
     for p in model.parameters():
         p.grad = None
@@ -163,10 +179,12 @@ def torch_hvp(model, inputs, targets, v_np):
     params = list(model.parameters())
     loss = ref.torch_criterion(model(inputs), targets)
     grads = torch.autograd.grad(loss, params, create_graph=True)
-    dtype = params[0].dtype
-    vs = [torch.as_tensor(v_np[name], dtype=dtype) for name, _ in ref.SHAPES]
+    dtype, device = params[0].dtype, params[0].device
+    vs = [torch.as_tensor(v_np[name], dtype=dtype, device=device) for name, _ in ref.SHAPES]
     hv = torch.autograd.grad(grads, params, grad_outputs=vs)
-    return {name: h.detach().double().numpy() for (name, _), h in zip(ref.SHAPES, hv, strict=True)}
+    return {
+        name: h.detach().double().cpu().numpy() for (name, _), h in zip(ref.SHAPES, hv, strict=True)
+    }
 
 
 # --------------------------------------------------------------------------- sections
@@ -266,7 +284,7 @@ def bench_hvp_agreement() -> dict:
     ours = np.concatenate([np.asarray(ours[n], np.float64).ravel() for n, _ in ref.SHAPES])
     model, t_inputs, t_targets = torch_setup()
     t32 = torch_hvp(model, t_inputs, t_targets, v)
-    model64 = ref.torch_model(ref.init_params(), dtype=torch.float64)
+    model64 = ref.torch_model(ref.init_params(), dtype=torch.float64).to(t_inputs.device)
     t64 = torch_hvp(model64, t_inputs, t_targets, v)
     t32 = np.concatenate([t32[n].ravel() for n, _ in ref.SHAPES])
     t64 = np.concatenate([t64[n].ravel() for n, _ in ref.SHAPES])
@@ -288,11 +306,14 @@ MEMORY_CHILD = """
 import resource, sys, json
 sys.path.insert(0, {root!r})
 import jax
+from bench import _reference as ref
 from bench.curvature import jax_inputs, ours_trace
 params, inputs, targets = jax_inputs()
 est = ours_trace(params, inputs, targets, jax.random.key(0), num_probes={probes})
 jax.block_until_ready(est)
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# on an accelerator the device's peak, on a CPU the process's peak RSS
+peak = ref.device_peak_mb() if ref.on_accelerator() else None
+rss = peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({{"probes": {probes}, "maxrss_mb": rss, "mean": float(est.mean)}}))
 """
 
@@ -349,23 +370,128 @@ def bench_hutchpp(args) -> dict:
     return out
 
 
-def main() -> None:
+# --------------------------------------------------------------------------- issue 22's ratios
+
+WORST_RADIUS = 0.05
+DECOMP_SIGMA = 1e-2
+
+
+def kernel_programs(args) -> dict:
+    """``name -> (fn(params, batch, key), units)``: each kernel and how many gradient-sized
+    units it runs (probes, Lanczos steps, value-and-grads of the ascent, pairs + probes)."""
+    probes, steps, ascent, pairs = args.probes, 10, 5, 8
+
+    def hutch(mode):
+        return lambda p, b, k: (
+            hutchinson_trace(hvp(batch_loss, p, b), p, k, num_probes=probes, mode=mode).mean
+        )
+
+    def lanczos(basis_dtype):
+        return lambda p, b, k: top_eigenvalues(
+            hvp(batch_loss, p, b), p, k, k=1, num_steps=steps, basis_dtype=basis_dtype
+        )
+
+    def decomposition(mode):
+        return lambda p, b, k: (
+            sharpness_decomposition(
+                batch_loss,
+                p,
+                b,
+                k,
+                perturbation=Perturbation("gaussian", DECOMP_SIGMA),
+                num_samples=pairs,
+                num_probes=pairs,
+                mode=mode,
+            ).remainder.mean
+        )
+
+    return {
+        "grad": (lambda p, b, k: jax.value_and_grad(batch_loss)(p, b), 1),
+        "hutchinson_auto": (hutch("auto"), probes),
+        "hutchinson_forms": (hutch("forms"), probes),
+        "hutchinson_products": (hutch("products"), probes),
+        "lanczos": (lanczos(None), steps),
+        "lanczos_float16_basis": (lanczos("float16"), steps),
+        "worst_case": (
+            lambda p, b, k: (
+                worst_case_sharpness(
+                    batch_loss,
+                    p,
+                    b,
+                    k,
+                    perturbation=Perturbation("l2_ball", WORST_RADIUS),
+                    num_steps=ascent,
+                ).value
+            ),
+            ascent + 1,
+        ),
+        "decomposition_forms": (decomposition("forms"), 2 * pairs),
+        "decomposition_products": (decomposition("products"), 2 * pairs),
+    }
+
+
+def bench_kernels(args) -> dict:
+    """Per-unit time over one gradient (interleaved, medians) and XLA's costs of each program."""
+    params, inputs, targets = jax_inputs()
+    batch, key = (inputs, targets), jax.random.key(0)
+    programs = kernel_programs(args)
+    compiled, costs = {}, {}
+    for name, (fn, units) in programs.items():
+        start = time.perf_counter()
+        compiled[name] = jax.jit(fn).lower(params, batch, key).compile()
+        jax.block_until_ready(compiled[name](params, batch, key))
+        costs[name] = {"units": units, "compile_and_first_s": time.perf_counter() - start}
+        costs[name].update(ref.xla_costs(compiled[name]))
+        emit({"record": "kernel_program", "name": name, **costs[name]})
+    times: dict[str, list[float]] = {name: [] for name in programs}
+    for rep in range(args.reps):
+        k = jax.random.fold_in(key, rep + 1)
+        for name, c in compiled.items():
+            times[name].append(timed(c, params, batch, k))
+    grad = statistics.median(times["grad"])
+    grad_costs = costs["grad"]
+    out = {"kernels_grad_ms": 1e3 * grad}
+    for name, (_, units) in programs.items():
+        if name == "grad":
+            continue
+        med = statistics.median(times[name])
+        rec = {
+            "record": "kernel_ratio",
+            "name": name,
+            "units": units,
+            "per_unit_over_grad": med / units / grad,
+            "all_s": [round(t, 4) for t in times[name]],
+        }
+        for field in ("gflop", "gb_accessed", "xla_temp_mb"):
+            if field in costs[name] and grad_costs.get(field):
+                rec[f"{field}_over_grad"] = costs[name][field] / grad_costs[field]
+        emit(rec)
+        out[f"{name}_per_unit_over_grad"] = rec["per_unit_over_grad"]
+        if "xla_temp_mb_over_grad" in rec:
+            out[f"{name}_xla_temp_over_grad"] = rec["xla_temp_mb_over_grad"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and probes")
-    parser.add_argument("--only", choices=["speed", "hvp", "memory", "hutchpp"], action="append")
+    parser.add_argument(
+        "--only", choices=["speed", "hvp", "memory", "hutchpp", "kernels"], action="append"
+    )
     parser.add_argument("--memory-probes", type=int, help="probes of the large memory run")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.reps = 3 if args.quick else 7
     args.probes = 32 if args.quick else 64
     args.matfree_probes = 16
     args.memory_probes = args.memory_probes or (128 if args.quick else 1024)
     args.trials = 50 if args.quick else 200
-    sections = args.only or ["hvp", "hutchpp", "speed", "memory"]
+    sections = args.only or ["hvp", "hutchpp", "speed", "kernels", "memory"]
     emit(
         {
             "record": "setup",
             "jax": jax.__version__,
             "backend": jax.default_backend(),
+            "device": str(jax.devices()[0]),
             "cpu_count": os.cpu_count(),
             "load_avg_1min": os.getloadavg()[0],
             "quick": args.quick,
@@ -378,11 +504,14 @@ def main() -> None:
         summary.update(bench_hutchpp(args))
     if "speed" in sections:
         summary.update(bench_speed(args))
+    if "kernels" in sections:
+        summary.update(bench_kernels(args))
     if "memory" in sections:
         summary.update(bench_memory(args))
     summary["load_avg_1min_end"] = os.getloadavg()[0]
     summary["maxrss_mb_this_process"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"record": "summary", **summary}, indent=1), flush=True)
+    return summary
 
 
 if __name__ == "__main__":

@@ -89,6 +89,12 @@ class Config:
 FULL = Config(vocab=50257, dim=768, heads=12, hidden=3072, layers=12, seq=128, batch=4,
               num_batches=16)  # fmt: skip
 QUICK = Config(vocab=512, dim=64, heads=4, hidden=256, layers=2, seq=32, batch=4, num_batches=16)
+# the mid-size decoder of the README's profile (26.4M parameters): --mid, mostly with --costs
+MID = Config(vocab=50257, dim=384, heads=6, hidden=1536, layers=4, seq=128, batch=4, num_batches=16)
+
+
+def config(args) -> Config:
+    return QUICK if args.quick else MID if args.mid else FULL
 
 
 def num_params(cfg: Config) -> int:
@@ -265,7 +271,7 @@ def pyhessian_trace(model, inputs, targets, num_probes: int) -> float:
 
     for p in model.parameters():  # stale .grad would be added into the graph
         p.grad = None
-    h = hessian(model, torch_criterion, data=(inputs, targets), cuda=False)
+    h = hessian(model, torch_criterion, data=(inputs, targets), cuda=inputs.device.type == "cuda")
     out = h.trace(maxIter=num_probes, tol=-float("inf"))  # tol=-inf: exactly maxIter probes
     for p in model.parameters():
         p.grad = None
@@ -276,12 +282,30 @@ def pyhessian_trace(model, inputs, targets, num_probes: int) -> float:
 # --------------------------------------------------------------------------- one job (child)
 
 
+def _device_stats() -> dict | None:
+    """``memory_stats()`` of JAX's first device on an accelerator; None on a CPU."""
+    import jax
+
+    if jax.default_backend() == "cpu":
+        return None
+    return jax.devices()[0].memory_stats() or None
+
+
 def _peak_mb() -> float:
+    """Peak memory of this process's work: the device's peak bytes in use on an accelerator,
+    the process's peak RSS (``ru_maxrss``) on a CPU."""
+    stats = _device_stats()
+    if stats and "peak_bytes_in_use" in stats:
+        return stats["peak_bytes_in_use"] / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _rss_mb() -> float:
-    """This process's resident set size now (``/proc/self/statm``, Linux)."""
+    """Memory in use now: device bytes in use on an accelerator, else this process's resident
+    set size (``/proc/self/statm``, Linux)."""
+    stats = _device_stats()
+    if stats and "bytes_in_use" in stats:
+        return stats["bytes_in_use"] / 2**20
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
@@ -296,6 +320,7 @@ def _program(job: str, count: int, num_batches: int, loss_fn):
         hessian_trace,
         hutchinson_trace,
         hvp,
+        sharpness_decomposition,
         top_eigenvalues,
         worst_case_sharpness,
     )
@@ -323,6 +348,36 @@ def _program(job: str, count: int, num_batches: int, loss_fn):
         ),
         "dataset_worst_case_sharpness": lambda p, b, k: worst_case_sharpness(
             streamed, p, b, k, perturbation=ball, num_steps=count
+        ),
+        # variants of issue 22's choices (with --only, and in --costs)
+        "hessian_trace_forms": lambda p, b, k: hutchinson_trace(
+            hvp(loss_fn, p, b), p, k, num_probes=count, mode="forms"
+        ),
+        "hessian_trace_products": lambda p, b, k: hutchinson_trace(
+            hvp(loss_fn, p, b), p, k, num_probes=count, mode="products"
+        ),
+        "top_eigenvalues_float16_basis": lambda p, b, k: top_eigenvalues(
+            hvp(loss_fn, p, b), p, k, k=1, num_steps=count, basis_dtype="float16"
+        ),
+        "decomposition_forms": lambda p, b, k: sharpness_decomposition(
+            loss_fn,
+            p,
+            b,
+            k,
+            perturbation=gauss,
+            num_samples=count,
+            num_probes=count,
+            mode="forms",
+        ),
+        "decomposition_products": lambda p, b, k: sharpness_decomposition(
+            loss_fn,
+            p,
+            b,
+            k,
+            perturbation=gauss,
+            num_samples=count,
+            num_probes=count,
+            mode="products",
         ),
     }
     return programs[job], job.startswith("dataset")
@@ -389,12 +444,14 @@ def _compile(fn, params, data, key) -> tuple[object, dict]:
     """Compile ahead of time: the executable, its compile time and XLA's temporaries."""
     import jax
 
+    from bench._reference import xla_costs
+
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(params, data, key).compile()
     rec = {"compile_s": time.perf_counter() - start}
-    mem = compiled.memory_analysis()  # XLA's allocation plan: temporaries beside args/outputs
-    if mem is not None:
-        rec["xla_temp_mb"] = mem.temp_size_in_bytes / 2**20
+    # XLA's allocation plan (temporaries beside arguments and outputs) and its cost analysis
+    # (GFLOP and bytes accessed; a loop body counted once): load-independent evidence
+    rec.update(xla_costs(compiled))
     return compiled, rec
 
 
@@ -466,12 +523,15 @@ def run_torch(cfg: Config, num_probes: int, grad_reps: int, weights: str | None)
     import numpy as np
     import torch
 
+    from bench._reference import torch_device, torch_sync
+
     torch.set_num_threads(2)
     start = time.perf_counter()
     _, params, batches = build_jax(cfg, weights=weights)
-    model = torch_model(cfg, params_to_numpy(params))
+    device = torch_device()  # "cuda" when PyTorch sees a GPU
+    model = torch_model(cfg, params_to_numpy(params)).to(device)
     del params
-    inputs, targets = (torch.as_tensor(np.array(a[0])).long() for a in batches)
+    inputs, targets = (torch.as_tensor(np.array(a[0])).long().to(device) for a in batches)
     rec = {"job": "torch_pyhessian", "count": num_probes, "setup_s": time.perf_counter() - start}
     times = []
     for _ in range(grad_reps + 1):  # the first is a warm-up
@@ -479,14 +539,20 @@ def run_torch(cfg: Config, num_probes: int, grad_reps: int, weights: str | None)
         t0 = time.perf_counter()
         loss = torch_criterion(model(inputs), targets)
         loss.backward()
+        torch_sync(device)
         times.append(time.perf_counter() - t0)
     rec["loss"] = float(loss.detach())
     rec["grad_s"] = statistics.median(times[1:])
     rec["grad_all_s"] = [round(t, 4) for t in times[1:]]
     start = time.perf_counter()
     rec["value"] = pyhessian_trace(model, inputs, targets, num_probes)
+    torch_sync(device)
     rec["run_s"] = time.perf_counter() - start
-    rec["peak_rss_mb"] = _peak_mb()
+    if device == "cuda":
+        rec["peak_rss_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        rec["peak_rss_mb"] = _peak_mb()
+    rec["device"] = device
     return rec
 
 
@@ -521,11 +587,16 @@ _MIN_GRAD_REPS = {"grad": 3, "torch_pyhessian": 2}  # timed gradients (torch: af
 OPTIONAL = {  # run only when named with --only
     "dataset_grad": [(0, 16)],
     "dataset_worst_case_sharpness": [(1, 2), (1, 16)],
+    "hessian_trace_forms": [(2, 1), (8, 1)],
+    "hessian_trace_products": [(2, 1), (8, 1)],
+    "top_eigenvalues_float16_basis": [(3, 1), (10, 1)],
+    "decomposition_forms": [(2, 1), (4, 1)],
+    "decomposition_products": [(2, 1), (4, 1)],
 }
 
 
 def child(args) -> dict:
-    cfg = QUICK if args.quick else FULL
+    cfg = config(args)
     weights = None
     if args.cache:  # shared by the jobs of one run: the weights and compiled programs
         import jax
@@ -543,6 +614,8 @@ def spawn(args, job: str, variants: list[tuple[int, int]]) -> dict:
            str(max(_MIN_GRAD_REPS.get(job, 0), args.grad_reps))]  # fmt: skip
     if args.quick:
         cmd.append("--quick")
+    if args.mid:
+        cmd.append("--mid")
     if args.cache:
         cmd += ["--cache", args.cache]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -561,7 +634,7 @@ def spawn(args, job: str, variants: list[tuple[int, int]]) -> dict:
     rec["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rec["load_avg_1min"] = os.getloadavg()[0]
     emit({"record": "job", **rec})
-    with open(_stem(args.quick, bool(args.only)) + ".jsonl", "a") as f:
+    with open(_stem(args.quick, bool(args.only), args.mid) + ".jsonl", "a") as f:
         f.write(json.dumps(rec) + "\n")
     return rec
 
@@ -574,11 +647,18 @@ UNITS = {  # what one "count" is, and how many gradient-equivalents the kernel c
     "dataset_trace": "probe over all batches",
     "dataset_average_sharpness": "antithetic pair over all batches",
     "dataset_worst_case_sharpness": "ascent step over all batches (steps + 1 in all)",
+    "hessian_trace_forms": "probe (quadratic forms)",
+    "hessian_trace_products": "probe (linearised products)",
+    "top_eigenvalues_float16_basis": "Lanczos step (float16 basis)",
+    "decomposition_forms": "pair or probe (quadratic forms)",
+    "decomposition_products": "pair or probe (linearised products)",
     "torch_pyhessian": "probe (PyHessian, incl. its create_graph setup)",
 }
 
 
 def _per_unit(job: str, count: int) -> int:
+    if "decomposition" in job:
+        return 2 * count  # count pairs and count probes
     return count + 1 if "worst_case" in job else count
 
 
@@ -650,6 +730,32 @@ def summarize(recs: list[dict]) -> dict:
     }
 
 
+def _issue22(out: dict, rows: list[dict], grad: dict) -> dict:
+    """Issue 22's ratios from a run's rows: time per unit and memory against one gradient."""
+    by = {r["job"]: r for r in rows}
+    res = {}
+    targets = {"hessian_trace": 1.3, "top_eigenvalues": 1.3, "worst_case_sharpness": 1.1}
+    for job, target in targets.items():
+        if job in by:
+            res[f"{job}_per_unit_over_grad"] = by[job]["per_unit_over_grad"]
+            res[f"{job}_time_target"] = target
+    if "worst_case_sharpness" in by:
+        res["worst_case_sharpness_peak_over_grad_peak"] = by["worst_case_sharpness"][
+            "peak_over_grad_peak"
+        ]
+        res["worst_case_sharpness_memory_target"] = 1.3
+    lanczos, grad_temp = by.get("top_eigenvalues"), grad.get("xla_temp_mb")
+    if lanczos and lanczos.get("xla_temp_mb") is not None and grad_temp:
+        # the basis holds num_steps float32 rows of the parameters
+        basis = lanczos["count"] * out.get("num_params", 0) * 4 / 2**20
+        res["top_eigenvalues_basis_mb"] = basis
+        res["top_eigenvalues_temp_beyond_basis_over_grad_temp"] = (
+            lanczos["xla_temp_mb"] - basis
+        ) / grad_temp
+        res["top_eigenvalues_memory_target"] = "basis + 2 gradients"
+    return res
+
+
 def _halves(timeline: list | None) -> dict:
     """Peak RSS in the first and the second half of a run (from its sampled timeline): with
     memory independent of the count, the second half (later probes / samples / batches) needs
@@ -683,7 +789,8 @@ def _memory_cell(r: dict) -> str:
 def markdown(summary: dict, cfg: Config, wall_s: float) -> str:
     lines = [
         f"{num_params(cfg):,} parameters, batches of {cfg.batch} x {cfg.seq} tokens, float32, "
-        f"CPU; one gradient {summary['grad_s']:.2f} s (peak RSS of a gradient-only process "
+        f"{summary.get('device', 'CPU')}; one gradient {summary['grad_s']:.2f} s (peak memory "
+        "of a gradient-only process "
         f"{summary['grad_peak_rss_mb']:.0f} MB); whole run {wall_s / 60:.1f} min.",
         "",
         "| kernel | per unit / one gradient (target <= 1.3) | peak RSS / gradient's "
@@ -701,6 +808,11 @@ def markdown(summary: dict, cfg: Config, wall_s: float) -> str:
             f"{(r['job_wall_s'] or math.nan) / 60:.1f} / "
             f"{(r['job_cpu_s'] or math.nan) / 60:.1f} min |"
         )
+    if summary.get("issue22"):
+        lines += ["", "Issue 22's ratios: " + ", ".join(
+            f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}"
+            for k, v in summary["issue22"].items()
+        ) + "."]  # fmt: skip
     lines += [
         "",
         f"All jobs: wall {summary['jobs_wall_s'] / 60:.1f} min, CPU (user + sys of the child "
@@ -750,45 +862,64 @@ def figure(summary: dict, path: str) -> None:
         ax.set_ylabel("RSS (GB)", fontsize=8)
         ax.tick_params(labelsize=7)
     axes.flat[0].legend(fontsize=7)
-    for ax in list(axes.flat)[len(rows):]:
+    for ax in list(axes.flat)[len(rows) :]:
         ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def _stem(quick: bool, partial: bool = False) -> str:
+def _stem(quick: bool, partial: bool = False, mid: bool = False) -> str:
     """``bench/results/scale[_quick][_partial]``: runs with ``--only`` write their own files, so
     they never replace the records of a full run."""
     out = os.path.join(ROOT, "bench", "results")
     os.makedirs(out, exist_ok=True)
-    name = "scale" + ("_quick" if quick else "") + ("_partial" if partial else "")
+    name = "scale" + ("_quick" if quick else "") + ("_mid" if mid else "")
+    name += "_partial" if partial else ""
     return os.path.join(out, name)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict | None:
+    """Run the benchmark (see the module docstring); returns the summary of a run."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small model (seconds per job)")
     parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--variants", default="[[0, 1]]", help=argparse.SUPPRESS)
     parser.add_argument(
-        "--grad-reps", type=int, default=1,
+        "--grad-reps",
+        type=int,
+        default=1,
         help="timed one-batch gradients in each kernel's process (the grad job times >= 3)",
     )
     parser.add_argument(
-        "--only", action="append",
+        "--only",
+        action="append",
         help="run only these jobs (and grad); records and tables go to scale[_quick]_partial.*",
     )
     parser.add_argument(
         "--summarize", action="store_true", help="only rebuild the tables from the .jsonl records"
     )
     parser.add_argument(
-        "--twins", action="store_true",
+        "--twins",
+        action="store_true",
         help="also compile each kernel at a smaller count / 2 batches for XLA's allocation plan "
         "(does memory depend on the count?); ~45 s more on the full model",
     )
+    parser.add_argument(
+        "--mid",
+        action="store_true",
+        help="the mid-size decoder (4 layers, d = 384, 26.4M parameters), e.g. with --costs",
+    )
+    parser.add_argument(
+        "--costs",
+        action="store_true",
+        help="only compile each job's program (one process) and print XLA's cost and memory "
+        "analysis against the gradient's: load-independent, minutes",
+    )
     parser.add_argument("--cache", help=argparse.SUPPRESS)  # set by the parent for its children
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.quick and args.mid:
+        parser.error("--quick and --mid: choose one size")
     if args.grad_reps < 0:
         parser.error(f"--grad-reps: expected an integer >= 0, got {args.grad_reps}")
     known = [job for job, _ in plan()] + list(OPTIONAL)
@@ -797,18 +928,19 @@ def main() -> None:
             parser.error(f"--only: unknown job {job!r}; choose from {', '.join(known)}")
     if args.job:
         print(json.dumps(child(args)), flush=True)
-        return
-    cfg = QUICK if args.quick else FULL
+        return None
+    cfg = config(args)
+    if args.costs:
+        return costs_main(args, cfg)
     if args.summarize:
-        path = _stem(args.quick, bool(args.only)) + ".jsonl"
+        path = _stem(args.quick, bool(args.only), args.mid) + ".jsonl"
         if not os.path.exists(path):
             parser.error(f"--summarize: no records at {path}; run the benchmark first")
         with open(path) as f:
             recs = [json.loads(line) for line in f if line.strip()]
         if not any(r.get("job") == "grad" for r in recs):
             parser.error(f"--summarize: {path} has no 'grad' record (the base of every ratio)")
-        report(args, cfg, recs, sum(r["wall_s"] for r in recs))
-        return
+        return report(args, cfg, recs, sum(r["wall_s"] for r in recs))
     import jax
 
     emit({"record": "setup", "jax": jax.__version__, "cpu_count": os.cpu_count(),
@@ -816,7 +948,7 @@ def main() -> None:
           "num_params": num_params(cfg), "config": dataclasses.asdict(cfg)})  # fmt: skip
     start = time.perf_counter()
     recs = []
-    records = _stem(args.quick, bool(args.only)) + ".jsonl"
+    records = _stem(args.quick, bool(args.only), args.mid) + ".jsonl"
     if os.path.exists(records):  # a new run starts new records; the last run's are kept aside
         os.replace(records, records + ".prev")
     jobs = plan() + [(job, v) for job, v in OPTIONAL.items() if job in (args.only or ())]
@@ -833,23 +965,107 @@ def main() -> None:
                 recs.append(rec)
     wall = time.perf_counter() - start
     if any(r["job"] == "grad" for r in recs):
-        report(args, cfg, recs, wall)
+        return report(args, cfg, recs, wall)
+    return None
 
 
-def report(args, cfg: Config, recs: list[dict], wall: float) -> None:
+def report(args, cfg: Config, recs: list[dict], wall: float) -> dict:
     """Print and write the summary (JSON) and the markdown table."""
     summary = summarize(recs)
     summary.update(wall_s=wall, load_avg_1min_end=os.getloadavg()[0], quick=args.quick,
                    num_params=num_params(cfg))  # fmt: skip
+    import jax
+
+    summary["device"] = str(jax.devices()[0])
+    grad_run = next(r for r in recs if r["job"] == "grad")["runs"][-1]
+    summary["issue22"] = _issue22(summary, summary["rows"], grad_run)
+    if "pyhessian_per_probe_over_ours" in summary:
+        summary["issue22"]["pyhessian_per_probe_over_ours"] = summary[
+            "pyhessian_per_probe_over_ours"
+        ]
+        summary["issue22"]["pyhessian_target"] = 3.0
     emit({"record": "summary", **summary})
     table = markdown(summary, cfg, wall)
     print(table)
-    stem = _stem(args.quick, bool(args.only))
+    stem = _stem(args.quick, bool(args.only), args.mid)
     with open(stem + ".json", "w") as f:
         json.dump({"records": recs, "summary": summary}, f, indent=1)
     with open(stem + ".md", "w") as f:
         f.write(table + "\n")
     figure(summary, stem + "_memory.png")
+    return summary
+
+
+# --------------------------------------------------------------------------- --costs
+
+
+def costs_main(args, cfg: Config) -> dict:
+    """Compile every job's program at its measured count (and the gradient) in this process;
+    print XLA's GFLOP, bytes accessed and temporaries against the gradient's (no run)."""
+    import jax
+
+    from bench._reference import xla_costs
+
+    loss_fn, params, batches = build_jax(cfg)
+    key = jax.random.key(0)
+    n = num_params(cfg)
+    jobs = [(job, v[-1]) for job, v in plan() if job != "torch_pyhessian"]
+    jobs += [(job, v[-1]) for job, v in OPTIONAL.items() if job != "dataset_grad"]
+    if args.only:
+        jobs = [(job, v) for job, v in jobs if job in args.only or job == "grad"]
+    rows = []
+    for job, (count, num_batches) in jobs:
+        fn, dataset = _program(job, count, num_batches, loss_fn)
+        data = jax.tree_util.tree_map(
+            (lambda a, nb=num_batches: a[:nb]) if dataset else (lambda a: a[0]), batches
+        )
+        start = time.perf_counter()
+        compiled = jax.jit(fn).lower(params, data, key).compile()
+        row = {"job": job, "count": count, "num_batches": num_batches,
+               "compile_s": time.perf_counter() - start, **xla_costs(compiled)}  # fmt: skip
+        emit({"record": "costs", **row})
+        rows.append(row)
+    grad = rows[0]
+    for row in rows[1:]:
+        for field in ("gflop", "gb_accessed", "xla_temp_mb"):
+            if row.get(field) is not None and grad.get(field):
+                row[f"{field}_over_grad"] = row[field] / grad[field]
+        if row["job"].startswith("top_eigenvalues") and row.get("xla_temp_mb") is not None:
+            itemsize = 2 if "float16" in row["job"] else 4
+            basis = row["count"] * n * itemsize / 2**20  # num_steps stored rows
+            row["basis_mb"] = basis
+            row["temp_beyond_basis_over_grad"] = (row["xla_temp_mb"] - basis) / grad["xla_temp_mb"]
+    lines = [
+        f"XLA's analysis of each compiled program, {n:,} parameters, batches of {cfg.batch} x "
+        f"{cfg.seq}, {jax.default_backend()}; a loop body is counted once, so a program's "
+        "figures are its setup plus one iteration (one probe, step or pair).",
+        "",
+        "| program | count | GFLOP / gradient's | GB accessed / gradient's | temporaries MB "
+        "(/ gradient's) |",
+        "|---|---|---|---|---|",
+        f"| gradient | 1 | {grad.get('gflop', 0):.1f} GFLOP | {grad.get('gb_accessed', 0):.2f} GB "
+        f"| {grad.get('xla_temp_mb', 0):.0f} |",
+    ]
+    for row in rows[1:]:
+        extra = ""
+        if "basis_mb" in row:
+            extra = (f"; basis {row['basis_mb']:.0f} MB, beyond it "
+                     f"{row['temp_beyond_basis_over_grad']:.2f} gradients")  # fmt: skip
+        lines.append(
+            f"| `{row['job']}` | {row['count']} x {row['num_batches']} b | "
+            f"{row.get('gflop_over_grad', math.nan):.2f} | "
+            f"{row.get('gb_accessed_over_grad', math.nan):.2f} | "
+            f"{row.get('xla_temp_mb', math.nan):.0f} "
+            f"({row.get('xla_temp_mb_over_grad', math.nan):.2f}){extra} |"
+        )
+    table = "\n".join(lines)
+    print(table)
+    stem = _stem(args.quick, bool(args.only), args.mid) + "_costs"
+    with open(stem + ".json", "w") as f:
+        json.dump({"rows": rows, "num_params": n, "config": dataclasses.asdict(cfg)}, f, indent=1)
+    with open(stem + ".md", "w") as f:
+        f.write(table + "\n")
+    return {"rows": rows}
 
 
 if __name__ == "__main__":

@@ -1143,8 +1143,18 @@ def _lanczos_run(
     basis = _Basis.create(num_steps, flat.size, dtype, store).set(0, v)
     eps = jnp.finfo(dtype).eps
 
+    # v_{j-1} for the three-term recurrence: read back from a full-precision basis (a copy
+    # that lives only for the subtraction), carried in the working dtype beside a
+    # lower-precision one (its rounded row would leave u beta_{j-1} behind, which hides a
+    # breakdown and loses orthogonality)
+    carry_prev = np.dtype(store) != np.dtype(dtype)
+
     def step(j: jax.Array, carry: tuple[Any, ...]) -> tuple[Any, ...]:
-        rows, v, v_prev, beta_prev, alphas, betas, scale = carry
+        if carry_prev:
+            rows, v, v_prev, beta_prev, alphas, betas, scale = carry
+        else:
+            rows, v, beta_prev, alphas, betas, scale = carry
+            v_prev = jax.lax.dynamic_index_in_dim(rows, jnp.maximum(j - 1, 0), keepdims=False)
         basis_j = dataclasses.replace(basis, rows=rows)
         w = flat.matvec(v)
         alpha = jnp.vdot(v, w)
@@ -1163,13 +1173,15 @@ def _lanczos_run(
         nxt = jax.lax.cond(broke, restart, lambda w: w / beta, w)
         beta = jnp.where(broke, jnp.zeros_like(beta), beta)
         rows = basis_j.set(j + 1, nxt).rows  # v_k (after the last step) is not kept
-        return rows, nxt, v, beta, alphas.at[j].set(alpha), betas.at[j].set(beta), scale
+        rest = (beta, alphas.at[j].set(alpha), betas.at[j].set(beta), scale)
+        return (rows, nxt, v, *rest) if carry_prev else (rows, nxt, *rest)
 
     zeros = jnp.zeros((num_steps,), dtype)
     zero = jnp.zeros((), dtype)
-    init = (basis.rows, v, jnp.zeros_like(v), zero, zeros, zeros, zero)
+    prev = (jnp.zeros_like(v),) if carry_prev else ()
+    init = (basis.rows, v, *prev, zero, zeros, zeros, zero)
     out = jax.lax.fori_loop(0, num_steps, step, init)
-    alphas, betas = out[4], out[5]
+    alphas, betas = out[-3], out[-2]
     return alphas, betas[:-1], norm0
 
 
