@@ -412,3 +412,14 @@ def test_bad_runs_lanes_and_initial_loss():
     with pytest.raises(ValueError, match="initialisation"):
         train(lambda p, d: jnp.sum(p) * jnp.nan, jnp.ones(2), jnp.zeros((4, 2)),
               optimizer=optax.sgd, hyperparams={"learning_rate": 0.1}, num_steps=1)  # fmt: skip
+
+
+def test_no_experiment_keeps_its_own_training_loop():
+    """Every experiment trains through the engine: no optimiser step or loop of its own."""
+    import pathlib
+    import re
+
+    folder = pathlib.Path(__file__).resolve().parents[3] / "jaxbounds" / "experiments"
+    pattern = re.compile(r"make_step\(|\.update\(grad|def _?train_one|def train_interpolator")
+    for path in sorted(folder.glob("*.py")):
+        assert not pattern.search(path.read_text(encoding="utf-8")), path.name
