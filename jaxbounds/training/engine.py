@@ -543,7 +543,7 @@ def train(
       lanes: the vmap width (>= 1, with ``runs``); a run's bits depend on it, never on R or on
         the other runs.
       evals_per_call: evaluation blocks per compiled call (the progress bar moves between
-        calls); default ``max(1, 64 // eval_every)``. Static.
+        calls; the results do not depend on it); default ``max(1, 64 // eval_every)``. Static.
       progress: True for a progress bar on stderr, False for none, or a text stream.
       label: progress bar prefix.
 
@@ -609,8 +609,9 @@ def train(
         raise ValueError(f"key: expected one key per run, shape ({num_runs},), got "
                          f"{jnp.shape(key)}")  # fmt: skip
     caps = _per_run(num_steps, "num_steps", num_runs, np.int64)
-    if caps.min() < 0 or caps.max() >= 2**31:
-        raise ValueError(f"num_steps: expected ints in [0, 2**31), got {num_steps!r}")
+    limit = 2**31 - evals_per_call * eval_every  # the int32 step counter of the last call
+    if caps.min() < 0 or caps.max() >= limit:
+        raise ValueError(f"num_steps: expected ints in [0, {limit}), got {num_steps!r}")
     dtype = _float_dtype(params)
     hyper = {k: _per_run(v, f"hyperparams[{k!r}]", num_runs, dtype) for k, v in
              hyperparams.items()}  # fmt: skip
@@ -709,8 +710,6 @@ def _run_group(static: _Static, sl: slice, params, key, hyper, data, eval_data, 
         steps = np.asarray(jax.device_get(lanes["steps"]))[:real]
         shown = _shown(records, static)
         bar.update(base + int(min(steps.max(), caps.max())), shown)
-        if done >= 2**31 - per_call:
-            raise ValueError("num_steps: the step counter would overflow int32")
     return {"lanes": jax.device_get(lanes), "records": records, "real": real, "caps": caps[sl]}
 
 

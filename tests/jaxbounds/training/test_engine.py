@@ -296,6 +296,21 @@ def test_a_lane_does_not_depend_on_its_position_or_neighbours(shallow):
         np.testing.assert_array_equal(other.metrics["loss"][i], reference.metrics["loss"][3])
 
 
+def test_evals_per_call_does_not_change_the_result():
+    data = jax.random.normal(jax.random.key(0), (6, 2), jnp.float32)
+    params = jax.random.normal(jax.random.key(1), (2, 2), jnp.float32)
+    keys = jnp.stack([jax.random.key(2), jax.random.key(3)])
+    results = [
+        train(quadratic, params, data, keys, optimizer=optax.adam,
+              hyperparams={"learning_rate": 0.1}, num_steps=13, batch_size=4, eval_every=2,
+              runs=2, lanes=2, evals_per_call=per_call)
+        for per_call in (1, 5)
+    ]  # fmt: skip
+    np.testing.assert_array_equal(results[0].params, results[1].params)
+    np.testing.assert_array_equal(results[0].metrics["loss"], results[1].metrics["loss"])
+    np.testing.assert_array_equal(results[0].eval_step[0], [0, 2, 4, 6, 8, 10, 12, 13])
+
+
 def test_one_lane_runs_without_vmap_and_single_run(shallow):
     params0, batch = shallow
     kw = {"optimizer": optax.sgd, "hyperparams": {"learning_rate": 0.1}, "num_steps": 3}
@@ -392,6 +407,7 @@ def squared_loss_p(params, data):
         ({"runs": 3}, "params"),
         ({"data_per_run": True}, "data_per_run"),
         ({"evals_per_call": 0}, "evals_per_call"),
+        ({"num_steps": 2**31 - 64}, "num_steps"),
     ],
 )
 def test_bad_arguments(kwargs, match):
