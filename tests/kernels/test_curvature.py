@@ -1072,19 +1072,21 @@ def test_basis_dtype_bad_values_raise():
             top_eigenvalues(mv, like, key, k=1, num_steps=3, basis_dtype=bad)
 
 
-def test_lanczos_reads_only_the_rows_in_use():
-    # the Gram-Schmidt loop runs over the rows written so far: with a basis of 6 rows, the
-    # first steps must not depend on (poisoned) rows they have not reached
+def test_lanczos_gram_schmidt_against_the_rows_in_use():
+    # rows not yet written are zero and change nothing; a lower-precision basis is read block
+    # by block and skips the blocks past the rows in use (poisoned here: never read)
     from kernels.curvature import _Basis
 
-    basis = _Basis.create(6, 5, jnp.float64, jnp.float64)
-    rows = basis.rows.at[0].set(jnp.eye(5)[0]).at[3:].set(jnp.nan)
-    basis = type(basis)(rows, basis.block, basis.scale, basis.work)
     w = jnp.arange(1.0, 6.0)
-    np.testing.assert_allclose(basis.project_out(w, 1), [0.0, 2.0, 3.0, 4.0, 5.0])
-    _, norm = basis.orthogonalize(w, 1)
+    full = _Basis.create(6, 5, jnp.float64, jnp.float64).set(0, jnp.eye(5)[0])
+    np.testing.assert_allclose(full.project_out(w, 1), [0.0, 2.0, 3.0, 4.0, 5.0])
+    _, norm = full.orthogonalize(w, 1)
     np.testing.assert_allclose(norm, np.sqrt(4 + 9 + 16 + 25))
-    assert np.isnan(np.asarray(basis.project_out(w, 4))).all()  # row 3 is read at used=4
+    low = _Basis.create(6, 5, jnp.float64, jnp.float16).set(0, jnp.eye(5)[0])
+    low = _Basis(low.rows.at[3:].set(jnp.nan), low.scale, low.work)
+    # the stored row is sqrt(5) e_0 rounded to float16: exact to float16's unit roundoff
+    np.testing.assert_allclose(low.project_out(w, 1), [0.0, 2.0, 3.0, 4.0, 5.0], atol=2.0**-11)
+    assert np.isnan(np.asarray(low.project_out(w, 4))).all()  # row 3 is read at used=4
 
 
 # --------------------------------------------------------------------------- Hutchinson modes
