@@ -23,12 +23,14 @@ inside it). A plain callable (``lambda v: d * v``) works too; it is part of the 
 by identity, so keep the same object across calls.
 
 **Lanczos.** Full reorthogonalisation against the stored basis, which holds ``num_steps``
-vectors ($k n$ numbers): each step runs the three-term recurrence, one Gram-Schmidt pass over
-the rows written so far (never the unwritten ones) and a second pass only when the first
-removed more than $1 - 1/\sqrt2$ of the vector's norm (Daniel-Gragg-Kaufman-Stewart), so the
-basis is read about twice per step on average over the rows in use, against four times in full
-before. A step whose $\beta$ falls below $16\,\epsilon\,\|A\|$ (the running estimate
-$\max_j |\alpha_j| + \beta_{j-1} + \beta_j$) is an invariant subspace and restarts.
+vectors ($k n$ numbers): each step runs the three-term recurrence, one classical Gram-Schmidt
+pass (two matrix-vector products with the basis; rows not yet written are zero) and a second
+pass only when the first removed more than $1 - 1/\sqrt2$ of the vector's norm
+(Daniel-Gragg-Kaufman-Stewart), so the basis is read twice per step where it was read four
+times (two unconditional passes); a lower-precision basis is read block by block, only the
+blocks that hold vectors so far. A step whose $\beta$ falls below $16\,\epsilon\,\|A\|$
+(the running estimate $\max_j |\alpha_j| + \beta_{j-1} + \beta_j$) is an invariant subspace
+and restarts.
 Accuracy: finite-precision Lanczos returns the Ritz values of some $A + E$ with
 $\|E\| \approx \epsilon \|A\|$, so eigenvalues are accurate to a few $\epsilon\|A\|$
 **absolute**: in float32 beside an outlier $\lambda_{max} = 10^4$ the bulk is resolved to about
@@ -1242,9 +1244,9 @@ def lanczos(
 
     Runs $k$ = ``num_steps`` steps from a random Rademacher start vector (or ``start``, a flat
     vector): the three-term recurrence, then Gram-Schmidt against all previous vectors (one
-    pass over the rows written so far, a second only when the first cancelled; module
-    docstring, "Lanczos"). On breakdown (an invariant subspace found) it restarts from a fresh
-    random vector orthogonal to the basis, so $T$ stays block-diagonal and its eigenvalues
+    classical pass, a second only when the first cancelled; module docstring, "Lanczos"). On
+    breakdown (an invariant subspace found) it restarts from a fresh random vector orthogonal
+    to the basis, so $T$ stays block-diagonal and its eigenvalues
     remain eigenvalues of $A$. Gauss quadrature: $e_1^\top T^p e_1 \|v_0\|^2 = v_0^\top A^p v_0$
     for $p < 2k$ (exact in exact arithmetic). Memory: the basis, $k \times n$ numbers of
     ``basis_dtype``, beside the operator's (a linearised Hessian keeps its residuals) and about
