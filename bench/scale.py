@@ -43,10 +43,25 @@ A PyTorch twin of the same model with the same weights (hand-written attention, 
 PyTorch's fused attention has no double backward on CPU) runs PyHessian's Hutchinson loop
 (``hessian(...).trace``, double backprop) for the per-probe comparison.
 
+Issue 22's ratios (Hutchinson per probe, Lanczos per step and its temporaries beyond the basis,
+worst case per ascent step and its peak memory, PyHessian per probe over ours, each with its
+target) are collected in the summary's ``issue22`` record and the table's last line.
+
+On an accelerator nothing changes in the commands: memory is read from the device
+(``memory_stats()``: bytes in use sampled over the run, its peak) instead of the process's RSS,
+and the PyTorch twin and PyHessian run on ``cuda`` when PyTorch sees a GPU. ``main(argv)``
+returns the summary, for ``bench/accelerator.py``.
+
 Run:  python bench/scale.py            (full model; see the README for the measured time)
       python bench/scale.py --quick    (2 layers, d = 64, vocab 512: seconds per job)
       python bench/scale.py --twins    (also XLA's allocation plan at smaller counts)
       python bench/scale.py --summarize   (tables from the records of a run cut short)
+      python bench/scale.py --mid --costs   (compile only, one process: XLA's GFLOP, bytes
+                                            accessed and temporaries of every job's program
+                                            against the gradient's, on the 26.4M decoder;
+                                            ``--only JOB`` to pick, e.g. hessian_trace_forms,
+                                            hessian_trace_products, top_eigenvalues_float16_basis,
+                                            decomposition_forms, decomposition_products)
 Prints one JSON record per job (also appended to ``bench/results/scale[_quick].jsonl`` as each
 job ends), then a JSON summary and a markdown table, written to
 ``bench/results/scale[_quick].{json,md}``.
