@@ -695,7 +695,9 @@ def sign_error(
             ca, cb = first[a], first[b]
             lo, hi = sorted([ca[axis], cb[axis]], key=_sort_key)
             where = f"{axis}: {_show(lo)} -> {_show(hi)}"
-            rest = ", ".join(f"{k}={_show(ca[k])}" for k in axes if k != axis and k in ca)
+            rest = ", ".join(
+                f"{k}={_show(ca[k])}" for k in axes if k != axis and ca.get(k) is not None
+            )
             errors.append((float(num / den), axis, f"{where} ({rest})" if rest else where))
     if not errors:
         nan = math.nan

@@ -177,6 +177,17 @@ def test_sign_error_enumerated():
     assert err.worst_environment.startswith("lr: 1 -> 3")
 
 
+def test_sign_error_environment_names_only_the_axes_a_model_has():
+    """Two families: the other family's axes (None) are left out of the environment's name."""
+    settings = [{"a:lr": lr, "a:bs": 4, "b:lr": None, "family": "a", "seed": s}
+                for lr in (1, 2) for s in (0, 1)]  # fmt: skip
+    # seed 0: measure 1 -> 2, gap 1 -> 2 (right, 0); seed 1: 2 -> 1, 1 -> 2 (wrong, 1): 1/2
+    err = _stats.sign_error([1, 2, 2, 1], [1, 1, 2, 2], settings, ["a:lr", "a:bs", "b:lr"])
+    assert err.num_environments == 1
+    assert err.worst == 0.5
+    assert err.worst_environment == "a:lr: 1 -> 2 (a:bs=4)"
+
+
 def test_sign_error_weights_and_threshold_enumerated():
     """Seed-0 pairs weigh 2, seed-1 pairs 1: (A,B) (2*0 + 1)/3, (A,C) 1, (B,C) 1, (A,D) 1/2.
 
