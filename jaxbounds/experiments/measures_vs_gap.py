@@ -122,7 +122,9 @@ accuracies, gaps, every measure and its standard error); ``seconds.csv`` (the sa
 seconds per model of every measure program, run and compile apart, and of the training): the
 seconds are kept in the unit files and left out of ``results.csv``, whose bytes the runner
 promises not to depend on timing (``render`` rewrites the runner's ``results.csv`` without
-the ``seconds_*`` columns, cell for cell); ``measures.csv`` (one row per measure: tau with its
+the ``seconds_*`` columns, cell for cell) and the median per measure program goes into
+``summary.json`` (``measure_cost``), so the report can be rendered again from results.csv and
+summary.json alone; ``measures.csv`` (one row per measure: tau with its
 interval, per-family tau, $\Psi$ with its interval, every $\psi_i$, the sign error, the median
 seconds per model); ``statistics.json``; ``report.md`` (a table ranked by $\Psi$, then each
 anchor's claims); ``figure_tau.png``, ``figure_psi.png``, ``figure_scatter.png``.
@@ -177,6 +179,7 @@ __all__ = [
     "EXPERIMENT",
     "SCALES",
     "MeasureSpec",
+    "measure_cost",
     "measure_specs",
     "plan_units",
     "render",
@@ -1232,18 +1235,49 @@ def _tau_b_resample(sx: np.ndarray, sy: np.ndarray, index: np.ndarray) -> float:
     return float(np.sum(a.astype(np.int64) * b) / 2 / denominator)
 
 
-def statistics(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -> dict[str, Any]:
+def measure_cost(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per measure program: the median run seconds per model and the total compile seconds.
+
+    From the rows' ``seconds_<program>`` and ``compile_seconds_<program>`` columns (the unit
+    files; results.csv has none); None where no row has the column.
+
+    >>> measure_cost([{"seconds_norms": 0.1, "compile_seconds_norms": 0.0},
+    ...               {"seconds_norms": 0.3, "compile_seconds_norms": 2.0},
+    ...               {"seconds_norms": 0.2, "compile_seconds_norms": 0.0}])
+    {'norms': {'seconds_per_model': 0.2, 'compile_seconds': 2.0}}
+    """
+    programs = dict.fromkeys(c.removeprefix("seconds_") for c in rows[0]
+                             if c.startswith("seconds_"))  # fmt: skip
+    out: dict[str, dict[str, float | None]] = {}
+    for program in programs:
+        run = _values(rows, f"seconds_{program}")
+        comp = _values(rows, f"compile_seconds_{program}")
+        out[program] = {
+            "seconds_per_model": float(np.nanmedian(run)) if np.isfinite(run).any() else None,
+            "compile_seconds": float(np.nansum(comp)) if np.isfinite(comp).any() else None,
+        }
+    return out
+
+
+def statistics(
+    rows: Sequence[Mapping[str, Any]],
+    grid: Mapping[str, Any],
+    cost: Mapping[str, Mapping[str, float | None]] | None = None,
+) -> dict[str, Any]:
     """The statistics of every measure (``measures.csv``, ``statistics.json``, the claims).
 
     Args:
       rows: the result rows (as results.csv).
       grid: the scale's config grid (for the axes).
+      cost: :func:`measure_cost` of the rows with their timing columns; None computes it from
+        ``rows``.
 
     Returns:
       ``{"measures": {name: {...}}, "claims": {...}, "models": {...}}``.
     """
     cfg = rows[0]
     specs = measure_specs(cfg)
+    cost = measure_cost(rows) if cost is None else cost
     settings, axes = _settings(rows, grid)
     gap = _values(rows, "gap")
     gap_se = _values(rows, "gap_stderr")
@@ -1300,12 +1334,9 @@ def statistics(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -> di
         entry["sign_error_mean"] = math.nan if sign is None else sign.mean
         entry["sign_error_environments"] = 0 if sign is None else sign.num_environments
         entry["worst_environment"] = "" if sign is None else sign.worst_environment
-        run = _values(rows, f"seconds_{spec.program}")
-        comp = _values(rows, f"compile_seconds_{spec.program}")
-        entry["seconds_per_model"] = (
-            float(np.nanmedian(run)) if np.isfinite(run).any() else math.nan
-        )
-        entry["compile_seconds"] = float(np.nansum(comp)) if np.isfinite(comp).any() else math.nan
+        price = cost.get(spec.program, {})
+        for k in ("seconds_per_model", "compile_seconds"):
+            entry[k] = math.nan if price.get(k) is None else float(price[k])
         out[spec.name] = entry
     models = {
         "num_models": len(rows),
@@ -1720,13 +1751,27 @@ def _seconds_csv(rows: Sequence[Mapping[str, Any]], grid_keys: Sequence[str]) ->
 
 
 def render(rows: list[dict], meta: dict, out_dir: Path) -> None:
-    """results.csv without timings, seconds.csv, measures.csv, figures, statistics, report."""
+    """results.csv without timings, seconds.csv, measures.csv, figures, statistics, report.
+
+    The rows of a run carry the timing columns (from the unit files): their
+    :func:`measure_cost` goes into ``summary.json`` (key ``measure_cost``, beside the runner's
+    wall times), the columns into ``seconds.csv``, and results.csv loses them. Rows without
+    timing columns (results.csv read back) take the cost from ``meta["measure_cost"]``, so the
+    committed report is rendered again from results.csv and summary.json alone, byte for byte.
+    """
     out_dir = Path(out_dir)
-    _strip_timing(out_dir)
+    if any(_is_timing(c) for c in rows[0]):
+        cost = measure_cost(rows)
+        runner.write_text_atomic(out_dir / "seconds.csv",
+                                 _seconds_csv(rows, ["family", *AXIS_KEYS]))  # fmt: skip
+        if (out_dir / "summary.json").exists():
+            runner.write_json_atomic(out_dir / "summary.json", {**meta, "measure_cost": cost})
+    else:
+        cost = meta.get("measure_cost", {})
+    if (out_dir / "results.csv").exists():
+        _strip_timing(out_dir)
     grid = meta["config_grid"]
-    runner.write_text_atomic(out_dir / "seconds.csv",
-                             _seconds_csv(rows, ["family", *AXIS_KEYS]))  # fmt: skip
-    stats = statistics(rows, grid)
+    stats = statistics(rows, grid, cost)
     small = meta["scale"] == "smoke" or len({r["seed"] for r in rows}) < 2
     report = _report(rows, meta, stats, small)
     runner.write_text_atomic(out_dir / "measures.csv", _measures_csv(stats))

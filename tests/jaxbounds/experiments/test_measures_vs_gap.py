@@ -142,6 +142,16 @@ def _synthetic_rows():
     return rows, grid
 
 
+def _json_cell(text: str):
+    """A results.csv cell back to the value the runner wrote (JSON, else the text)."""
+    if text == "":
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def test_render_on_planted_measures(tmp_path, monkeypatch):
     monkeypatch.setattr(mvg, "BOOTSTRAP_RESAMPLES", 20)
     rows, grid = _synthetic_rows()
@@ -151,6 +161,7 @@ def test_render_on_planted_measures(tmp_path, monkeypatch):
     meta = {"experiment": mvg.NAME, "description": "d", "paper": "p", "scale": "cpu",
             "seeds": [0, 1], "num_finished": len(rows), "num_units": len(rows),
             "config_grid": runner.to_jsonable(grid)}  # fmt: skip
+    (tmp_path / "summary.json").write_text(json.dumps(meta))
     mvg.render(rows, meta, tmp_path)
     after = list(csv.reader((tmp_path / "results.csv").open()))
     keep = [j for j, c in enumerate(before[0]) if not c.startswith(("seconds_", "compile_"))]
@@ -173,6 +184,18 @@ def test_render_on_planted_measures(tmp_path, monkeypatch):
     assert "norm products correlate negatively" in report
     stats = json.loads((tmp_path / "statistics.json").read_text())
     assert stats["models"]["num_models"] == len(rows)
+    # rendered again from results.csv (no timings) and summary.json alone: the same files
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["measure_cost"]["hessian_trace"] == {"seconds_per_model": 0.5,
+                                                        "compile_seconds": 0.0}  # fmt: skip
+    read_back = [{k: _json_cell(v) for k, v in r.items()}
+                 for r in csv.DictReader((tmp_path / "results.csv").open())]  # fmt: skip
+    again = tmp_path / "again"
+    again.mkdir()
+    monkeypatch.setattr(runner, "new_figure", lambda **_: None)
+    mvg.render(read_back, summary, again)
+    for name in ("report.md", "measures.csv", "statistics.json"):
+        assert (again / name).read_text() == (tmp_path / name).read_text(), name
 
 
 def test_bootstrap_tau_equals_scipy_on_the_repeated_sample():
