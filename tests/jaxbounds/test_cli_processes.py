@@ -1,6 +1,6 @@
 """The ``jaxbounds`` command in 2 processes (JAX's distributed runtime on 127.0.0.1) vs 1.
 
-The processes are launched as the README's "Many machines" section says: the same command in
+The processes are launched as docs/many-machines.md says: the same command in
 each, with ``JAXBOUNDS_COORDINATOR``, ``JAXBOUNDS_NUM_PROCESSES`` and ``JAXBOUNDS_PROCESS_ID``.
 A toy report (sections calling ``hessian_trace`` and ``average_sharpness``, sharded over both
 processes' devices) and a toy experiment (units calling ``rademacher_linear``, each on the

@@ -1,6 +1,6 @@
 """jaxbounds.distributed: settings checks, one-process fallback, and a real 2-process run.
 
-The 2-process run is launched the way the README's "Many machines" section says (the
+The 2-process run is launched the way docs/many-machines.md says (the
 ``JAXBOUNDS_*`` environment variables, the same script twice) and computes the empirical NTK,
 which :func:`jaxbounds.models.ntk.empirical_ntk` shards over all global devices.
 """
