@@ -28,7 +28,8 @@ batch. A run takes steps while it has not stopped and $t <$ its cap.
 ``eval_fn(params, eval_data)`` (default ``{"loss": loss_fn(params, data)}``), plus per-leaf
 weight norms with ``norms``. A run whose cap falls inside a block is evaluated at the block's end
 on its parameters at the cap. After an evaluation a run stops when ``metrics[stop_metric] <=
-loss_threshold`` (``reached``), when it has taken its cap of steps (``hit_cap`` unless reached),
+loss_threshold`` (``reached``), after ``patience`` evaluations without a new best
+(``stalled``), when it has taken its cap of steps (``hit_cap`` unless stopped otherwise),
 or when the watched metric (``stop_metric`` with a threshold, else ``best_metric`` with
 ``keep="best"``, else ``"loss"`` when evaluated) is not finite (``diverged``). ``keep="best"``
 keeps the state of the lowest ``best_metric`` over the evaluations (the first one on ties).
@@ -102,6 +103,7 @@ class TrainResult:
       reached: whether ``stop_metric <= loss_threshold`` stopped the run.
       hit_cap: whether the run stopped at its step cap without reaching the threshold.
       diverged: whether the watched metric became NaN or infinite (the run stopped there).
+      stalled: whether ``patience`` evaluations without a new best stopped the run.
       best_index: index of the kept evaluation (-1: none, the initial parameters were kept).
       num_evals: number of evaluations of each run.
       eval_step: (E,) steps taken before each evaluation.
@@ -121,6 +123,7 @@ class TrainResult:
     reached: np.ndarray
     hit_cap: np.ndarray
     diverged: np.ndarray
+    stalled: np.ndarray
     best_index: np.ndarray
     num_evals: np.ndarray
     eval_step: np.ndarray
@@ -145,7 +148,7 @@ class TrainResult:
         return dataclasses.replace(
             self, params=pick(self.params), last_params=pick(self.last_params),
             steps=self.steps[i], reached=self.reached[i], hit_cap=self.hit_cap[i],
-            diverged=self.diverged[i], best_index=self.best_index[i],
+            diverged=self.diverged[i], stalled=self.stalled[i], best_index=self.best_index[i],
             num_evals=self.num_evals[i], eval_step=self.eval_step[i, :n],
             metrics={k: v[i, :n] for k, v in self.metrics.items()},
             norms={k: v[i, :n] for k, v in self.norms.items()},
@@ -213,6 +216,7 @@ class _Static:
     data_per_run: bool
     lanes: int
     eval_at_start: bool
+    early_stop: bool
 
     @property
     def steps_per_epoch(self) -> int:
@@ -261,7 +265,7 @@ def _evaluate(static: _Static, params: Any, params0: Any, data: Any, eval_data: 
     return out
 
 
-def _lane_verdict(static: _Static, lane: dict, ev: dict, valid: jax.Array, threshold: jax.Array,
+def _lane_verdict(static: _Static, lane: dict, ev: dict, valid: jax.Array, limits: dict,
                   cap: jax.Array) -> dict:  # fmt: skip
     """After an evaluation (number ``lane["num_evals"]``): the lane's best state and its stop."""
     metrics = ev["metrics"]
@@ -275,14 +279,19 @@ def _lane_verdict(static: _Static, lane: dict, ev: dict, valid: jax.Array, thres
         lane["best_params"] = jax.tree_util.tree_map(
             lambda new, old: jnp.where(better, new, old), lane["params"], lane["best_params"]
         )
+        if static.early_stop:
+            since = jnp.where(better, 0, lane["since_best"] + valid.astype(jnp.int32))
+            lane["since_best"] = since
+            lane["stalled"] = lane["stalled"] | (valid & (since >= limits["patience"]))
     if static.watch in metrics:
         bad = valid & ~jnp.isfinite(metrics[static.watch])
         lane["diverged"] = lane["diverged"] | bad
     if static.stop_metric is not None:
         value = metrics[static.stop_metric]
-        lane["reached"] = lane["reached"] | (valid & (value <= threshold.astype(value.dtype)))
+        threshold = limits["threshold"].astype(value.dtype)
+        lane["reached"] = lane["reached"] | (valid & (value <= threshold))
     lane["stopped"] = lane["stopped"] | (
-        valid & (lane["reached"] | lane["diverged"] | (lane["steps"] >= cap))
+        valid & (lane["reached"] | lane["diverged"] | lane["stalled"] | (lane["steps"] >= cap))
     )
     lane["num_evals"] = lane["num_evals"] + valid.astype(lane["num_evals"].dtype)
     return lane
@@ -327,14 +336,15 @@ def _lane_step(static: _Static, lane: dict, key: Any, hyper: dict, data: Any, ca
 
 
 def _init_lane(static: _Static, params: Any, hyper: dict, data: Any, eval_data: Any,
-               cap: jax.Array, threshold: jax.Array, active: jax.Array) -> tuple:  # fmt: skip
+               cap: jax.Array, limits: dict, active: jax.Array) -> tuple:  # fmt: skip
     """A lane's initial state (and its evaluation at step 0 with ``eval_at_start``)."""
     with jax.numpy_dtype_promotion("standard"):
         opt = _transform(static, hyper).init(params)
     lane = {
         "params": params, "opt": opt, "steps": jnp.zeros((), jnp.int32),
         "stopped": ~active, "reached": jnp.zeros((), bool), "diverged": jnp.zeros((), bool),
-        "num_evals": jnp.zeros((), jnp.int32),
+        "stalled": jnp.zeros((), bool), "num_evals": jnp.zeros((), jnp.int32),
+        "since_best": jnp.zeros((), jnp.int32),
     }  # fmt: skip
     if static.batch_size is not None:
         lane["perm"] = jnp.zeros((static.steps_per_epoch * static.batch_size,), jnp.int32)
@@ -346,7 +356,7 @@ def _init_lane(static: _Static, params: Any, hyper: dict, data: Any, eval_data: 
         lane["best_index"] = jnp.full((), -1, jnp.int32)
         lane["best_params"] = params
     if static.eval_at_start:
-        lane = _lane_verdict(static, lane, ev, active, threshold, cap)
+        lane = _lane_verdict(static, lane, ev, active, limits, cap)
     return lane, ev
 
 
@@ -357,10 +367,10 @@ def _programs(static: _Static) -> tuple[Callable, Callable]:
     init_axes = (0, 0, d_ax, d_ax, 0, None, 0)
 
     @jax.jit
-    def init(params, hyper, data, eval_data, caps, threshold, active):
+    def init(params, hyper, data, eval_data, caps, limits, active):
         fn = functools.partial(_init_lane, static)
         return _lanes_map(fn, static.lanes, init_axes)(
-            params, hyper, data, eval_data, caps, threshold, active
+            params, hyper, data, eval_data, caps, limits, active
         )
 
     step_axes = (0, 0, 0, d_ax, 0, None)
@@ -396,7 +406,7 @@ def _programs(static: _Static) -> tuple[Callable, Callable]:
             )
             ev = evaluate(lanes["params"], consts)
             lanes = _lanes_map(functools.partial(_lane_verdict, static), static.lanes,
-                               verdict_axes)(lanes, ev, valid, consts["threshold"],
+                               verdict_axes)(lanes, ev, valid, consts["limits"],
                                              consts["caps"])  # fmt: skip
             return lanes, {"ev": ev, "valid": valid, "step": lanes["steps"]}
 
@@ -496,6 +506,7 @@ def train(
     best_metric: str = "loss",
     stop_metric: str = "loss",
     loss_threshold: float | None = None,
+    patience: int | None = None,
     norms: str | None = None,
     runs: int | None = None,
     data_per_run: bool = False,
@@ -535,6 +546,8 @@ def train(
       best_metric: the metric ``keep="best"`` minimises.
       stop_metric: the metric compared with ``loss_threshold``.
       loss_threshold: stop a run once ``stop_metric <= loss_threshold``; None: train to the cap.
+      patience: with ``keep="best"``, stop a run once ``patience`` evaluations in a row have
+        not lowered ``best_metric`` (early stopping; ``stalled``); None: never.
       norms: None, ``"frobenius"`` (distance from init and Frobenius norm of every leaf at every
         evaluation) or ``"spectral"`` (also ||W||_2).
       runs: number of runs R of a batch; None for a single run (no run axis anywhere).
@@ -579,6 +592,11 @@ def train(
     evals_per_call = _check_int(evals_per_call, "evals_per_call", 1)
     if keep not in ("last", "best"):
         raise ValueError(f"keep: expected 'last' or 'best', got {keep!r}")
+    if patience is not None:
+        if _check_int(patience, "patience", 1) > 2**31 - 1:  # the int32 counter of the lanes
+            raise ValueError(f"patience: expected an int <= {2**31 - 1}, got {patience!r}")
+        if keep != "best":
+            raise ValueError("patience: early stopping needs keep='best' (it watches best_metric)")
     if norms not in _NORMS:
         raise ValueError(f"norms: expected one of {_NORMS}, got {norms!r}")
     if loss_threshold is not None and not (
@@ -624,16 +642,20 @@ def train(
         evals_per_call=evals_per_call, keep_best=keep == "best",
         best_metric=best_metric if keep == "best" else None,
         stop_metric=stop_metric if loss_threshold is not None else None, norms=norms,
+        early_stop=patience is not None,
         data_per_run=data_per_run, lanes=width, eval_at_start=bool(eval_at_start),
     )  # fmt: skip
-    threshold = jnp.asarray(-np.inf if loss_threshold is None else loss_threshold)
+    limits = {
+        "threshold": jnp.asarray(-np.inf if loss_threshold is None else loss_threshold),
+        "patience": jnp.asarray(0 if patience is None else patience, jnp.int32),
+    }
     bar = Progress(int(caps.max()) * -(-num_runs // width), progress, label)
     groups = []
     try:
         for g0 in range(0, num_runs, width):
             sl = slice(g0, min(g0 + width, num_runs))
             groups.append(_run_group(static, sl, params, key, hyper, data, eval_data, caps,
-                                     threshold, bar, g0 // width))  # fmt: skip
+                                     limits, bar, g0 // width))  # fmt: skip
     finally:
         bar.close()
     return _assemble(static, groups, params, hyper, single, time.perf_counter() - start)
@@ -665,7 +687,7 @@ def _pad(tree: Any, sl: slice, width: int) -> Any:
     return jax.tree_util.tree_map(pad, tree)
 
 
-def _run_group(static: _Static, sl: slice, params, key, hyper, data, eval_data, caps, threshold,
+def _run_group(static: _Static, sl: slice, params, key, hyper, data, eval_data, caps, limits,
                bar: Progress, group: int) -> dict:  # fmt: skip
     """Train one group of at most ``lanes`` runs; the host-side records of its lanes."""
     width = static.lanes
@@ -680,7 +702,7 @@ def _run_group(static: _Static, sl: slice, params, key, hyper, data, eval_data, 
         data, eval_data = _pad(data, sl, width), _pad(eval_data, sl, width)
     init, advance = _programs(static)
     lanes, ev0 = init(lane_params, lane_hyper, data, eval_data,
-                      jnp.asarray(lane_caps), threshold, jnp.asarray(active))  # fmt: skip
+                      jnp.asarray(lane_caps), limits, jnp.asarray(active))  # fmt: skip
     records = []
     if static.eval_at_start:
         ev0 = jax.device_get(ev0)
@@ -694,7 +716,7 @@ def _run_group(static: _Static, sl: slice, params, key, hyper, data, eval_data, 
         records.append({"ev": ev0, "valid": active, "step": np.zeros(width, np.int32)})
     consts = {
         "params0": lane_params, "keys": lane_key, "hyper": lane_hyper, "data": data,
-        "eval_data": eval_data, "caps": jnp.asarray(lane_caps), "threshold": threshold,
+        "eval_data": eval_data, "caps": jnp.asarray(lane_caps), "limits": limits,
     }  # fmt: skip
     done = 0
     base = group * int(caps.max())
@@ -754,11 +776,12 @@ def _assemble(static: _Static, groups: list, params: Any, hyper: dict, single: b
     else:
         kept, best_index = last, num_evals.astype(np.int64) - 1
     steps = pick("steps").astype(np.int64)
-    reached, diverged = pick("reached"), pick("diverged")
+    reached, diverged, stalled = pick("reached"), pick("diverged"), pick("stalled")
     result = TrainResult(
         params=kept, last_params=last, steps=steps, reached=reached,
-        hit_cap=~reached & ~diverged & (steps >= np.concatenate([g["caps"] for g in groups])),
-        diverged=diverged,
+        hit_cap=~reached & ~diverged & ~stalled
+        & (steps >= np.concatenate([g["caps"] for g in groups])),
+        diverged=diverged, stalled=stalled,
         best_index=best_index, num_evals=num_evals.astype(np.int64),
         eval_step=np.stack(steps_rows).astype(np.int64),
         metrics={k: np.stack(v) for k, v in metrics.items()},

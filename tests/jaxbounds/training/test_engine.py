@@ -125,6 +125,47 @@ def test_keep_best_and_last():
     last = train(quadratic, jnp.ones(2), jnp.zeros((3, 2)), **kw)
     np.testing.assert_array_equal(last.params, last.last_params)
     assert int(last.best_index) == 4
+    kw["num_steps"] = 50
+    early = train(quadratic, jnp.ones(2), jnp.zeros((3, 2)), keep="best", best_metric="val",
+                  patience=2, **kw)  # fmt: skip
+    assert bool(early.stalled)
+    assert not bool(early.hit_cap)
+    assert int(early.steps) == 3  # best at step 1, no better at steps 2 and 3
+    np.testing.assert_array_equal(early.params, [0.5, 0.5])
+
+
+def _val_half(params, data):
+    return {"loss": quadratic(params, data), "val": jnp.sum((params - 0.5) ** 2)}
+
+
+def test_patience_counts_evaluations_per_run():
+    """p <- (1 - rate) p from p = 1: 'val' = 2 (p - 1/2)^2 is lowest at step 1 (rate 1/2) and
+    step 2 (rate 1/4, p = 9/16), then rises. Patience counts evaluations of each run, not steps;
+    a new patience value compiles nothing."""
+
+    def call(patience, eval_every, num_steps=40):
+        return train(quadratic, jnp.ones((2, 2)), jnp.zeros((3, 2)), optimizer=optax.sgd,
+                     hyperparams={"learning_rate": np.array([0.5, 0.25])}, num_steps=num_steps,
+                     eval_every=eval_every, eval_fn=_val_half, keep="best", best_metric="val",
+                     patience=patience, runs=2, lanes=2)  # fmt: skip
+
+    two = call(2, 1)
+    np.testing.assert_array_equal(two.steps, [3, 4])
+    np.testing.assert_array_equal(two.stalled, [True, True])
+    np.testing.assert_array_equal(two.hit_cap, [False, False])
+    np.testing.assert_array_equal(two.best_index, [1, 2])
+    np.testing.assert_array_equal(two.params, [[0.5, 0.5], [0.5625, 0.5625]])
+    with count_compiles() as messages:
+        three = call(3, 1)
+    assert compiles_in(messages) == []
+    np.testing.assert_array_equal(three.steps, [4, 5])
+    sparse = call(2, 2)  # evaluations at steps 0, 2, 4, 6: the best at step 2 for both rates
+    np.testing.assert_array_equal(sparse.steps, [6, 6])
+    np.testing.assert_array_equal(sparse.eval_step, [[0, 2, 4, 6], [0, 2, 4, 6]])
+    capped = call(10, 1, 11)  # rate 1/2 stalls at its cap (step 11), rate 1/4 would at step 12
+    np.testing.assert_array_equal(capped.steps, [11, 11])
+    np.testing.assert_array_equal(capped.stalled, [True, False])
+    np.testing.assert_array_equal(capped.hit_cap, [False, True])
 
 
 def test_divergence_stops_the_run():
@@ -407,6 +448,10 @@ def squared_loss_p(params, data):
         ({"runs": 3}, "params"),
         ({"data_per_run": True}, "data_per_run"),
         ({"evals_per_call": 0}, "evals_per_call"),
+        ({"patience": 3}, "patience"),
+        ({"patience": 0, "keep": "best"}, "patience"),
+        ({"patience": 2**31, "keep": "best"}, "patience"),
+        ({"patience": 2.0, "keep": "best"}, "patience"),
         ({"num_steps": 2**31 - 64}, "num_steps"),
     ],
 )
