@@ -1,4 +1,4 @@
-"""Regenerate the committed output of the default ``jaxbounds estimate`` job and the README excerpt.
+"""Regenerate the committed output of the default ``jaxbounds estimate`` job and its excerpt.
 
 Run from anywhere, with the package installed (``pip install -e .``)::
 
@@ -7,10 +7,10 @@ Run from anywhere, with the package installed (``pip install -e .``)::
 It runs the default job (model ``scalar``, seed 0, quick) exactly as a user does, in a fresh
 process: ``python -m jaxbounds.cli estimate --json docs/estimate/report_scalar.json --quiet``.
 What the command prints goes to ``docs/estimate/table.txt`` and the JSON report to
-``docs/estimate/report_scalar.json``. Then the ```` ```text ```` block of README.md's
-``estimate`` section is replaced by :func:`excerpt` of the table: its header and the rows of
-:data:`EXCERPT`, line for line. ``tests/jaxbounds/test_cli.py`` checks that the three agree
-(the table is the JSON rendered by ``jaxbounds.report.format_table``, the README block is the
+``docs/estimate/report_scalar.json``. Then the one ```` ```text ```` block of the site's page
+``docs/engine/estimate.md`` is replaced by :func:`excerpt` of the table: its header and the rows
+of :data:`EXCERPT`, line for line. ``tests/jaxbounds/test_cli.py`` checks that the three agree
+(the table is the JSON rendered by ``jaxbounds.report.format_table``, the page's block is the
 excerpt of the table) and that the JSON is of the current package version and sections.
 The job takes about a minute on 2 CPU cores.
 """
@@ -26,9 +26,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 JSON = HERE / "report_scalar.json"
 TABLE = HERE / "table.txt"
-README = ROOT / "README.md"
+#: The page that shows the excerpt (it moved there from README.md with issue 23).
+PAGE = ROOT / "docs" / "engine" / "estimate.md"
 
-#: The quantities (second column) of the rows the README shows, in table order.
+#: The quantities (second column) of the rows the page shows, in table order.
 EXCERPT = (
     "train accuracy",
     "test accuracy",
@@ -38,7 +39,7 @@ EXCERPT = (
     "‖θ‖_1 (all weights)",
 )
 
-_BLOCK = re.compile(r"(<!-- section: estimate -->.*?```text\n)(.*?)(```)", re.S)
+_BLOCK = re.compile(r"(```text\n)(.*?)(```)", re.S)
 
 
 def excerpt(table: str) -> list[str]:
@@ -61,16 +62,20 @@ def excerpt(table: str) -> list[str]:
     return [header] + [line for line in lines[3:] if line[start:stop].strip() in EXCERPT]
 
 
-def replace_readme_block(readme: str, lines: list[str]) -> str:
-    """README.md with the ```` ```text ```` block of its ``estimate`` section set to ``lines``."""
-    new, count = _BLOCK.subn(lambda m: m.group(1) + "\n".join(lines) + "\n" + m.group(3), readme)
+def replace_page_block(page: str, lines: list[str]) -> str:
+    """The page's text with its one ```` ```text ```` block set to ``lines``.
+
+    Raises:
+      ValueError: if the page has no ```` ```text ```` block or more than one.
+    """
+    new, count = _BLOCK.subn(lambda m: m.group(1) + "\n".join(lines) + "\n" + m.group(3), page)
     if count != 1:
-        raise ValueError("README.md: expected one ```text block in the estimate section")
+        raise ValueError(f"{PAGE.relative_to(ROOT)}: expected one ```text block, found {count}")
     return new
 
 
 def main() -> int:
-    """Run the default job, write the table and the JSON, update the README excerpt."""
+    """Run the default job, write the table and the JSON, update the excerpt on the page."""
     command = [
         *(sys.executable, "-m", "jaxbounds.cli", "estimate"),
         *("--json", str(JSON.relative_to(ROOT)), "--quiet"),
@@ -80,9 +85,10 @@ def main() -> int:
         sys.stderr.write(done.stderr)
         return done.returncode
     TABLE.write_text(done.stdout, encoding="utf-8")
-    readme = README.read_text(encoding="utf-8")
-    README.write_text(replace_readme_block(readme, excerpt(done.stdout)), encoding="utf-8")
-    print(f"wrote {TABLE.relative_to(ROOT)}, {JSON.relative_to(ROOT)} and the README excerpt")
+    page = PAGE.read_text(encoding="utf-8")
+    PAGE.write_text(replace_page_block(page, excerpt(done.stdout)), encoding="utf-8")
+    wrote = ", ".join(str(path.relative_to(ROOT)) for path in (TABLE, JSON))
+    print(f"wrote {wrote} and the excerpt on {PAGE.relative_to(ROOT)}")
     return 0
 
 

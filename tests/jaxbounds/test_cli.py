@@ -805,7 +805,7 @@ def cli_row(*args, **kwargs):
     return Row(*args, **kwargs)
 
 
-# --- the README's estimate excerpt is the committed output of the current code ------------------
+# --- the estimate page's excerpt is the committed output of the current code -----------------
 
 
 def _regenerate_module():
@@ -819,11 +819,12 @@ def _regenerate_module():
     return module
 
 
-def test_readme_estimate_excerpt_is_the_committed_output():
-    """Issue 26: the README showed numbers no run of the code gave. The excerpt is now the
-    header and rows of docs/estimate/table.txt, which is docs/estimate/report_scalar.json as
-    format_table renders it, a run of the default job of this version and these sections
-    (``python docs/estimate/regenerate.py`` rewrites all three)."""
+def test_estimate_excerpt_is_the_committed_output():
+    """Issue 26: the README showed numbers no run of the code gave. The excerpt (on
+    docs/engine/estimate.md since issue 23) is the header and rows of docs/estimate/table.txt,
+    which is docs/estimate/report_scalar.json as format_table renders it, a run of the default
+    job of this version and these sections (``python docs/estimate/regenerate.py`` rewrites all
+    three)."""
     from jaxbounds.report import format_table
     from jaxbounds.report.rows import Report
 
@@ -838,12 +839,15 @@ def test_readme_estimate_excerpt_is_the_committed_output():
     assert job["sections"] == [s.name for s in registry.sections_for("scalar", None)]
     assert job["version"] == jaxbounds.__version__
     assert report.complete
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = regenerate._BLOCK.search(readme)
+    assert regenerate.PAGE == ROOT / "docs" / "engine" / "estimate.md"  # issue 23: moved there
+    page = regenerate.PAGE.read_text(encoding="utf-8")
+    block = regenerate._BLOCK.search(page)
     assert block is not None
     shown = block.group(2).splitlines()
     assert shown == regenerate.excerpt(table)
-    assert regenerate.replace_readme_block(readme, shown) == readme
+    assert regenerate.replace_page_block(page, shown) == page
+    with pytest.raises(ValueError, match="expected one ```text block, found 0"):
+        regenerate.replace_page_block("no block here", shown)
     assert len(shown) == 1 + len(regenerate.EXCERPT)
 
 
