@@ -1630,13 +1630,33 @@ def _settings_text(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -
     return lines
 
 
+def _command_text(meta: Mapping[str, Any]) -> str:
+    """The command that makes this run and the units' summed wall time (from summary.json).
+
+    >>> _command_text({"scale": "cpu", "seeds": [0, 1], "total_unit_time_s": 90.0})
+    'Made by `jaxbounds reproduce measures-vs-gap --scale cpu --seeds 2 --out DIR`; the units took 1.5 min of wall time in all (`total_unit_time_s` in summary.json: training, measures and their compilation).'
+    """  # noqa: E501
+    seeds = list(meta["seeds"])
+    command = f"jaxbounds reproduce {NAME} --scale {meta['scale']}"
+    if seeds == list(range(len(seeds))):
+        command = f"`{command} --seeds {len(seeds)} --out DIR`"
+    else:
+        command = f"`{command} --out DIR` (seeds {seeds})"
+    total = meta.get("total_unit_time_s")
+    took = "" if total is None else (
+        f"; the units took {total / 60:.1f} min of wall time in all (`total_unit_time_s` in "
+        "summary.json: training, measures and their compilation)"
+    )  # fmt: skip
+    return f"Made by {command}{took}."
+
+
 def _report(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], stats: dict,
             small: bool) -> str:  # fmt: skip
     models = stats["models"]
     per = ", ".join(f"{f}: {n}" for f, n in models["per_family"].items())
     lines = [
         f"# {meta['experiment']}", "", meta["description"], "", f"Anchors: {meta['paper']}.",
-        "", *_settings_text(rows, meta), "",
+        "", _command_text(meta), "", *_settings_text(rows, meta), "",
         f"Models: {models['num_models']} ({per}); {models['reached']} reached the loss "
         f"threshold, {models['hit_cap']} stopped at their step cap, {models['diverged']} "
         "diverged (no measures).", "",
