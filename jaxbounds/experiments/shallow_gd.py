@@ -35,9 +35,12 @@ them per vmapped program, each with its own GD; train and test loss and every ma
 from its initial value are evaluated every ``eval_every`` steps (R_* is the largest distance
 over those steps).
 
-Scales: ``smoke`` (synthetic 8 x 8 tokens, d_m in {8, 64}, 40 steps; tests), ``cpu`` (d_m in
-{64, 256}, 4000 steps evaluated every 10, 3 seeds: a budget in which the test loss reaches its
-minimum, which 1000 steps did not), ``paper`` (d_m in {64, 1024, 4096}, 1000 steps).
+Scales: ``smoke`` (synthetic 8 x 8 tokens, d_m in {8, 64}, at most 40 steps with the cpu
+scale's stop rule at patience 20; tests), ``cpu`` (d_m in
+{64, 256}, 3 seeds; each seed trained until 50 evaluations of every 10 steps have not lowered
+its test loss, at most 6000 steps, so that the lowest test loss of Table 1 is a minimum, which
+the earlier fixed 1000 steps were not for 20 of 24 runs), ``paper`` (d_m in {64, 1024, 4096},
+1000 steps).
 """
 
 from __future__ import annotations
@@ -118,14 +121,14 @@ _COMMON = {"learning_rate": 0.1, "loss": "logistic", "init": "lecun", "dtype": "
 #: Config grids per scale (``"auto"`` entries are resolved by :func:`shallow_units`).
 SCALES = {
     "smoke": {"d_m": [8, 64], "N": [24, 96], "data": "synthetic", "token_dim": 16,
-              "num_steps": 40, "eval_every": 1, "ntk_steps": 10, "ntk_d_m": [],
-              "curve_points": 21, "lanes": 2, **_COMMON},
+              "num_steps": 40, "eval_every": 1, "patience": 20, "ntk_steps": 10,
+              "ntk_d_m": [], "curve_points": 21, "lanes": 2, **_COMMON},
     "cpu": {"d_m": [64, 256], "N": "auto", "data": "auto", "token_dim": "auto",
-            "num_steps": 4000, "eval_every": 10, "ntk_steps": 300, "ntk_d_m": [64, 256],
-            "curve_points": 101, "lanes": 3, **_COMMON},
+            "num_steps": 6000, "eval_every": 10, "patience": 50, "ntk_steps": 300,
+            "ntk_d_m": [64, 256], "curve_points": 101, "lanes": 3, **_COMMON},
     "paper": {"d_m": [64, 1024, 4096], "N": "auto", "data": "auto", "token_dim": "auto",
-              "num_steps": 1000, "eval_every": 1, "ntk_steps": 300, "ntk_d_m": [64, 1024],
-              "curve_points": 101, "lanes": 3, **_COMMON},
+              "num_steps": 1000, "eval_every": 1, "patience": None, "ntk_steps": 300,
+              "ntk_d_m": [64, 1024], "curve_points": 101, "lanes": 3, **_COMMON},
 }  # fmt: skip
 
 _DATA_TEXT = {
@@ -253,12 +256,15 @@ def train_seeds(config: Mapping[str, Any], seeds: Sequence[int]) -> dict[str, An
     The seeds run ``config["lanes"]`` at a time under one ``vmap`` (their data is shared), each
     with its own GD (:func:`jaxbounds.training.train`, ``optax.sgd``), evaluated every
     ``config["eval_every"]`` steps (and at step 0): train and test loss and every matrix's
-    distance from its initial value.
+    distance from its initial value. With ``config["patience"]`` a seed stops once that many
+    evaluations in a row have not lowered its test loss (it has passed its minimum), else at
+    ``num_steps``.
 
     Returns:
-      dict with ``params0`` / ``params`` (lists of per-seed dicts), ``train`` / ``test`` data,
-      ``eval_step`` (E,) and ``metrics`` (``train_loss``, ``test_loss``, ``distance_<name>``:
-      (E, S) arrays at those steps).
+      dict with ``params0`` / ``params`` (lists of per-seed dicts: initial and final weights),
+      ``train`` / ``test`` data, and per seed ``curves`` (``eval_step``, ``train_loss``,
+      ``test_loss``, ``distance_<name>``: arrays over that seed's evaluations), ``steps`` (steps
+      taken) and ``stalled`` (stopped by the patience rule).
     """
     train_data, test = _split(config)
     d = int(train_data["inputs"].shape[-1])
@@ -268,21 +274,36 @@ def train_seeds(config: Mapping[str, Any], seeds: Sequence[int]) -> dict[str, An
         _loss, stacked0, train_data, optimizer=optax.sgd,
         hyperparams={"learning_rate": float(config["learning_rate"])},
         num_steps=int(config["num_steps"]), eval_every=int(config["eval_every"]), eval_fn=_losses,
-        eval_data=(train_data, test), norms="frobenius", runs=len(seeds),
+        eval_data=(train_data, test), keep="best", best_metric="test_loss",
+        patience=config["patience"], norms="frobenius", runs=len(seeds),
         lanes=int(config["lanes"]),
     )  # fmt: skip
-    params = [jax.tree_util.tree_map(lambda a, i=i: a[i], result.params) for i in
+    curves = []
+    for i in range(len(seeds)):
+        one = result.run(i)
+        curve = {k: np.asarray(v, np.float64) for k, v in one.metrics.items()}
+        curve["eval_step"] = np.asarray(one.eval_step)
+        for j, name in enumerate(one.names):
+            curve[f"distance_{name}"] = np.asarray(one.norms["distance"][:, j], np.float64)
+        curves.append(curve)
+    params = [jax.tree_util.tree_map(lambda a, i=i: a[i], result.last_params) for i in
               range(len(seeds))]  # fmt: skip
-    metrics = {k: np.asarray(v, dtype=np.float64).T for k, v in result.metrics.items()}
-    for j, name in enumerate(result.names):
-        metrics[f"distance_{name}"] = np.asarray(result.norms["distance"][:, :, j], np.float64).T
     return {"params0": params0, "stacked0": stacked0, "params": params, "train": train_data,
-            "test": test, "metrics": metrics, "eval_step": result.eval_step[0]}  # fmt: skip
+            "test": test, "curves": curves, "steps": result.steps,
+            "stalled": result.stalled}  # fmt: skip
 
 
-def _curve_indices(num_evals: int, points: int) -> np.ndarray:
-    """``points`` evenly spaced evaluation indices 0..num_evals - 1 (fewer when there are few)."""
-    return np.unique(np.linspace(0, num_evals - 1, max(2, points)).round().astype(int))
+def _curve_grid(config: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(evaluation indices, steps) of the curves: ``curve_points`` evenly spaced over the cap.
+
+    The same grid for every seed of a configuration; a seed that stopped earlier has no value
+    (None) past its last evaluation.
+    """
+    cap, every = int(config["num_steps"]), int(config["eval_every"])
+    num_evals = -(-cap // every) + 1
+    index = np.unique(np.linspace(0, num_evals - 1, max(2, int(config["curve_points"])))
+                      .round().astype(int))  # fmt: skip
+    return index, np.minimum(index * every, cap)
 
 
 def _alpha(params0: Mapping[str, jax.Array], inputs: jax.Array) -> tuple[float, float]:
@@ -338,13 +359,24 @@ def _bound_columns(quantities: Any, alpha: float, delta: float) -> dict[str, Any
 def _bound_curve(quantities: Any, alpha: float, running: dict[str, np.ndarray],
                  index: np.ndarray, steps: np.ndarray,
                  delta: float) -> list[float | None]:  # fmt: skip
-    """Theorem 5's value had training stopped at each curve step (None at step 0, R = 0)."""
-    keep = index[steps > 0]
-    if keep.size == 0:
-        return [None] * len(steps)
-    radii = {n[-1]: running[n][keep] for n in PARAM_NAMES}
-    values = np.atleast_1d(_theorem_5(quantities, alpha, radii, delta).value)
-    return [None] * int(np.sum(steps == 0)) + [float(v) for v in values]
+    """Theorem 5's value had training stopped at each curve step.
+
+    None at step 0 (R = 0) and past the seed's last evaluation.
+    """
+    num = len(next(iter(running.values())))
+    out: list[float | None] = [None] * len(index)
+    keep = np.flatnonzero((steps > 0) & (index < num))
+    if keep.size:
+        radii = {n[-1]: running[n][index[keep]] for n in PARAM_NAMES}
+        values = np.atleast_1d(_theorem_5(quantities, alpha, radii, delta).value)
+        for k, v in zip(keep, values, strict=True):
+            out[k] = float(v)
+    return out
+
+
+def _on_grid(values: np.ndarray, index: np.ndarray) -> list[float | None]:
+    """``values`` at the grid's evaluation indices (None past the last one)."""
+    return [float(values[j]) if j < len(values) else None for j in index]
 
 
 _NTK_COLUMNS = ("relative_movement", "drift_train", "drift_test", "relative_drift_train",
@@ -399,21 +431,21 @@ def _ntk_row(outputs: dict, labels: jax.Array, result: Any, p0: Any) -> dict[str
 
 def _seed_row(config: Mapping[str, Any], run: dict[str, Any], i: int) -> dict[str, Any]:
     """The result row of the i-th seed of a trained batch."""
-    m, train, test = run["metrics"], run["train"], run["test"]
-    test_curve, train_curve = m["test_loss"][:, i], m["train_loss"][:, i]
-    distance = {n: m[f"distance_{n}"][:, i] for n in PARAM_NAMES}
+    m, train, test = run["curves"][i], run["train"], run["test"]
+    test_curve, train_curve = m["test_loss"], m["train_loss"]
+    distance = {n: m[f"distance_{n}"] for n in PARAM_NAMES}
     running = {n: np.maximum.accumulate(d) for n, d in distance.items()}
     params0, params = run["params0"][i], run["params"][i]
     radii = {n: float(running[n][-1]) for n in PARAM_NAMES}
     quantities = shallow_quantities(params0, train["inputs"], train["labels"], radii=radii)
     alpha, sigma_min = _alpha(params0, train["inputs"])
-    index = _curve_indices(len(test_curve), int(config["curve_points"]))
-    steps = np.asarray(run["eval_step"])[index]
+    index, steps = _curve_grid(config)
     lowest = int(np.argmin(test_curve))
     row = {
         "d_s": quantities.d_s, "num_test": int(test["labels"].shape[0]),
+        "train_steps": int(run["steps"][i]), "stopped_after_minimum": bool(run["stalled"][i]),
         "lowest_test_loss": float(test_curve[lowest]),
-        "lowest_test_step": int(run["eval_step"][lowest]),
+        "lowest_test_step": int(m["eval_step"][lowest]),
         "final_train_loss": float(train_curve[-1]), "final_test_loss": float(test_curve[-1]),
         "final_train_accuracy": float(accuracy(shallow_apply(params, train["inputs"]),
                                                train["labels"])),
@@ -424,8 +456,8 @@ def _seed_row(config: Mapping[str, Any], run: dict[str, Any], i: int) -> dict[st
     }  # fmt: skip
     total = np.sqrt(sum(running[n] ** 2 for n in PARAM_NAMES))
     row.update({
-        "curve_step": steps.tolist(), "curve_train_loss": train_curve[index].tolist(),
-        "curve_test_loss": test_curve[index].tolist(), "curve_R": total[index].tolist(),
+        "curve_step": steps.tolist(), "curve_train_loss": _on_grid(train_curve, index),
+        "curve_test_loss": _on_grid(test_curve, index), "curve_R": _on_grid(total, index),
         "curve_theorem5": _bound_curve(quantities, alpha, running, index, steps,
                                        float(config["delta"])),
     })  # fmt: skip
@@ -544,7 +576,7 @@ def _claims(rows: list[dict]) -> list[str]:
     lines.append(runner.claim_line(_CLAIM_N + " (lowest test loss, Table 1)", verdict,
                                    "; ".join(evidence)))  # fmt: skip
     verdict, evidence = _trend(rows, "final_test_loss")
-    lines.append(runner.claim_line(_CLAIM_N + " (test loss at the last step)", verdict,
+    lines.append(runner.claim_line(_CLAIM_N + " (test loss where training stopped)", verdict,
                                    "; ".join(evidence)))  # fmt: skip
     verdict, evidence = _trend(rows, "theorem5_value")
     valid = sum(r["theorem5_status"] != "not valid" for r in rows)
@@ -616,9 +648,18 @@ def _ntk_table(rows: list[dict]) -> str:
     return runner.markdown_table(header, table, align="r" * len(header))
 
 
+def _budget(row: Mapping[str, Any]) -> str:
+    """The step budget in words: a fixed number of steps, or early stopping with a cap."""
+    if row.get("patience") is None:
+        return f"{row['num_steps']} steps"
+    return (f"until {row['patience']} evaluations in a row have not lowered the test loss "
+            f"(at most {row['num_steps']} steps)")  # fmt: skip
+
+
 def _setup_lines(rows: list[dict], meta: dict) -> list[str]:
     r0 = rows[0]
-    at_end = sum(r["lowest_test_step"] == r["num_steps"] for r in rows)
+    at_end = sum(r["lowest_test_step"] == r["train_steps"] for r in rows)
+    stalled = [r["train_steps"] for r in rows if r["stopped_after_minimum"]]
     machine = meta.get("machine", {})
     return [
         f"- Data: {_DATA_TEXT.get(r0['data'], r0['data'])}; {r0['num_test']} test images; each "
@@ -626,19 +667,38 @@ def _setup_lines(rows: list[dict], meta: dict) -> list[str]:
         "last token zero-padded); pixels scaled to [0, 1] (the paper does not say how it scaled "
         "them).",
         f"- Model: ShallowTransformer, LeCun init (W_Q, W_K, W_V ~ N(0, 1/d), w_O ~ N(0, 1/d_m)); "
-        f"full-batch GD, learning rate {r0['learning_rate']}, {r0['num_steps']} steps (losses "
-        f"and distances from init evaluated every {r0.get('eval_every', 1)} steps), "
+        f"full-batch GD, learning rate {r0['learning_rate']}, {_budget(r0)} (losses and "
+        f"distances from init evaluated every {r0['eval_every']} steps), "
         "cross-entropy of a scalar score (logistic loss), float32. A seed draws the "
         "initialisation only (the same for every N), the training set is the first N images.",
         f"- Scale `{meta['scale']}`, seeds {meta['seeds']}, {meta['num_finished']} of "
         f"{meta['num_units']} units, on {machine.get('cpu_count', '?')} CPUs "
         f"({machine.get('jax_backend', '?')}); the wall time of every unit is in summary.json "
         "(this report has no timings, so a rerun on the same machine gives the same bytes).",
-        f"- The lowest test loss is reached at the last step in {at_end} of {len(rows)} runs"
-        + (": those runs were still improving when they stopped, so their minimum lies later "
-           "and lower than the Table 1 entry." if at_end else
-           ": every Table 1 entry is a minimum inside the step budget."),
+        _stop_line(rows, stalled, at_end),
     ]  # fmt: skip
+
+
+def _stop_line(rows: list[dict], stalled: list[int], at_end: int) -> str:
+    """How the runs stopped, and how many have their lowest test loss at their last step."""
+    r0, n = rows[0], len(rows)
+    text = "- "
+    if r0.get("patience") is not None:
+        wait = int(r0["patience"]) * int(r0["eval_every"])
+        text += (f"{len(stalled)} of {n} runs stopped after {r0['patience']} evaluations "
+                 f"({wait} steps) in a row without a lower test loss"
+                 + (f" (after {min(stalled)}-{max(stalled)} steps)" if stalled else "")
+                 + f", {n - len(stalled)} at the {r0['num_steps']}-step cap; the ")  # fmt: skip
+    else:
+        text += "The "
+    text += f"lowest test loss is at the last step of its run in {at_end} of {n} runs"
+    if at_end:
+        return text + (": those runs were still improving when they stopped, so their minimum "
+                       "lies later and lower than the Table 1 entry.")  # fmt: skip
+    if r0.get("patience") is not None and len(stalled) == n:
+        return text + (": every Table 1 entry is a minimum that its run then kept for "
+                       f"{wait} steps.")  # fmt: skip
+    return text + ": every Table 1 entry is a minimum inside the step budget."
 
 
 def report_text(rows: list[dict], meta: dict) -> str:
@@ -671,11 +731,14 @@ def report_text(rows: list[dict], meta: dict) -> str:
 
 
 def _band(ax: Any, group: list[dict], column: str, label: str) -> None:
+    """Mean over seeds with the min-max band, up to the last step any seed reached."""
     steps = np.asarray(group[0]["curve_step"])
-    curves = np.asarray([r[column] for r in group], dtype=float)
-    (line,) = ax.plot(steps, curves.mean(axis=0), label=label)
+    curves = np.asarray([[np.nan if v is None else v for v in r[column]] for r in group])
+    seen = ~np.all(np.isnan(curves), axis=0)
+    steps, curves = steps[seen], curves[:, seen]
+    (line,) = ax.plot(steps, np.nanmean(curves, axis=0), label=label)
     if len(group) > 1:
-        ax.fill_between(steps, curves.min(axis=0), curves.max(axis=0), alpha=0.2,
+        ax.fill_between(steps, np.nanmin(curves, axis=0), np.nanmax(curves, axis=0), alpha=0.2,
                         color=line.get_color())  # fmt: skip
 
 

@@ -82,6 +82,8 @@ def test_smoke_writes_every_output(smoke):
         assert row["data"] == "synthetic"
         assert len(row["curve_step"]) == len(row["curve_test_loss"]) == len(row["curve_theorem5"])
         assert row["curve_theorem5"][0] is None
+        assert row["stopped_after_minimum"] == (row["train_steps"] < SMOKE["num_steps"])
+        assert row["lowest_test_step"] <= row["train_steps"]
         assert row["theorem5_status"] in ("not valid", "valid, vacuous", "valid, non-vacuous")
     assert "## Table 1" in report
     assert "0.1048" in report  # the paper's d_m = 64, N = 400 row sits beside ours
@@ -215,3 +217,50 @@ def test_auto_data_source_and_loud_fallback(monkeypatch, capsys):
     assert {u.config["data"] for u in units} == {source}
     assert {u.config["token_dim"] for u in units} == {16}
     assert "WARNING" in capsys.readouterr().err
+
+
+def test_patience_stops_each_seed_after_its_minimum():
+    """Early stopping (the cpu scale's rule) on a smoke-sized unit whose test loss oscillates
+    (learning rate 3): each seed stops at the first evaluation that is ``patience`` evaluations
+    past its lowest test loss so far; the curves are on the cap's grid with None past the stop.
+    Seed 0's curve is recomputed with the plain train_gd (the engine's stop rule itself is
+    tested exactly in tests/jaxbounds/training/test_engine.py)."""
+    config = {**SMOKE, "d_m": 8, "N": 24, "data": "synthetic", "learning_rate": 3.0,
+              "num_steps": 60, "patience": 3, "curve_points": 61, "ntk_steps": 0}  # fmt: skip
+    units = [shallow_gd.Unit(config, seed) for seed in (0, 1)]
+    rows = [{**config, "seed": u.seed, **row} for u, row in
+            zip(units, shallow_gd.run_batch(units), strict=True)]  # fmt: skip
+    for row in rows:
+        assert row["curve_step"] == list(range(61))  # every evaluation up to the cap
+        curve = [v for v in row["curve_test_loss"] if v is not None]
+        stall = [k for k in range(len(curve)) if k - int(np.argmin(curve[: k + 1])) >= 3]
+        assert stall  # the rule applies inside the cap ...
+        assert len(curve) == stall[0] + 1  # ... and the run stopped at its first stall
+        assert row["curve_test_loss"][len(curve) :] == [None] * (61 - len(curve))
+        assert (row["train_steps"], row["stopped_after_minimum"]) == (stall[0], True)
+        assert row["lowest_test_step"] == int(np.argmin(curve)) < row["train_steps"]
+        assert row["lowest_test_loss"] == min(curve)
+        assert [v is None for v in row["curve_theorem5"]] == [
+            s == 0 or s > row["train_steps"] for s in row["curve_step"]
+        ]
+    data = synthetic_digits(num=360, seed=0, token_dim=SMOKE["token_dim"])
+    train = {k: jnp.asarray(data.train[k][:24]) for k in ("inputs", "labels")}
+    test = {k: jnp.asarray(data.test[k]) for k in ("inputs", "labels")}
+
+    def loss_fn(params, batch):
+        return logistic_loss(shallow_apply(params, batch["inputs"]), batch["labels"])
+
+    params0 = ShallowTransformer(SMOKE["token_dim"], 8, rngs=nnx.Rngs(params=0)).params_dict()
+    _, record = train_gd(
+        loss_fn, params0, train, learning_rate=3.0, num_steps=rows[0]["train_steps"],
+        metrics_fn=lambda p, t: {"test": loss_fn(p, t)}, metrics_data=test, progress=False,
+    )  # fmt: skip
+    want = np.asarray(record.metrics["test"])
+    np.testing.assert_allclose(rows[0]["curve_test_loss"][: len(want)], want, rtol=1e-4)
+    lines = shallow_gd._setup_lines(rows, {"scale": "smoke", "seeds": [0, 1], "num_finished": 2,
+                                           "num_units": 2})  # fmt: skip
+    assert any("until 3 evaluations in a row have not lowered the test loss" in s for s in lines)
+    assert lines[-1].startswith("- 2 of 2 runs stopped after 3 evaluations (3 steps) in a row")
+    assert lines[-1].endswith(
+        "runs: every Table 1 entry is a minimum that its run then kept for 3 steps."
+    )
