@@ -7,7 +7,6 @@ The acceptance test interrupts a real ``jaxbounds estimate`` process with SIGINT
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -583,18 +582,6 @@ def test_reproduce_list_unknown_and_from(tmp_path, capsys, monkeypatch):
                         capsys)  # fmt: skip
     assert code == 2
     assert "--process-index" in err
-
-
-def test_readme_api_tour_runs(capsys):
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("<!-- section: api-tour -->")[1].split("<!-- /section: api-tour -->")[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert len(blocks) == 2
-    for block in blocks:
-        exec(compile(block, "README.md", "exec"), {})
-    out = capsys.readouterr().out
-    assert "Estimate(mean=11, stderr=0, n=16)" in out
-    assert "tr H (Hutchinson, 30 probes) = " in out
 
 
 # --- issue 26: prefixes, --out of reproduce, sizes, locks, SIGINT in both commands -------------
