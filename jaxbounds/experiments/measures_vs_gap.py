@@ -1422,7 +1422,10 @@ def _claim_norm_products(ms: Mapping[str, Any]) -> tuple[bool | None, str]:
         return None, "tau undefined"
     ok = all(ms[n]["tau_high"] < 0 for n in prods)
     return ok, "; ".join(
-        f"{n}: tau {ms[n]['tau']:+.3f} {_interval(ms[n])}, Psi {_fmt(ms[n]['psi'])}" for n in prods
+        f"{n}: tau {ms[n]['tau']:+.3f} {_interval(ms[n])} (within {SPARSE} "
+        f"{_fmt(ms[n][f'tau_{SPARSE}'])}, {MNIST} {_fmt(ms[n][f'tau_{MNIST}'])}), Psi "
+        f"{_fmt(ms[n]['psi'])}"
+        for n in prods
     )
 
 
@@ -1431,9 +1434,15 @@ def _claim_sharpness_weak(ms: Mapping[str, Any]) -> tuple[bool | None, str]:
     if any(not math.isfinite(t) for t in taus.values()):
         return None, "tau undefined"
     ok = all(t < WEAK_TAU for t in taus.values())
+    within = "; ".join(
+        f"{f} from {_fmt(min(v))} to {_fmt(max(v))}"
+        for f in FAMILIES
+        if (v := [ms[n][f"tau_{f}"] for n in taus if math.isfinite(ms[n][f"tau_{f}"])])
+    )
     return ok, (
         f"tau with the gap over all models (weak: below {WEAK_TAU}): "
         + ", ".join(f"{n} {t:+.3f} {_interval(ms[n])}" for n, t in taus.items())
+        + (f"; within one family: {within}" if within else "")
     )
 
 
