@@ -217,9 +217,7 @@ def search_call(kind, spec, x, num_signs, steps, chunk):
 def search_sup_of(kind, spec, x, key, steps):
     """The sup object the kernel builds for ``key`` (same restarts), for per-draw values."""
     kw = dict(project=spec["project"], num_steps=steps, step_size=1.0, **spec["extra"])
-    return SUPS[kind](
-        spec["fn"], spec["params"], x, rad._restart_key(key), **kw
-    )
+    return SUPS[kind](spec["fn"], spec["params"], x, rad._restart_key(key), **kw)
 
 
 def run_interleaved(variants, arg, reps):
@@ -418,9 +416,11 @@ def split_sweep(
         for name, fn in variants.items():
             times[name].append(timed(fn, key, x))
     ref_chunk = chunk_sizes[-1]
-    ref_mean, ref_se = (float(v) for v in values[("highest", ref_chunk)]) if (
-        "highest" in precisions
-    ) else (float("nan"), float("nan"))
+    ref_mean, ref_se = (
+        (float(v) for v in values[("highest", ref_chunk)])
+        if ("highest" in precisions)
+        else (float("nan"), float("nan"))
+    )
     recs = []
     for (prec, chunk), ts in times.items():
         med = float(np.median(ts))

@@ -140,8 +140,7 @@ SCALES: dict[str, dict[str, Any]] = {
 
 CLAIMS = (
     "The maximum generalization gap over runs shows no increasing trend in T (Figure 2)",
-    "The maximum total l1 norm of the weights over runs shows no increasing trend in T "
-    "(Figure 1)",
+    "The maximum total l1 norm of the weights over runs shows no increasing trend in T (Figure 1)",
     "The validation accuracy plateaus as T grows (Figure 3)",
     "The Edelman et al. bound grows with T through its log(d m T) factor, while the Trauger & "
     "Tewari bound has no explicit T",
@@ -627,9 +626,7 @@ def statistics(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "tau_max": dataclasses.asdict(runner.kendall_tau(lengths, maxima)),
             "tau_units": dataclasses.asdict(runner.kendall_tau(units_t, units_v)),
         }
-    ratio = per_length(
-        [{**r, "g": r["edelman_cover"] / r["edelman_cover_ref"]} for r in rows], "g"
-    )
+    ratio = per_length([{**r, "g": r["edelman_cover"] / r["edelman_cover_ref"]} for r in rows], "g")
     out["edelman_T_growth"] = {"T": list(ratio), "ratio": [float(np.mean(v)) for v in
                                                              ratio.values()]}  # fmt: skip
     acc = out["val_accuracy"]
@@ -950,10 +947,20 @@ def _bounds_figure(rows: Sequence[Mapping[str, Any]]):
     first = [r for r in rows if r["seq_len"] == lengths[0]]
     d, m = first[0]["embed_dim"], first[0]["num_train"]
     ref = np.mean([r["edelman_cover"] / r["edelman_log_factor"] for r in first])
-    left.plot(lengths, [ref * math.log(d * m * (t + 1)) for t in lengths], "--",
-              color=ed.get_color(), label=f"Edelman, T = {lengths[0]} weights at every T")
-    left.plot(lengths, [np.mean([r["tt42_cover"] for r in first])] * len(lengths), "--",
-              color=tt.get_color(), label=f"T&T, T = {lengths[0]} weights at every T")
+    left.plot(
+        lengths,
+        [ref * math.log(d * m * (t + 1)) for t in lengths],
+        "--",
+        color=ed.get_color(),
+        label=f"Edelman, T = {lengths[0]} weights at every T",
+    )
+    left.plot(
+        lengths,
+        [np.mean([r["tt42_cover"] for r in first])] * len(lengths),
+        "--",
+        color=tt.get_color(),
+        label=f"T&T, T = {lengths[0]} weights at every T",
+    )
     for column, label in (("tt_rad", "T&T Thm 4.1 Rad bound"),
                           ("edelman_rad", "Edelman Rad (Dudley)"),
                           ("rad_search", "Rad lower bound (search)"),

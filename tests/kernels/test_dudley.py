@@ -42,9 +42,7 @@ def test_cutoff_at_radius_when_class_is_small_relative_to_cover():
     out = dudley.dudley_integral(lambda e: 100.0 / e**2, num_examples=4, radius=1.0)
     np.testing.assert_allclose(out.value, 4.0, rtol=1e-12)
     np.testing.assert_allclose(out.cutoff, 1.0, rtol=1e-12)
-    np.testing.assert_allclose(
-        dudley.dudley_inverse_square(100.0, num_examples=4, radius=1.0), 4.0
-    )
+    np.testing.assert_allclose(dudley.dudley_inverse_square(100.0, num_examples=4, radius=1.0), 4.0)
 
 
 def test_single_function_class_has_zero_bound():

@@ -71,9 +71,7 @@ def test_bad_chunk_size_raises(chunk_size):
     with pytest.raises(ValueError, match=r"^chunk_size"):
         map_samples(jnp.sin, jnp.arange(3.0), chunk_size=chunk_size)
     with pytest.raises(ValueError, match=r"^chunk_size"):
-        sample_statistics(
-            stat_sample, jax.random.key(0), num_samples=3, chunk_size=chunk_size
-        )
+        sample_statistics(stat_sample, jax.random.key(0), num_samples=3, chunk_size=chunk_size)
 
 
 def test_none_is_one_at_a_time():
@@ -81,9 +79,9 @@ def test_none_is_one_at_a_time():
     jaxpr = str(jax.make_jaxpr(lambda xs: map_chunked(jnp.sin, xs))(jnp.arange(6.0)))
     assert "scan" in jaxpr
     assert "length=6" in jaxpr
-    vectorised = str(jax.make_jaxpr(lambda xs: map_chunked(jnp.sin, xs, chunk_size=6))(
-        jnp.arange(6.0)
-    ))
+    vectorised = str(
+        jax.make_jaxpr(lambda xs: map_chunked(jnp.sin, xs, chunk_size=6))(jnp.arange(6.0))
+    )
     assert "scan" not in vectorised
 
 

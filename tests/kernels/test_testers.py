@@ -331,9 +331,11 @@ def test_non_sparse_rejected_at_the_exact_rate():
 
 def test_sparsity_sweep_full_restriction_is_exact():
     sweep = jax.jit(
-        lambda v, key: testers.sparsity_sweep(
-            table_fn, N, key, sparsities=(1, 7, 14, 20), num_restrict=N, num_trials=1, args=v
-        ).value
+        lambda v, key: (
+            testers.sparsity_sweep(
+                table_fn, N, key, sparsities=(1, 7, 14, 20), num_restrict=N, num_trials=1, args=v
+            ).value
+        )
     )
     for s in (1, 7, 14, 20):
         assert int(sweep(_sparse(30 + s, s), jax.random.key(s))) == s

