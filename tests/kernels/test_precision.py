@@ -53,11 +53,17 @@ def test_matmul_tol_by_precision():
 
 # --------------------------------------------------------------------------- a rounding model
 
-X = np.random.default_rng(0).normal(size=(16, 3))
-Y = np.random.default_rng(1).normal(size=(16,))
+
+def _normal(seed: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Fixed test data: each array from its own seeded generator, no generator kept."""
+    return np.random.default_rng(seed).normal(size=shape)
+
+
+X = _normal(0, (16, 3))
+Y = _normal(1, (16,))
 PARAMS = {
-    "w1": np.random.default_rng(2).normal(size=(3, 4)) / np.sqrt(3),
-    "w2": np.random.default_rng(3).normal(size=(4,)) / 2,
+    "w1": _normal(2, (3, 4)) / np.sqrt(3),
+    "w2": _normal(3, (4,)) / 2,
 }
 
 
