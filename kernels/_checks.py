@@ -272,6 +272,21 @@ def is_concrete(tree: Any) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
 
 
+def under_trace() -> bool:
+    """True inside a transformation's trace (``jax.jit``, ``vmap``, ``grad``, ...).
+
+    Also when every argument of the call is concrete: a kernel called inside a user's
+    ``jax.jit`` on arrays the function closes over sees no tracer among its arguments, and
+    its results are still tracers of that trace.
+    """
+    try:
+        from jax._src import core
+
+        return not core.trace_state_clean()
+    except (ImportError, AttributeError):  # pragma: no cover - a JAX without the private module
+        return False
+
+
 def _format(message: str, values: tuple[Any, ...]) -> str:
     return message.format(*(np.asarray(v).tolist() for v in values)) if values else message
 

@@ -116,7 +116,8 @@ def compile_once(fn: F) -> F:
             enabled and _checks.host_callbacks_raise(),
             _devices.devices_cache_key(),
         )
-        if not _concrete(dynamic):
+        if not _concrete(dynamic) or _checks.under_trace():
+            # inside a trace (also with concrete arguments the traced function closes over):
             # a kernel called by an eager kernel hands its checks to the caller's outputs;
             # where callbacks cannot raise, the checks poison the kernel's outputs instead
             collect = _checks.collector_accepts() or (enabled and not checks[1])

@@ -208,6 +208,16 @@ class _LossOperator:
     def check_inputs(self) -> jax.Array:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def recomputed(self) -> tuple[Matvec, jax.Array]:
+        """``(product, valid)`` as :meth:`linearize`, keeping nothing between products.
+
+        Each product runs the operator's whole program afresh (for a Hessian: the forward and
+        backward pass and their tangents), so no residuals stay alive across the products of a
+        kernel; ``valid`` comes from :meth:`check_inputs`. Operators over stacked batches
+        already work this way, and return :meth:`linearize`.
+        """
+        return self.linearize()
+
     def __call__(self, v: Any) -> Any:
         """$H v$ for one pytree ``v`` shaped like ``params`` (linearises afresh each call)."""
         product, _ = self.linearize()
@@ -248,6 +258,21 @@ class HessianOperator(_LossOperator):
         grad_fn = jax.grad(_as_scalar(self.loss_fn, self.batch), has_aux=True)
         _, product, value = jax.linearize(grad_fn, self.params, has_aux=True)
         return product, _check_loss_at(self.params, value)
+
+    def recomputed(self) -> tuple[Matvec, jax.Array]:
+        """Products recomputed: each a forward-over-reverse ``jax.jvp(jax.grad)`` from scratch.
+
+        No linearisation is kept between products (see :meth:`_LossOperator.recomputed`).
+        """
+        grad_fn = jax.grad(_as_scalar(self.loss_fn, self.batch), has_aux=True)
+
+        def product(v: Any) -> Any:
+            # the barrier ties the parameters to each product's input, so that XLA cannot hoist
+            # the forward and backward pass out of a kernel's loop (which would keep them alive)
+            params, v = jax.lax.optimization_barrier((self.params, v))
+            return jax.jvp(grad_fn, (params,), (v,), has_aux=True)[1]
+
+        return product, self.check_inputs()
 
     def form(self, v: Any) -> jax.Array:
         r"""$v^\top H v$ by forward over forward mode.
@@ -598,11 +623,14 @@ def _check_like(matvec: _LossOperator, like: Any) -> None:
         raise ValueError("like: expected the pytree structure and shapes of the operator's params")
 
 
-def _linear(matvec: Any, like: Any) -> tuple[Matvec, jax.Array, str]:
-    """Linearise a loss operator once (checking ``like`` against it); pass a callable through."""
+def _linear(matvec: Any, like: Any, linearize: bool = True) -> tuple[Matvec, jax.Array, str]:
+    """Linearise a loss operator once (checking ``like`` against it); pass a callable through.
+
+    With ``linearize`` false a loss operator's products are recomputed each time instead.
+    """
     if isinstance(matvec, _LossOperator):
         _check_like(matvec, like)
-        product, valid = matvec.linearize()
+        product, valid = matvec.linearize() if linearize else matvec.recomputed()
         return product, valid, "loss_fn"
     if not callable(matvec):
         raise ValueError(f"matvec: expected a callable v -> A v, got {type(matvec).__name__}")
@@ -682,10 +710,15 @@ def _flat_space(like: Any) -> tuple[int, Any, Callable[[jax.Array], Any]]:
     return flat.size, flat.dtype, unravel
 
 
-def _setup(matvec: Any, like: Any, linear: tuple | None = None) -> _Flat:
-    """The flat problem of ``matvec`` (linearised once; ``linear``: already linearised)."""
+def _setup(matvec: Any, like: Any, linear: tuple | None = None, linearize: bool = True) -> _Flat:
+    """The flat problem of ``matvec``: linearised once unless ``linearize`` is false.
+
+    ``linear``: the operator already linearised, ``(product, valid, name)``.
+    """
     like = _template(like)
-    product, valid, name = _linear(matvec, like) if linear is None else linear
+    if linear is None:
+        linear = _linear(matvec, like, _check_linearize(linearize))
+    product, valid, name = linear
     size, dtype, unravel = _flat_space(like)
 
     def flat_mv(x: jax.Array) -> jax.Array:
@@ -700,6 +733,12 @@ def _setup(matvec: Any, like: Any, linear: tuple | None = None) -> _Flat:
         return out.astype(dtype)
 
     return _Flat(size, dtype, flat_mv, valid, name)
+
+
+def _check_linearize(linearize: Any) -> bool:
+    if not isinstance(linearize, (bool, np.bool_)):
+        raise ValueError(f"linearize: expected True or False, got {linearize!r}")
+    return bool(linearize)
 
 
 def _num_bad_rows(*arrays: jax.Array) -> jax.Array:
@@ -1239,6 +1278,7 @@ def lanczos(
     num_steps: int,
     start: jax.Array | None = None,
     basis_dtype: Any = None,
+    linearize: bool = True,
 ) -> Tridiagonal:
     r"""Lanczos tridiagonalisation with full reorthogonalisation.
 
@@ -1262,6 +1302,13 @@ def lanczos(
         or a lower precision (``"float32"`` for float64 work, ``"float16"`` / ``"bfloat16"``),
         which divides the basis's memory and the traffic of its Gram-Schmidt; accuracy in the
         module docstring ("Lanczos"). Static.
+      linearize: for a loss operator (:func:`hvp`, :func:`kernels.ggn`, ...): ``True``
+        (default) linearises it once and every step runs only the tangent program, keeping the
+        linearisation's residuals (a forward and backward pass's intermediates) for the whole
+        run; ``False`` recomputes each product from scratch (for a Hessian a
+        forward-over-reverse ``jax.jvp(jax.grad)``), keeping nothing between steps: less memory
+        at more time per step (module docstring, "Lanczos"). Ignored for a plain callable and for
+        operators over stacked batches, which recompute already. Static.
 
     Returns:
       Tridiagonal(diagonal, off_diagonal, start_norm).
@@ -1278,7 +1325,7 @@ def lanczos(
     Array([1., 2., 3.], dtype=float32)
     """
     check_key(key, "key")
-    flat = _setup(matvec, like)
+    flat = _setup(matvec, like, linearize=linearize)
     _check_steps(num_steps, flat.size)
     if start is not None:
         if jnp.shape(start) != (flat.size,):
@@ -1305,6 +1352,7 @@ def top_eigenvalues(
     k: int = 1,
     num_steps: int,
     basis_dtype: Any = None,
+    linearize: bool = True,
 ) -> jax.Array:
     r"""The k largest eigenvalues of a symmetric operator by Lanczos (full reorthogonalisation).
 
@@ -1325,6 +1373,13 @@ def top_eigenvalues(
         or a lower precision (``"float32"`` for float64 work, ``"float16"`` / ``"bfloat16"``),
         which divides the basis's memory and the traffic of its Gram-Schmidt; accuracy in the
         module docstring ("Lanczos"). Static.
+      linearize: for a loss operator (:func:`hvp`, :func:`kernels.ggn`, ...): ``True``
+        (default) linearises it once and every step runs only the tangent program, keeping the
+        linearisation's residuals (a forward and backward pass's intermediates) for the whole
+        run; ``False`` recomputes each product from scratch (for a Hessian a
+        forward-over-reverse ``jax.jvp(jax.grad)``), keeping nothing between steps: less memory
+        at more time per step (module docstring, "Lanczos"). Ignored for a plain callable and for
+        operators over stacked batches, which recompute already. Static.
 
     Returns:
       Array of shape (k,), largest first.
@@ -1342,7 +1397,7 @@ def top_eigenvalues(
     Array([5., 3.], dtype=float32)
     """
     check_key(key, "key")
-    flat = _setup(matvec, like)
+    flat = _setup(matvec, like, linearize=linearize)
     check_positive_int(k, "k")
     if k > flat.size:
         raise ValueError(f"k: expected at most the dimension {flat.size}, got {k}")
@@ -1381,11 +1436,12 @@ def _slq(
     num_steps: int,
     chunk_size: int | None,
     basis_dtype: Any = None,
+    linearize: bool = True,
 ) -> QuadratureNodes:
     key = check_key(key, "key")
     _check_kept_count(num_probes, "num_probes")
     chunk = _chunk(chunk_size)
-    flat = _setup(matvec, like)
+    flat = _setup(matvec, like, linearize=linearize)
     _check_steps(num_steps, flat.size)
     store = _check_basis_dtype(basis_dtype, flat.dtype)
 
@@ -1409,6 +1465,7 @@ def slq_nodes(
     num_steps: int,
     chunk_size: int | None = None,
     basis_dtype: Any = None,
+    linearize: bool = True,
 ) -> QuadratureNodes:
     r"""Gauss quadrature nodes and weights of stochastic Lanczos quadrature.
 
@@ -1431,6 +1488,13 @@ def slq_nodes(
         or a lower precision (``"float32"`` for float64 work, ``"float16"`` / ``"bfloat16"``),
         which divides the basis's memory and the traffic of its Gram-Schmidt; accuracy in the
         module docstring ("Lanczos"). Static.
+      linearize: for a loss operator (:func:`hvp`, :func:`kernels.ggn`, ...): ``True``
+        (default) linearises it once and every step runs only the tangent program, keeping the
+        linearisation's residuals (a forward and backward pass's intermediates) for the whole
+        run; ``False`` recomputes each product from scratch (for a Hessian a
+        forward-over-reverse ``jax.jvp(jax.grad)``), keeping nothing between steps: less memory
+        at more time per step (module docstring, "Lanczos"). Ignored for a plain callable and for
+        operators over stacked batches, which recompute already. Static.
 
     Returns:
       QuadratureNodes(nodes, weights), each of shape (P, k).
@@ -1450,7 +1514,7 @@ def slq_nodes(
            [1., 2.],
            [1., 2.]], dtype=float32)
     """
-    return _slq(matvec, like, key, num_probes, num_steps, chunk_size, basis_dtype)
+    return _slq(matvec, like, key, num_probes, num_steps, chunk_size, basis_dtype, linearize)
 
 
 @jax.tree_util.register_dataclass
@@ -1479,6 +1543,7 @@ def spectral_density(
     bandwidth: Any = None,
     chunk_size: int | None = None,
     basis_dtype: Any = None,
+    linearize: bool = True,
 ) -> SpectralDensity:
     r"""Spectral density of a symmetric operator by stochastic Lanczos quadrature.
 
@@ -1501,6 +1566,13 @@ def spectral_density(
         or a lower precision (``"float32"`` for float64 work, ``"float16"`` / ``"bfloat16"``),
         which divides the basis's memory and the traffic of its Gram-Schmidt; accuracy in the
         module docstring ("Lanczos"). Static.
+      linearize: for a loss operator (:func:`hvp`, :func:`kernels.ggn`, ...): ``True``
+        (default) linearises it once and every step runs only the tangent program, keeping the
+        linearisation's residuals (a forward and backward pass's intermediates) for the whole
+        run; ``False`` recomputes each product from scratch (for a Hessian a
+        forward-over-reverse ``jax.jvp(jax.grad)``), keeping nothing between steps: less memory
+        at more time per step (module docstring, "Lanczos"). Ignored for a plain callable and for
+        operators over stacked batches, which recompute already. Static.
 
     Returns:
       SpectralDensity(grid, density), each of shape (num_grid,); the grid spans the nodes plus
@@ -1523,7 +1595,7 @@ def spectral_density(
     check_positive_int(num_grid, "num_grid", minimum=2)
     if bandwidth is not None:
         check_positive(bandwidth, "bandwidth")
-    q = _slq(matvec, like, key, num_probes, num_steps, chunk_size, basis_dtype)
+    q = _slq(matvec, like, key, num_probes, num_steps, chunk_size, basis_dtype, linearize)
     nodes, weights = q.nodes, q.weights
     lo, hi = jnp.min(nodes), jnp.max(nodes)
     width = jnp.maximum(hi - lo, jnp.maximum(jnp.abs(hi), 1.0) * 1e-6)

@@ -404,6 +404,19 @@ class _BatchOperator(_LossOperator):
         product, outputs = self._products()
         return product, _check_values(self.loss, self.params, outputs, self.batch[1])
 
+    def recomputed(self) -> tuple[Matvec, jax.Array]:
+        """Products recomputed: ``apply_fn`` linearised afresh in each product.
+
+        No residuals are kept between products (see ``_LossOperator.recomputed``).
+        """
+
+        def product(v: Any) -> Any:
+            # tied to the input so that XLA cannot hoist the forward pass out of a kernel's loop
+            params, v = jax.lax.optimization_barrier((self.params, v))
+            return dataclasses.replace(self, params=params)._products()[0](v)
+
+        return product, self.check_inputs()
+
     def check_inputs(self) -> jax.Array:
         """The runtime checks of :meth:`linearize` (one forward pass)."""
         targets = self.batch[1]

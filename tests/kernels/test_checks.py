@@ -100,6 +100,18 @@ _X_NAN = "x: expected finite values, found NaN or inf"
 _Y_NEG = "y: expected > 0, got -2.0"
 
 
+def test_kernel_inside_jit_on_arrays_the_function_closes_over():
+    # every argument concrete, the call inside a user's jit: the kernel is traced into that
+    # program and its checks run there (it once ran eagerly and read its checks' tracers)
+    x, y = _GOOD
+    assert float(jax.jit(lambda: _two_checks(x, y))()) == 9.0
+    bad = jnp.asarray(-2.0)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(_checks._MARKER)) as err:
+        jax.block_until_ready(jax.jit(lambda: _two_checks(x, bad))())
+    assert _checks.failed_check_message(err.value) == _Y_NEG
+    np.testing.assert_array_equal(jax.grad(lambda y: jax.jit(lambda: _two_checks(x, y))())(y), 3.0)
+
+
 @pytest.mark.parametrize(
     ("x", "y", "message", "under_jit"),
     [

@@ -960,7 +960,7 @@ def test_hutchinson_quadratic_forms_equal_the_products_probe_by_probe():
     products = hutchinson_trace(lambda v: op(v), params, key, num_probes=6)
     np.testing.assert_allclose(forms.mean, products.mean, rtol=1e-12)
     np.testing.assert_allclose(forms.stderr, products.stderr, rtol=1e-9)
-    batches = jax.tree_util.tree_map(lambda a: jnp.stack([a, 0.5 * a]), batch)
+    batches = jax.tree_util.tree_map(lambda a: jnp.stack([a, jnp.flip(a, 0)]), batch)
     dop = dataset_hvp(loss, params, batches)
     np.testing.assert_allclose(
         hutchinson_trace(dop, params, key, num_probes=6).mean,
@@ -1087,6 +1087,96 @@ def test_lanczos_gram_schmidt_against_the_rows_in_use():
     # the stored row is sqrt(5) e_0 rounded to float16: exact to float16's unit roundoff
     np.testing.assert_allclose(low.project_out(w, 1), [0.0, 2.0, 3.0, 4.0, 5.0], atol=2.0**-11)
     assert np.isnan(np.asarray(low.project_out(w, 4))).all()  # row 3 is read at used=4
+
+
+# --------------------------------------------------------------------------- recomputed products
+
+
+def test_recomputed_products_give_the_dense_spectrum_and_the_linearised_results(run):
+    # linearize=False forms every Hessian-vector product from scratch (forward over reverse)
+    # instead of linearising once: the same operator, so the exact spectrum with a full basis
+    # and the linearised run's tridiagonal, eigenvalues and SLQ nodes to rounding
+    loss, params, batch, h = attention_case()
+    n = h.shape[0]
+    op = hvp(loss, params, batch)
+    key = jax.random.key(51)
+    want = np.linalg.eigvalsh(h)[::-1][:3]
+    top = run(lambda: top_eigenvalues(op, params, key, k=3, num_steps=n, linearize=False))
+    np.testing.assert_allclose(top, want, rtol=1e-9, atol=1e-9 * abs(want[0]))
+    scale = np.abs(np.linalg.eigvalsh(h)).max()
+    tri = {lin: run(lambda lin=lin: lanczos(op, params, key, num_steps=12, linearize=lin))
+           for lin in (True, False)}  # fmt: skip
+    for field in ("diagonal", "off_diagonal"):
+        np.testing.assert_allclose(getattr(tri[False], field), getattr(tri[True], field),
+                                   rtol=0, atol=1e-11 * scale)  # fmt: skip
+    nodes = {lin: slq_nodes(op, params, key, num_probes=2, num_steps=6, linearize=lin)
+             for lin in (True, False)}  # fmt: skip
+    np.testing.assert_allclose(nodes[False].nodes, nodes[True].nodes, rtol=0, atol=1e-11 * scale)
+    np.testing.assert_allclose(nodes[False].weights, nodes[True].weights, rtol=0, atol=1e-11)
+    dens = {lin: spectral_density(op, params, key, num_probes=2, num_steps=6, num_grid=64,
+                                  linearize=lin) for lin in (True, False)}  # fmt: skip
+    np.testing.assert_allclose(dens[False].density, dens[True].density, rtol=1e-8)
+
+
+def test_recomputed_products_keep_no_linearisation():
+    # the point of linearize=False: XLA's allocation plan no longer holds the forward and
+    # backward pass's residuals beside the loop (activations of 8192 examples, 1.2k parameters);
+    # the barrier in the product keeps XLA from hoisting that pass out of the loop
+    def loss(p, b):
+        x, y = b
+        h = jnp.tanh(jnp.tanh(x @ p["w1"]) @ p["w2"])
+        return jnp.mean((h @ p["w3"] - y) ** 2)
+
+    k = jax.random.split(jax.random.key(52), 5)
+    params = {
+        "w1": jax.random.normal(k[0], (8, 32)) / 3,
+        "w2": jax.random.normal(k[1], (32, 32)) / 6,
+        "w3": jax.random.normal(k[2], (32, 1)) / 6,
+    }
+    batch = (jax.random.normal(k[3], (8192, 8)), jax.random.normal(k[4], (8192, 1)))
+    temps, values = {}, {}
+    for lin in (True, False):
+        fn = jax.jit(lambda p, b, kk, lin=lin: top_eigenvalues(
+            hvp(loss, p, b), p, kk, k=1, num_steps=4, linearize=lin))  # fmt: skip
+        compiled = fn.lower(params, batch, jax.random.key(53)).compile()
+        analysis = compiled.memory_analysis()
+        if analysis is None:  # pragma: no cover - a backend without an allocation plan
+            pytest.fail("no memory_analysis() on this backend: the test needs XLA's plan")
+        temps[lin] = analysis.temp_size_in_bytes
+        values[lin] = compiled(params, batch, jax.random.key(53))
+    # one activation of the batch is 8192 x 32 float32 = 1 MiB; the linearisation keeps several
+    assert temps[False] <= temps[True] - 2 * 2**20, temps
+    np.testing.assert_allclose(values[False], values[True], rtol=16 * np.finfo(np.float32).eps)
+
+
+def test_recomputed_products_on_dataset_operators_and_callables_change_nothing():
+    # operators over stacked batches recompute already, and a plain callable has nothing to
+    # linearise: linearize=False gives the same bits
+    loss, params, batch, _ = attention_case()
+    batches = jax.tree_util.tree_map(lambda a: jnp.stack([a, jnp.flip(a, 0)]), batch)
+    op = dataset_hvp(loss, params, batches)
+    key = jax.random.key(54)
+    same = [
+        top_eigenvalues(op, params, key, k=2, num_steps=6, linearize=lin) for lin in (True, False)
+    ]
+    np.testing.assert_array_equal(same[0], same[1])
+    mv, like = make_dense_operator()
+    plain = [
+        top_eigenvalues(mv, like, key, k=2, num_steps=6, linearize=lin) for lin in (True, False)
+    ]
+    np.testing.assert_array_equal(plain[0], plain[1])
+
+
+def test_linearize_bad_values_raise():
+    mv, like = make_dense_operator(jnp.float32)
+    key = jax.random.key(0)
+    for bad in ("yes", 1, None, 0.0):
+        with pytest.raises(ValueError, match=r"^linearize: expected True or False, got"):
+            top_eigenvalues(mv, like, key, k=1, num_steps=3, linearize=bad)
+        with pytest.raises(ValueError, match=r"^linearize: expected True or False, got"):
+            lanczos(mv, like, key, num_steps=3, linearize=bad)
+        with pytest.raises(ValueError, match=r"^linearize: expected True or False, got"):
+            slq_nodes(mv, like, key, num_probes=1, num_steps=3, linearize=bad)
 
 
 # --------------------------------------------------------------------------- Hutchinson modes
