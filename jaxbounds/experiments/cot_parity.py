@@ -541,6 +541,9 @@ def _claims(stats: Mapping[str, Any]) -> list[str]:
             f"{first_cot} (None: not on the grid) for m = "
             f"{[p['num_examples'] for p in pm]}"
         )))  # fmt: skip
+    else:  # a partial run: the bound units have not finished
+        lines += [runner.claim_line(c, None, "the bound units have not finished")
+                  for c in CLAIMS[:3]]  # fmt: skip
     trained = stats["trained"]
     if trained:
         ok = all(
@@ -559,6 +562,8 @@ def _claims(stats: Mapping[str, Any]) -> list[str]:
                                        "seeds; reproduced when the paired gap difference and "
                                        "minus the accuracy difference are below 0 by 2 "
                                        "standard errors at every T)"))  # fmt: skip
+    else:
+        lines.append(runner.claim_line(CLAIMS[3], None, "no trained unit has finished"))
     return lines
 
 

@@ -74,6 +74,22 @@ def test_committed_report_is_rendered_from_the_committed_csv(name, tmp_path, mon
         _assert_close(got_stats, json.loads((folder / "statistics.json").read_text()), "stats")
 
 
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("num_finished", [1, 2])
+def test_a_partial_run_renders_every_claim(name, num_finished, tmp_path, monkeypatch):
+    # a run cut short after its first units still renders (--from re-renders partial runs):
+    # every claim of the experiment gets a verdict line, inconclusive where its units are missing
+    rows, meta = read_committed(name)
+    meta = {**meta, "num_finished": num_finished}
+    monkeypatch.setattr(runner, "new_figure", lambda **_: None)
+    experiment = REGISTRY.get(name)
+    (experiment.render or runner.default_render)(rows[:num_finished], meta, tmp_path)
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    verdict = r"reproduced|not reproduced|inconclusive|not tested at this scale|not tested here"
+    verdicts = re.findall(rf"^- \*\*({verdict})\*\*: ", report, re.M)
+    assert len(verdicts) >= len(experiment.claims), (name, verdicts)
+
+
 def _assert_close(got, want, where: str) -> None:
     """Equal JSON trees, floats to 1e-6 relative (NaN equals NaN)."""
     if isinstance(want, dict):
