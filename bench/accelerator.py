@@ -546,6 +546,57 @@ def part_tests(sizes: Sizes, budget: Budget) -> None:
 # --------------------------------------------------------------------------- tables
 
 
+def issue22(records: list[dict], precision_name: str = "default") -> dict:
+    """Issue 22's ratios from the scale and torch records at one matmul precision.
+
+    Per unit in gradients of the same precision: Hutchinson per probe, Lanczos per step, the
+    worst case per value-and-gradient (``steps + 1`` of them, as bench/scale.py counts); XLA's
+    temporaries of the worst case over the gradient's, and of Lanczos beyond its float32 basis
+    (``steps`` rows of the parameters) over the gradient's; PyHessian's time per probe over
+    ours. A ratio whose records are missing is left out.
+    """
+    setup = next((r for r in records if r.get("part") == "scale" and "num_params" in r), {})
+    scale = [r for r in records if r.get("part") == "scale" and "job" in r]
+    by = {r["job"]: r for r in scale if r.get("precision") == precision_name}
+    grad = by.get("grad", {})
+    out: dict = {"precision": precision_name}
+    trace, lanczos, worst = (by.get(j) for j in ("hessian_trace", "top_eigenvalues",
+                                                  "worst_case_sharpness"))  # fmt: skip
+    if trace and trace.get("per_unit_in_grads"):
+        out["hessian_trace_per_probe_over_grad"] = trace["per_unit_in_grads"]
+    if lanczos and lanczos.get("per_unit_in_grads"):
+        out["top_eigenvalues_per_step_over_grad"] = lanczos["per_unit_in_grads"]
+    if worst and worst.get("per_unit_in_grads"):
+        count = worst["count"]
+        out["worst_case_per_value_and_grad_over_grad"] = (
+            worst["per_unit_in_grads"] * count / (count + 1)
+        )
+    grad_temp = grad.get("xla_temp_mb")
+    if grad_temp:
+        if worst and worst.get("xla_temp_mb") is not None:
+            out["worst_case_temp_over_grad_temp"] = worst["xla_temp_mb"] / grad_temp
+        if lanczos and lanczos.get("xla_temp_mb") is not None and setup.get("num_params"):
+            basis = lanczos["count"] * setup["num_params"] * 4 / 2**20
+            out["top_eigenvalues_basis_mb"] = basis
+            out["top_eigenvalues_temp_beyond_basis_over_grad_temp"] = (
+                lanczos["xla_temp_mb"] - basis
+            ) / grad_temp
+    pyh = next((r for r in records if r.get("job") == "pyhessian_trace"), None)
+    if pyh and trace and trace.get("per_unit_s"):
+        out["pyhessian_per_probe_over_ours"] = pyh["per_unit_s"] / trace["per_unit_s"]
+    return out
+
+
+ISSUE22_GOALS = {
+    "hessian_trace_per_probe_over_grad": "<= 1.3",
+    "top_eigenvalues_per_step_over_grad": "<= 1.3",
+    "top_eigenvalues_temp_beyond_basis_over_grad_temp": "<= 2",
+    "worst_case_per_value_and_grad_over_grad": "<= 1.1",
+    "worst_case_temp_over_grad_temp": "<= 1.3",
+    "pyhessian_per_probe_over_ours": ">= 3",
+}
+
+
 def _fmt(value, digits: int = 3) -> str:
     if value is None:
         return "-"
@@ -575,6 +626,21 @@ def markdown(records: list[dict], wall_s: float) -> str:
                 f"{_fmt(r['run_s'])} | {_fmt(r.get('per_unit_in_grads'))} | "
                 f"{_fmt(r.get('xla_temp_mb'))} | {_fmt(r.get('value'), 6)} |"
             )
+    lines += [
+        "",
+        "## Issue 22's goals",
+        "",
+        "Against one gradient of the same precision (the worst case per value-and-gradient, "
+        "steps + 1 of them; memory from XLA's temporaries; PyHessian at PyTorch's default "
+        "precision, matmuls without TF32).",
+        "",
+        "| ratio | goal | " + " | ".join(PRECISIONS) + " |",
+        "|---|---|" + "---|" * len(PRECISIONS),
+    ]
+    ratios = {prec: issue22(records, prec) for prec in PRECISIONS}
+    for name, goal in ISSUE22_GOALS.items():
+        cells = " | ".join(_fmt(ratios[prec].get(name)) for prec in PRECISIONS)
+        lines.append(f"| {name} | {goal} | {cells} |")
     lines += ["", "## PyTorch / PyHessian on the same device", ""]
     torch_recs = [r for r in records if r.get("part") == "torch"]
     if any("not_run" in r for r in torch_recs):
@@ -687,7 +753,12 @@ def main(argv: list[str] | None = None) -> int:
         part(sizes, budget)
     wall = time.perf_counter() - start
     stem = "accelerator_smoke" if args.smoke else "accelerator"
-    payload = {"sizes": dataclasses.asdict(sizes), "wall_s": wall, "records": RECORDS}
+    payload = {
+        "sizes": dataclasses.asdict(sizes),
+        "wall_s": wall,
+        "issue22": {prec: issue22(RECORDS, prec) for prec in PRECISIONS},
+        "records": RECORDS,
+    }
     (out / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
     (out / f"{stem}.md").write_text(markdown(RECORDS, wall))
     print(f"wrote {out / stem}.json and .md in {wall:.0f} s", file=sys.stderr)

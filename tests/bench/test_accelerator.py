@@ -92,6 +92,35 @@ def test_smoke_writes_one_table_per_part(smoke):
         assert heading in table
     assert "| hessian_trace | default |" in table
     assert "| top_eigenvalues | highest |" in table
+    assert "## Issue 22's goals" in table
+    assert "| worst_case_per_value_and_grad_over_grad | <= 1.1 |" in table
+
+
+def test_issue22_ratios_from_the_records():
+    # hand-made records: the ratios are the quotients the docstring names
+    records = [
+        {"part": "scale", "num_params": 1000},
+        {"part": "scale", "job": "grad", "precision": "default", "xla_temp_mb": 2.0},
+        {"part": "scale", "job": "hessian_trace", "precision": "default", "count": 4,
+         "per_unit_in_grads": 1.5, "per_unit_s": 0.3, "xla_temp_mb": 1.0},
+        {"part": "scale", "job": "top_eigenvalues", "precision": "default", "count": 2,
+         "per_unit_in_grads": 2.0, "xla_temp_mb": 5.0},
+        {"part": "scale", "job": "worst_case_sharpness", "precision": "default", "count": 3,
+         "per_unit_in_grads": 1.6, "xla_temp_mb": 3.0},
+        {"part": "scale", "job": "grad", "precision": "highest", "xla_temp_mb": 2.0},
+        {"part": "torch", "job": "pyhessian_trace", "per_unit_s": 0.9},
+    ]  # fmt: skip
+    got = accelerator.issue22(records, "default")
+    basis = 2 * 1000 * 4 / 2**20
+    assert got["hessian_trace_per_probe_over_grad"] == 1.5
+    assert got["top_eigenvalues_per_step_over_grad"] == 2.0
+    assert got["worst_case_per_value_and_grad_over_grad"] == pytest.approx(1.6 * 3 / 4)
+    assert got["worst_case_temp_over_grad_temp"] == 1.5
+    assert got["top_eigenvalues_temp_beyond_basis_over_grad_temp"] == pytest.approx(
+        (5.0 - basis) / 2.0
+    )
+    assert got["pyhessian_per_probe_over_ours"] == pytest.approx(3.0)
+    assert accelerator.issue22(records, "highest") == {"precision": "highest"}
 
 
 def test_without_torch_the_torch_part_is_a_note(monkeypatch):
