@@ -527,6 +527,9 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # a test run started in the background hands its children SIGINT ignored, which the runner
+    # keeps ignored (tested apart); this child stands for a run started from a terminal
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(_main(sys.argv[1:]))
 
 
