@@ -779,7 +779,8 @@ def _issue22(out: dict, rows: list[dict], grad: dict) -> dict:
             res[f"{job}_temp_beyond_basis_over_grad_temp"] = (
                 lanczos["xla_temp_mb"] - basis
             ) / grad_temp
-            res["top_eigenvalues_memory_target"] = "basis + 2 gradients"
+    if "top_eigenvalues_basis_mb" in res:
+        res["top_eigenvalues_memory_target"] = "basis + 2 gradients"
     return res
 
 
