@@ -1377,17 +1377,9 @@ def top_eigenvalues(
       key: PRNG key (start vector).
       k: how many eigenvalues, 1 <= k <= n. Static.
       num_steps: Lanczos steps, >= k. Static.
-      basis_dtype: dtype the Lanczos basis is stored in: ``None`` (the working dtype, default)
-        or a lower precision (``"float32"`` for float64 work, ``"float16"`` / ``"bfloat16"``),
-        which divides the basis's memory and the traffic of its Gram-Schmidt; accuracy in the
-        module docstring ("Lanczos"). Static.
-      linearize: for a loss operator (:func:`hvp`, :func:`kernels.ggn`, ...): ``True``
-        (default) linearises it once and every step runs only the tangent program, keeping the
-        linearisation's residuals (a forward and backward pass's intermediates) for the whole
-        run; ``False`` recomputes each product from scratch (for a Hessian a
-        forward-over-reverse ``jax.jvp(jax.grad)``), keeping nothing between steps: less memory
-        at more time per step (module docstring, "Lanczos"). Ignored for a plain callable and for
-        operators over stacked batches, which recompute already. Static.
+      basis_dtype: dtype the Lanczos basis is stored in, as in :func:`lanczos`. Static.
+      linearize: linearise a loss operator once (``True``, default) or recompute each product
+        (``False``: less memory, more time per step), as in :func:`lanczos`. Static.
 
     Returns:
       Array of shape (k,), largest first.
@@ -1492,17 +1484,9 @@ def slq_nodes(
       num_probes: P >= 1. Static.
       num_steps: Lanczos steps k per probe, 1 <= k <= n. Static.
       chunk_size: probes per vectorised batch, an int >= 1; ``None`` runs them one at a time.
-      basis_dtype: dtype the Lanczos basis is stored in: ``None`` (the working dtype, default)
-        or a lower precision (``"float32"`` for float64 work, ``"float16"`` / ``"bfloat16"``),
-        which divides the basis's memory and the traffic of its Gram-Schmidt; accuracy in the
-        module docstring ("Lanczos"). Static.
-      linearize: for a loss operator (:func:`hvp`, :func:`kernels.ggn`, ...): ``True``
-        (default) linearises it once and every step runs only the tangent program, keeping the
-        linearisation's residuals (a forward and backward pass's intermediates) for the whole
-        run; ``False`` recomputes each product from scratch (for a Hessian a
-        forward-over-reverse ``jax.jvp(jax.grad)``), keeping nothing between steps: less memory
-        at more time per step (module docstring, "Lanczos"). Ignored for a plain callable and for
-        operators over stacked batches, which recompute already. Static.
+      basis_dtype: dtype the Lanczos basis is stored in, as in :func:`lanczos`. Static.
+      linearize: linearise a loss operator once (``True``, default) or recompute each product
+        (``False``: less memory, more time per step), as in :func:`lanczos`. Static.
 
     Returns:
       QuadratureNodes(nodes, weights), each of shape (P, k).
@@ -1570,17 +1554,9 @@ def spectral_density(
       bandwidth: smoothing $\sigma > 0$ (a float is static, an array traced); default 1% of
         the range of the nodes.
       chunk_size: probes per vectorised batch, an int >= 1; ``None`` runs them one at a time.
-      basis_dtype: dtype the Lanczos basis is stored in: ``None`` (the working dtype, default)
-        or a lower precision (``"float32"`` for float64 work, ``"float16"`` / ``"bfloat16"``),
-        which divides the basis's memory and the traffic of its Gram-Schmidt; accuracy in the
-        module docstring ("Lanczos"). Static.
-      linearize: for a loss operator (:func:`hvp`, :func:`kernels.ggn`, ...): ``True``
-        (default) linearises it once and every step runs only the tangent program, keeping the
-        linearisation's residuals (a forward and backward pass's intermediates) for the whole
-        run; ``False`` recomputes each product from scratch (for a Hessian a
-        forward-over-reverse ``jax.jvp(jax.grad)``), keeping nothing between steps: less memory
-        at more time per step (module docstring, "Lanczos"). Ignored for a plain callable and for
-        operators over stacked batches, which recompute already. Static.
+      basis_dtype: dtype the Lanczos basis is stored in, as in :func:`lanczos`. Static.
+      linearize: linearise a loss operator once (``True``, default) or recompute each product
+        (``False``: less memory, more time per step), as in :func:`lanczos`. Static.
 
     Returns:
       SpectralDensity(grid, density), each of shape (num_grid,); the grid spans the nodes plus

@@ -1754,8 +1754,8 @@ def _scatter_figure(rows: Sequence[Mapping[str, Any]], stats: Mapping[str, Any])
     return figure
 
 
-def _strip_timing(out_dir: Path) -> list[str]:
-    """Rewrite results.csv without the timing columns; return the timing columns."""
+def _strip_timing(out_dir: Path) -> None:
+    """Rewrite results.csv without the timing columns."""
     path = Path(out_dir) / "results.csv"
     reader = csv.reader(io.StringIO(path.read_text(encoding="utf-8")))
     table = list(reader)
@@ -1765,7 +1765,6 @@ def _strip_timing(out_dir: Path) -> list[str]:
     for line in table:
         writer.writerow([line[j] for j in keep])
     runner.write_text_atomic(path, buffer.getvalue())
-    return [c for c in table[0] if _is_timing(c)]
 
 
 def _seconds_csv(rows: Sequence[Mapping[str, Any]], grid_keys: Sequence[str]) -> str:
