@@ -555,9 +555,11 @@ def issue22(records: list[dict], precision_name: str = "default") -> dict:
     (``steps`` rows of the parameters) over the gradient's; PyHessian's time per probe over
     ours. A ratio whose records are missing is left out.
     """
+    from bench import scale
+
     setup = next((r for r in records if r.get("part") == "scale" and "num_params" in r), {})
-    scale = [r for r in records if r.get("part") == "scale" and "job" in r]
-    by = {r["job"]: r for r in scale if r.get("precision") == precision_name}
+    jobs = [r for r in records if r.get("part") == "scale" and "job" in r]
+    by = {r["job"]: r for r in jobs if r.get("precision") == precision_name}
     grad = by.get("grad", {})
     out: dict = {"precision": precision_name}
     trace, lanczos, worst = (by.get(j) for j in ("hessian_trace", "top_eigenvalues",
@@ -576,7 +578,7 @@ def issue22(records: list[dict], precision_name: str = "default") -> dict:
         if worst and worst.get("xla_temp_mb") is not None:
             out["worst_case_temp_over_grad_temp"] = worst["xla_temp_mb"] / grad_temp
         if lanczos and lanczos.get("xla_temp_mb") is not None and setup.get("num_params"):
-            basis = lanczos["count"] * setup["num_params"] * 4 / 2**20
+            basis = scale.lanczos_basis_mb(lanczos["count"], setup["num_params"])
             out["top_eigenvalues_basis_mb"] = basis
             out["top_eigenvalues_temp_beyond_basis_over_grad_temp"] = (
                 lanczos["xla_temp_mb"] - basis

@@ -751,6 +751,11 @@ def summarize(recs: list[dict]) -> dict:
     }
 
 
+def lanczos_basis_mb(num_steps: int, num_params: int, itemsize: int = 4) -> float:
+    """MB of the Lanczos basis: ``num_steps`` stored rows of the parameters."""
+    return num_steps * num_params * itemsize / 2**20
+
+
 def _issue22(out: dict, rows: list[dict], grad: dict) -> dict:
     """Issue 22's ratios from a run's rows: time per unit and memory against one gradient."""
     by = {r["job"]: r for r in rows}
@@ -773,8 +778,7 @@ def _issue22(out: dict, rows: list[dict], grad: dict) -> dict:
     for job in ("top_eigenvalues", "top_eigenvalues_recomputed"):
         lanczos = by.get(job)
         if lanczos and lanczos.get("xla_temp_mb") is not None and grad_temp:
-            # the basis holds num_steps float32 rows of the parameters
-            basis = lanczos["count"] * out.get("num_params", 0) * 4 / 2**20
+            basis = lanczos_basis_mb(lanczos["count"], out.get("num_params", 0))
             res[f"{job}_basis_mb"] = basis
             res[f"{job}_temp_beyond_basis_over_grad_temp"] = (
                 lanczos["xla_temp_mb"] - basis
@@ -1060,7 +1064,7 @@ def costs_main(args, cfg: Config) -> dict:
                 row[f"{field}_over_grad"] = row[field] / grad[field]
         if row["job"].startswith("top_eigenvalues") and row.get("xla_temp_mb") is not None:
             itemsize = 2 if "float16" in row["job"] else 4
-            basis = row["count"] * n * itemsize / 2**20  # num_steps stored rows
+            basis = lanczos_basis_mb(row["count"], n, itemsize)
             row["basis_mb"] = basis
             row["temp_beyond_basis_over_grad"] = (row["xla_temp_mb"] - basis) / grad["xla_temp_mb"]
     lines = [
