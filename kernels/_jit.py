@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import jax
 import numpy as np
 
-from kernels import _checks, _devices
+from kernels import _checks, _devices, parallel
 
 __all__ = ["compile_once"]
 
@@ -78,7 +78,7 @@ def _run(
     collect: bool,
     dynamic: list,
 ):
-    del checks  # cache key only: the checks and the device scope are read while tracing
+    del checks  # cache key only: checks, device scope and sample window are read when tracing
     dyn = iter(dynamic)
     stat = iter(static)
     leaves = [next(dyn) if is_dyn else next(stat).value for is_dyn in mask]
@@ -115,6 +115,7 @@ def compile_once(fn: F) -> F:
             enabled,
             enabled and _checks.host_callbacks_raise(),
             _devices.devices_cache_key(),
+            parallel.window_cache_key(),
         )
         if not _concrete(dynamic) or _checks.under_trace():
             # inside a trace (also with concrete arguments the traced function closes over):

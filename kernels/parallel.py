@@ -52,9 +52,12 @@ in the block shard over those devices instead of ``jax.devices()``.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -556,8 +559,12 @@ def _share_sums(
     out: jax.ShapeDtypeStruct,
     sequential: bool,
 ) -> tuple[Any, ...]:
-    """Sums of the ``per_device`` chunks from sample index ``start`` (uint32 words [2])."""
-    num_hi, num_lo = _words(num)
+    """Sums of the ``per_device`` chunks from sample index ``start`` (uint32 words [2]).
+
+    Samples at indices >= ``num`` are padding; ``start`` may carry the end index instead as
+    words 2 and 3 (a block of the stream, whose end is traced).
+    """
+    num_hi, num_lo = _words(num) if start.shape[0] == 2 else (start[2], start[3])
     offsets = jnp.arange(chunk, dtype=jnp.uint32)
 
     def sample(words: tuple[jax.Array, jax.Array]) -> jax.Array:
@@ -609,6 +616,58 @@ def _sharded(
         for d in range(len(devices))
     ]
     return merge_sums(shares)
+
+
+@dataclasses.dataclass(eq=False)
+class _Window:
+    """A range of the sample stream that the next :func:`sample_statistics` call computes.
+
+    ``start`` is the first sample's index as uint32 words ``[hi, lo]`` (traced, so blocks of one
+    size share a program); the call's ``num_samples`` is the block size. With ``replay`` set the
+    call computes nothing and returns those sums finished. ``pending`` is cleared by the first
+    call, so later calls and calls nested in its ``fn`` run their full stream.
+    """
+
+    start: Any
+    replay: Sums | None = None
+    recorded: Sums | None = None
+    pending: bool = True
+    token: int = dataclasses.field(default_factory=itertools.count().__next__)
+
+
+_WINDOW: contextvars.ContextVar[_Window | None] = contextvars.ContextVar(
+    "kernels_sample_window", default=None
+)
+
+
+@contextlib.contextmanager
+def sample_window(start: Any = None, replay: Sums | None = None) -> Iterator[_Window]:
+    """Context: the first :func:`sample_statistics` traced inside runs samples from ``start``.
+
+    Private machinery of :mod:`kernels.blocks`: ``start`` is the first index as uint32 words
+    ``[hi, lo]`` (a traced array); the call's sums are left in the yielded window's
+    ``recorded``. With ``replay`` the call returns those sums finished instead of sampling.
+    """
+    window = _Window(start=start, replay=replay)
+    token = _WINDOW.set(window)
+    try:
+        yield window
+    finally:
+        _WINDOW.reset(token)
+
+
+def window_cache_key() -> int | None:
+    """The active sample window's token (None outside one): part of the compilation cache key."""
+    window = _WINDOW.get()
+    return None if window is None else window.token
+
+
+def _add_words(start: jax.Array, offset: int) -> jax.Array:
+    """64-bit ``start + offset`` for uint32 words ``[hi, lo]`` (traced) and a Python int."""
+    off_hi, off_lo = _words(offset)
+    lo = start[1] + jnp.uint32(off_lo)
+    hi = start[0] + jnp.uint32(off_hi) + (lo < start[1]).astype(jnp.uint32)
+    return jnp.stack([hi, lo])
 
 
 def sample_statistics(
@@ -681,6 +740,18 @@ def sample_statistics(
             f"num_samples: keys of implementation {impl!r} are derived with fold_in, whose datum "
             f"is 32 bits: at most 2**32 samples, got {num} (use a threefry2x32 or rbg key)"
         )
+    window = _WINDOW.get()
+    if window is not None and window.pending:
+        window.pending = False  # the first call only: later and nested calls run in full
+        if window.replay is not None:
+            if window.replay.count != num:
+                raise ValueError(
+                    f"num_samples: the state holds {window.replay.count} samples, the kernel "
+                    f"asked for {num}"
+                )
+            return finish_sums(window.replay)
+    else:
+        window = None
     num_chunks = -(-num // chunk)
     devices = sample_devices() if devices is None else list(devices)
     per_device = -(-num_chunks // len(devices))
@@ -695,7 +766,16 @@ def sample_statistics(
         _share_sums, fn, key, num=num, chunk=chunk, per_device=per_device,
         out=_sample_shape(fn, key), sequential=not vmap_safe_key(key),
     )  # fmt: skip
-    return finish_sums(_sharded(run_share, starts, counts, devices))
+    if window is None:
+        return finish_sums(_sharded(run_share, starts, counts, devices))
+    # a block of the stream: every device's share moves by the window's (traced) start
+    end = _add_words(window.start, num)
+    shifted = jnp.stack(
+        [jnp.concatenate([_add_words(window.start, d * share), end]) for d in range(len(devices))]
+    )
+    sums = _sharded(run_share, shifted, counts, devices)
+    window.recorded = sums
+    return finish_sums(sums)
 
 
 def _sample_shape(fn: Callable[[jax.Array], jax.Array], key: jax.Array) -> Any:

@@ -1,0 +1,440 @@
+r"""Blocks of a Monte Carlo kernel's sample stream, and their exact merges.
+
+Sample $i$ of a Monte Carlo kernel has the key :func:`kernels.parallel.sample_key` ``(key, i)``
+and therefore one value, whatever call computes it. :class:`MonteCarloBlocks` binds a kernel to
+its arguments and computes the samples ``[start, stop)`` of that stream
+(:meth:`MonteCarloBlocks.run`) as a :class:`MonteCarloState`: the running sums of the block
+(count, shifted sums of $Y_i - s$ and $(Y_i - s)^2$ in double-word precision, the non-finite
+count), the ranges of sample indices it covers, the kernel's name and a fingerprint of its
+inputs. :func:`merge_states` adds the sums of disjoint blocks (Chan, Golub & LeVeque's pairwise
+update, re-centred at the earlier block's shift, in double-word arithmetic), so blocks computed
+in any order and of any sizes, in other processes or on other machines, merge into the one-call
+result up to floating-point reassociation. :meth:`MonteCarloBlocks.estimate` turns a state into
+the :class:`~kernels.estimate.Estimate` the one-call kernel returns for that many samples
+(including its extra fields, e.g. the McDiarmid interval of the Rademacher kernels).
+
+A block's start index is a traced argument of its program, so every block of one size runs one
+compiled program: a run of any length compiles once per block size. Memory is that of the
+kernel's ``chunk_size`` samples, whatever the number of samples. This module is pure JAX and
+silent; ``jaxbounds.longrun`` drives blocks to a target precision or a time budget with
+progress, interrupts and checkpoints.
+
+The kernels with a block stream: ``rademacher_linear``, ``rademacher_finite``,
+``rademacher_search``, ``rademacher_readout_search``, ``hutchinson_trace``, ``hessian_trace``
+and ``ggn_trace`` (Hutchinson method), ``mc_fisher_trace``, ``average_sharpness`` and
+``sharpness_decomposition`` (its stream is the perturbation pairs; the Hutchinson term of a
+fixed ``num_probes`` is recomputed by :meth:`MonteCarloBlocks.estimate`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels import parallel
+from kernels._jit import compile_once
+from kernels.estimate import Estimate
+from kernels.parallel import MAX_SAMPLES, SampleStats, Sums, finish_sums, merge_sums
+
+__all__ = ["MonteCarloBlocks", "MonteCarloState", "merge_states"]
+
+# kernel name -> its sample count's name before the num_samples vocabulary
+_KERNELS = {
+    "rademacher_linear": "num_draws",
+    "rademacher_finite": "num_draws",
+    "rademacher_search": "num_draws",
+    "rademacher_readout_search": "num_draws",
+    "hutchinson_trace": "num_probes",
+    "hessian_trace": "num_matvecs",
+    "ggn_trace": "num_matvecs",
+    "mc_fisher_trace": "num_samples",
+    "average_sharpness": "num_samples",
+    "sharpness_decomposition": "num_samples",
+}
+_COUNT_NAMES = ("num_samples", "num_draws", "num_probes", "num_matvecs")
+# options that do not change the result (up to reassociation): not part of the fingerprint
+_FREE_OPTIONS = ("chunk_size",)
+_DIGEST_BYTES = 1 << 26  # arrays up to 64 MiB are hashed whole, larger ones by a strided sample
+
+
+def _raw(kernel: Callable) -> Callable:
+    """The kernel without its compile-once wrapper (the block program is the jit boundary)."""
+    return getattr(kernel, "__wrapped__", kernel)
+
+
+def _count_name(kernel: Callable, name: str) -> str:
+    """The name of the kernel's sample count: ``num_samples`` where the kernel has it."""
+    if _KERNELS[name] == "num_samples" or "num_samples" in inspect.signature(_raw(kernel)).parameters:
+        return "num_samples"
+    return _KERNELS[name]
+
+
+def _callable_id(fn: Callable) -> str:
+    """A name of a callable that is the same in every process (module and qualified name)."""
+    inner = getattr(fn, "func", None)  # functools.partial
+    if inner is not None:
+        return f"partial({_callable_id(inner)})"
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+
+
+def _digest_array(leaf: Any, h: Any) -> None:
+    if jnp.issubdtype(jnp.result_type(leaf), jax.dtypes.prng_key):
+        h.update(str(jax.random.key_impl(leaf)).encode())
+        leaf = jax.random.key_data(leaf)
+    arr = np.asarray(leaf)
+    h.update(f"{arr.shape}{arr.dtype}".encode())
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    if flat.nbytes > _DIGEST_BYTES:
+        step = -(-flat.nbytes // _DIGEST_BYTES)
+        h.update(np.ascontiguousarray(flat[::step]).tobytes())
+        h.update(np.float64(np.sum(flat, dtype=np.float64)).tobytes())
+    else:
+        h.update(flat.tobytes())
+
+
+def _fingerprint(name: str, args: tuple, kwargs: dict) -> str:
+    """SHA-256 of the kernel's name, static options, array shapes/dtypes and array contents."""
+    h = hashlib.sha256(name.encode())
+    kept = {k: v for k, v in kwargs.items() if k not in _FREE_OPTIONS}
+    leaves, treedef = jax.tree_util.tree_flatten((args, kept))
+    h.update(str(treedef).encode())
+    for leaf in leaves:
+        if isinstance(leaf, jax.Array | np.ndarray | np.generic):
+            _digest_array(leaf, h)
+        elif callable(leaf):
+            h.update(_callable_id(leaf).encode())
+        else:
+            h.update(repr(leaf).encode())
+    return h.hexdigest()[:32]
+
+
+def _check_range(start: Any, stop: Any) -> tuple[int, int]:
+    for name, value in (("start", start), ("stop", stop)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise ValueError(f"{name}: expected an int, got {value!r}")
+    start, stop = int(start), int(stop)
+    if not 0 <= start < stop <= MAX_SAMPLES:
+        raise ValueError(
+            f"start, stop: expected 0 <= start < stop <= 2**53 sample indices, got "
+            f"[{start}, {stop})"
+        )
+    return start, stop
+
+
+@compile_once
+def _run_window(kernel: Callable, start: jax.Array, args: tuple, kwargs: dict) -> Sums:
+    """The sums of the kernel's samples ``[start, start + count)`` (one program per count)."""
+    with parallel.sample_window(start) as window:
+        _raw(kernel)(*args, **kwargs)
+    if window.recorded is None:
+        raise ValueError("kernel: it draws no Monte Carlo sample stream")
+    return window.recorded
+
+
+@compile_once
+def _replay(kernel: Callable, sums: Sums, args: tuple, kwargs: dict) -> Any:
+    """The kernel's result with its sample stream's statistics taken from ``sums``."""
+    with parallel.sample_window(replay=sums):
+        return _raw(kernel)(*args, **kwargs)
+
+
+def _merge_ranges(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo < out[-1][1]:
+            raise ValueError(
+                f"states: sample ranges overlap ([{out[-1][0]}, {out[-1][1]}) and [{lo}, {hi})): "
+                "merging would count samples twice"
+            )
+        if out and lo == out[-1][1]:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class MonteCarloState:
+    r"""Mergeable statistics of some blocks of a kernel's sample stream.
+
+    With $s$ the shift (the first sample of the earliest block) and $d_i = Y_i - s$ over the
+    $K$ samples covered:
+
+    Attributes:
+      shift: $s$, in the samples' dtype and shape.
+      s1: $\sum_i d_i$ as a double-word ``(hi, lo)`` pair.
+      s2: $\sum_i d_i^2$ as a double-word ``(hi, lo)`` pair.
+      num_nonfinite: samples with a NaN/inf element (int32, saturating).
+      count: $K$ (static).
+      ranges: the sample index ranges ``((start, stop), ...)`` covered, sorted and disjoint
+        (static).
+      kernel: the kernel's name (static).
+      fingerprint: hash of the kernel's name, options, input shapes/dtypes and contents and
+        key (static): states of different problems never merge.
+    """
+
+    shift: Any
+    s1: Any
+    s2: Any
+    num_nonfinite: Any
+    count: int = dataclasses.field(metadata={"static": True})
+    ranges: tuple[tuple[int, int], ...] = dataclasses.field(metadata={"static": True})
+    kernel: str = dataclasses.field(metadata={"static": True})
+    fingerprint: str = dataclasses.field(metadata={"static": True})
+
+    def sums(self) -> Sums:
+        """The running sums as :class:`kernels.parallel.Sums`."""
+        return Sums(self.shift, self.s1, self.s2, self.num_nonfinite, self.count)
+
+    def stats(self) -> SampleStats:
+        r"""Mean and $M_2 = S_2 - S_1^2/K$ of the samples covered (elementwise)."""
+        return finish_sums(self.sums())
+
+    @property
+    def mean(self) -> jax.Array:
+        """The mean of the samples covered (elementwise over the sample's shape)."""
+        return self.stats().mean
+
+    @property
+    def stderr(self) -> jax.Array:
+        r"""$\sqrt{M_2 / (K (K - 1))}$, the standard error of :attr:`mean` (NaN for K = 1)."""
+        return self.stats().estimate().stderr
+
+    @property
+    def next_start(self) -> int:
+        """The first index after the covered prefix ``[0, n)`` (0 if sample 0 is not covered)."""
+        return self.ranges[0][1] if self.ranges[0][0] == 0 else 0
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (floats exact: float32 and float64 values round-trip)."""
+
+        def enc(x: Any) -> Any:
+            return np.asarray(x, np.float64).tolist()
+
+        dtype = str(np.asarray(self.shift).dtype)
+        return {
+            "kernel": self.kernel,
+            "fingerprint": self.fingerprint,
+            "count": self.count,
+            "ranges": [list(r) for r in self.ranges],
+            "dtype": dtype,
+            "shape": list(np.shape(self.shift)),
+            "shift": enc(self.shift),
+            "s1": [enc(self.s1[0]), enc(self.s1[1])],
+            "s2": [enc(self.s2[0]), enc(self.s2[1])],
+            "num_nonfinite": int(self.num_nonfinite),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MonteCarloState:
+        """The state written by :meth:`to_json` (a dict, or its JSON text).
+
+        Raises:
+          ValueError: if ``data`` is not such a record.
+        """
+        if isinstance(data, str):
+            data = json.loads(data)
+        try:
+            dtype = np.dtype(data["dtype"])
+            shape = tuple(data["shape"])
+
+            def dec(x: Any) -> jax.Array:
+                return jnp.asarray(np.asarray(x, np.float64).astype(dtype).reshape(shape))
+
+            ranges = tuple((int(a), int(b)) for a, b in data["ranges"])
+            count = int(data["count"])
+            state = cls(
+                shift=dec(data["shift"]),
+                s1=(dec(data["s1"][0]), dec(data["s1"][1])),
+                s2=(dec(data["s2"][0]), dec(data["s2"][1])),
+                num_nonfinite=jnp.asarray(int(data["num_nonfinite"]), jnp.int32),
+                count=count,
+                ranges=ranges,
+                kernel=str(data["kernel"]),
+                fingerprint=str(data["fingerprint"]),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"data: not a Monte Carlo state record ({err})") from None
+        if sum(b - a for a, b in ranges) != count or _merge_ranges(ranges) != ranges:
+            raise ValueError("data: the state's ranges do not match its count")
+        return state
+
+
+def merge_states(*states: MonteCarloState) -> MonteCarloState:
+    r"""Merge states of disjoint blocks of one problem's stream (Chan et al.'s pairwise update).
+
+    The sums are re-centred at the earliest block's shift and added in double-word arithmetic
+    ($S_1 + K e$, $S_2 + 2 e S_1 + K e^2$ with $e$ the difference of shifts); states are taken in
+    order of their first sample index, so the result does not depend on the argument order, and
+    merged blocks equal the one-call result up to floating-point reassociation.
+
+    Args:
+      *states: one or more states of the same kernel, inputs and key, covering disjoint ranges.
+
+    Returns:
+      The merged state.
+
+    Raises:
+      ValueError: if no state is given, the states come from another kernel or another problem
+        (inputs, options or key: their fingerprints differ), or their ranges overlap.
+
+    References:
+      Chan, Golub & LeVeque 1979, Stanford report STAN-CS-79-773.
+    """
+    if not states:
+        raise ValueError("states: expected at least one MonteCarloState")
+    for s in states:
+        if not isinstance(s, MonteCarloState):
+            raise ValueError(f"states: expected MonteCarloState objects, got {type(s).__name__}")
+    first = states[0]
+    for s in states[1:]:
+        if s.kernel != first.kernel:
+            raise ValueError(
+                f"states: a state of kernel {s.kernel!r} cannot merge with one of {first.kernel!r}"
+            )
+        if s.fingerprint != first.fingerprint:
+            raise ValueError(
+                f"states: the states come from different problems of {first.kernel!r} (other "
+                f"inputs, options or key: fingerprints {first.fingerprint} and {s.fingerprint})"
+            )
+    ordered = sorted(states, key=lambda s: s.ranges[0])
+    ranges = _merge_ranges([r for s in ordered for r in s.ranges])
+    if len(ordered) == 1:
+        return first
+    sums = merge_sums([s.sums() for s in ordered])
+    return MonteCarloState(
+        shift=sums.shift,
+        s1=sums.s1,
+        s2=sums.s2,
+        num_nonfinite=sums.num_nonfinite,
+        count=sums.count,
+        ranges=ranges,
+        kernel=first.kernel,
+        fingerprint=first.fingerprint,
+    )
+
+
+class MonteCarloBlocks:
+    r"""A Monte Carlo kernel bound to its arguments, computed block by block.
+
+    ``MonteCarloBlocks(kernel, *args, **kwargs)`` takes the kernel's arguments without its
+    sample count (``num_samples``; ``num_draws``, ``num_probes``, ``num_matvecs`` in the
+    kernels that still call it so). :meth:`run` computes samples ``[start, stop)`` of the
+    stream that ``kernel(*args, num_samples=n, **kwargs)`` averages over ``[0, n)``;
+    :func:`merge_states` merges blocks; :meth:`estimate` gives the kernel's
+    :class:`~kernels.estimate.Estimate` for the samples a state covers. The sample of index
+    $i$ is the same in every block, so merging the blocks of ``[0, n)`` gives the one-call
+    result up to reassociation.
+
+    Args:
+      kernel: one of the kernels listed in the module docstring.
+      *args: its positional arguments (functions, parameters, data, key).
+      **kwargs: its keyword options, without the sample count.
+
+    Raises:
+      ValueError: for a kernel without a block stream, a sample count among ``kwargs``, or
+        ``method="hutchpp"``.
+
+    >>> import jax, jax.numpy as jnp, kernels
+    >>> x = jnp.eye(4)
+    >>> blocks = MonteCarloBlocks(kernels.rademacher_linear, x, jax.random.key(0), norm=2,
+    ...                           radius=1.0, delta=None)
+    >>> state = merge_states(blocks.run(64, 128), blocks.run(0, 64))  # any order
+    >>> state.count, state.ranges
+    (128, ((0, 128),))
+    >>> est = blocks.estimate(state)  # rademacher_linear(..., num_draws=128), sample by sample
+    >>> one = kernels.rademacher_linear(x, jax.random.key(0), norm=2, radius=1.0, delta=None,
+    ...                                 num_draws=128)
+    >>> bool(jnp.allclose(est.mean, one.mean, rtol=1e-6))
+    True
+    """
+
+    def __init__(self, kernel: Callable, *args: Any, **kwargs: Any) -> None:
+        name = getattr(_raw(kernel), "__name__", repr(kernel))
+        if name not in _KERNELS:
+            raise ValueError(
+                f"kernel: {name!r} has no block stream; expected one of {sorted(_KERNELS)}"
+            )
+        count = _count_name(kernel, name)
+        given = [k for k in _COUNT_NAMES if k in kwargs]
+        if name in ("sharpness_decomposition",):
+            given = [k for k in given if k != "num_probes"]
+        if given:
+            raise ValueError(
+                f"{given[0]}: the sample count is set per block (MonteCarloBlocks.run), not "
+                "passed to MonteCarloBlocks"
+            )
+        if kwargs.get("method", "hutchinson") != "hutchinson":
+            raise ValueError(f"method: blocks need the Hutchinson method, got {kwargs['method']!r}")
+        self.kernel = kernel
+        self.name = name
+        self.count_name = count
+        self.args = args
+        self.kwargs = kwargs
+        self.fingerprint = _fingerprint(name, args, kwargs)
+
+    def _call_kwargs(self, count: int) -> dict[str, Any]:
+        return {**self.kwargs, self.count_name: count}
+
+    def run(self, start: int, stop: int) -> MonteCarloState:
+        """Compute samples ``[start, stop)`` of the stream (one program per block size).
+
+        Raises:
+          ValueError: if not ``0 <= start < stop <= 2**53``, or as the kernel for its inputs
+            (runtime checks of the block's samples included).
+        """
+        start, stop = _check_range(start, stop)
+        words = jnp.asarray(np.asarray([start // 2**32, start % 2**32], np.uint32))
+        sums = _run_window(self.kernel, words, self.args, self._call_kwargs(stop - start))
+        return MonteCarloState(
+            shift=sums.shift,
+            s1=sums.s1,
+            s2=sums.s2,
+            num_nonfinite=sums.num_nonfinite,
+            count=sums.count,
+            ranges=((start, stop),),
+            kernel=self.name,
+            fingerprint=self.fingerprint,
+        )
+
+    def check(self, state: MonteCarloState) -> MonteCarloState:
+        """Return ``state`` if it belongs to this problem; else a ValueError naming the mismatch."""
+        if not isinstance(state, MonteCarloState):
+            raise ValueError(f"state: expected a MonteCarloState, got {type(state).__name__}")
+        if state.kernel != self.name:
+            raise ValueError(f"state: a state of kernel {state.kernel!r}, not of {self.name!r}")
+        if state.fingerprint != self.fingerprint:
+            raise ValueError(
+                f"state: it comes from another problem of {self.name!r} (other inputs, options "
+                f"or key: fingerprint {state.fingerprint}, this one {self.fingerprint})"
+            )
+        return state
+
+    def estimate(self, state: MonteCarloState) -> Any:
+        """The kernel's result (an Estimate or the kernel's result type) for ``state``'s samples.
+
+        Equal, up to reassociation, to the one-call kernel with ``num_samples = state.count``
+        when the state covers ``[0, state.count)``.
+
+        Raises:
+          ValueError: if ``state`` belongs to another problem.
+        """
+        self.check(state)
+        return _replay(self.kernel, state.sums(), self.args, self._call_kwargs(state.count))
+
+
+def stream_estimate(state: MonteCarloState, index: int = 0) -> Estimate:
+    """Mean and standard error of element ``index`` of the stream (flattened), for stopping."""
+    est = state.stats().estimate()
+    mean = jnp.reshape(est.mean, (-1,))[index]
+    stderr = jnp.reshape(est.stderr, (-1,))[index]
+    return Estimate(mean=mean, stderr=stderr, num_samples=state.count)
