@@ -104,6 +104,10 @@ def compile_once(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if parallel.window_cache_key() is not None:
+            # inside a block of a sample stream (kernels.blocks): inline, so that the block's
+            # sums recorded by sample_statistics stay values of the block's own program
+            return fn(*args, **kwargs)
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         mask = tuple(_is_dynamic(leaf) for leaf in leaves)
         dynamic = [leaf for leaf, is_dyn in zip(leaves, mask, strict=True) if is_dyn]
