@@ -39,10 +39,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fractions import Fraction
+
+from kernels import _accumulate as dw
 from kernels import parallel
 from kernels._jit import compile_once
 from kernels.estimate import Estimate
-from kernels.parallel import MAX_SAMPLES, SampleStats, Sums, finish_sums, merge_sums
+from kernels.parallel import MAX_SAMPLES, SampleStats, Sums
 
 __all__ = ["MonteCarloBlocks", "MonteCarloState", "merge_states"]
 
@@ -161,6 +164,31 @@ def _merge_ranges(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], .
     return tuple(out)
 
 
+@jax.jit
+def _merge_pair(a: tuple, b: tuple, kb: dw.DoubleWord) -> tuple:
+    r"""Sums of ``a`` plus those of ``b`` (``kb`` samples) re-centred at ``a``'s shift.
+
+    With $e = s_b - s_a$: $S_1 = S_1^a + S_1^b + k_b e$, $S_2 = S_2^a + S_2^b + 2 e S_1^b +
+    k_b e^2$ (double-word; the count is a traced double-word, so one program serves all counts).
+    """
+    a_shift, a1, a2, a_bad = a
+    b_shift, b1, b2, b_bad = b
+    e = dw.two_sum(b_shift, -a_shift)
+    p1 = dw.add(b1, dw.mul(kb, e))
+    p2 = dw.add(b2, dw.mul(e, dw.add(dw.add(b1, b1), dw.mul(kb, e))))
+    bad = a_bad + jnp.minimum(b_bad, np.iinfo(np.int32).max - a_bad)
+    return a_shift, dw.add(a1, p1), dw.add(a2, p2), bad
+
+
+@jax.jit
+def _finish(shift: jax.Array, s1: dw.DoubleWord, s2: dw.DoubleWord, inv: dw.DoubleWord) -> tuple:
+    r"""$\bar Y = s + S_1/K$ and $M_2 = S_2 - S_1 \cdot S_1/K$ (``inv`` the double-word $1/K$)."""
+    q = dw.mul(s1, inv)
+    mean = dw.value(dw.add(q, dw.of(shift)))
+    m2 = dw.value(dw.add(s2, dw.neg(dw.mul(s1, q))))
+    return mean, jnp.maximum(m2, jnp.zeros_like(m2))
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class MonteCarloState:
@@ -197,7 +225,10 @@ class MonteCarloState:
 
     def stats(self) -> SampleStats:
         r"""Mean and $M_2 = S_2 - S_1^2/K$ of the samples covered (elementwise)."""
-        return finish_sums(self.sums())
+        dtype = np.asarray(self.shift).dtype
+        inv = dw.const(Fraction(1, max(self.count, 1)), dtype)
+        mean, m2 = _finish(self.shift, self.s1, self.s2, inv)
+        return SampleStats(mean, m2, self.num_nonfinite, self.count)
 
     @property
     def mean(self) -> jax.Array:
@@ -310,13 +341,17 @@ def merge_states(*states: MonteCarloState) -> MonteCarloState:
     ranges = _merge_ranges([r for s in ordered for r in s.ranges])
     if len(ordered) == 1:
         return first
-    sums = merge_sums([s.sums() for s in ordered])
+    dtype = np.asarray(first.shift).dtype
+    acc = (ordered[0].shift, ordered[0].s1, ordered[0].s2, ordered[0].num_nonfinite)
+    for s in ordered[1:]:
+        kb = dw.const(s.count, dtype)
+        acc = _merge_pair(acc, (s.shift, s.s1, s.s2, s.num_nonfinite), kb)
     return MonteCarloState(
-        shift=sums.shift,
-        s1=sums.s1,
-        s2=sums.s2,
-        num_nonfinite=sums.num_nonfinite,
-        count=sums.count,
+        shift=acc[0],
+        s1=acc[1],
+        s2=acc[2],
+        num_nonfinite=acc[3],
+        count=sum(s.count for s in ordered),
         ranges=ranges,
         kernel=first.kernel,
         fingerprint=first.fingerprint,
