@@ -90,7 +90,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxbounds import __version__
+from jaxbounds import __version__, cli_rademacher
 
 __all__ = ["main"]
 
@@ -216,6 +216,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _estimate_parser(commands, common)
     _reproduce_parser(commands, common)
+    cli_rademacher.add_parser(commands, common)
     return parser
 
 
@@ -731,6 +732,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "estimate":
             return _estimate(args)
+        if args.command == "rademacher":
+            return cli_rademacher.run(args)
         return _reproduce(args)
     except _UsageError as err:
         _err(f"jaxbounds {args.command}: error: {err}")
