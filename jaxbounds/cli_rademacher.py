@@ -42,13 +42,14 @@ def parse_duration(text: str, flag: str = "--max-time") -> float:
     return float(match.group(1)) * _UNITS[match.group(2) or "s"]
 
 
-def _positive_float(flag: str, value: str) -> float:
+def _positive_float(flag: str, value: str, allow_zero: bool = False) -> float:
     try:
         out = float(value)
     except ValueError:
         out = math.nan
-    if not (math.isfinite(out) and out > 0):
-        raise UsageError(f"{flag} {value!r}: expected a finite number > 0")
+    if not (math.isfinite(out) and (out > 0 or (allow_zero and out == 0))):
+        what = ">= 0" if allow_zero else "> 0"
+        raise UsageError(f"{flag} {value!r}: expected a finite number {what}")
     return out
 
 
@@ -113,7 +114,9 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "min_samples": _count("--min-samples", args.min_samples, 2),
         "seed": _count("--seed", args.seed, 0),
         "block_size": None if args.block_size is None else _count("--block-size", args.block_size, 2),
-        "checkpoint_every": _positive_float("--checkpoint-every", args.checkpoint_every),
+        "checkpoint_every": _positive_float(
+            "--checkpoint-every", args.checkpoint_every, allow_zero=True
+        ),
     }
     chunk = str(args.chunk_size)
     opts["chunk_size"] = "auto" if chunk == "auto" else _count("--chunk-size", chunk, 1)

@@ -1,0 +1,251 @@
+"""The long-run driver: stopping rule and its coverage, resume, workers, signals, the CLI."""
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import kernels
+from jaxbounds.cli_rademacher import parse_duration
+from jaxbounds.longrun import (
+    Z95,
+    load_checkpoint,
+    merge_checkpoints,
+    run_blocks,
+    target_reached,
+)
+from kernels.blocks import MonteCarloBlocks, merge_states
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _table(seed=0, n=8, d=3):
+    """Every sup of the linear class on 8 points: (values over all 2^8 sign vectors, x)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    signs = np.array(list(itertools.product([1.0, -1.0], repeat=n)))
+    return np.linalg.norm(signs @ x, axis=1) / n, x
+
+
+def _simulate(runs, block, min_samples, target_factor, max_blocks, seed):
+    """Coverage of mean -+ 1.96 stderr at the rule's stopping time, vectorised over runs.
+
+    Samples are i.i.d. draws of the Rademacher sup of a linear class on 8 points (radius 1,
+    p = 2), through the sign-vector table; the rule is checked at block ends, like run_blocks.
+    """
+    table, _ = _table()
+    mu = table.mean()
+    rng = np.random.default_rng(seed)
+    draws = table[rng.integers(0, table.size, size=(runs, max_blocks * block))]
+    values = draws.reshape(runs, max_blocks, block)
+    s1 = np.cumsum(values.sum(2), 1)
+    s2 = np.cumsum((values**2).sum(2), 1)
+    count = block * np.arange(1, max_blocks + 1)
+    mean = s1 / count
+    with np.errstate(invalid="ignore", divide="ignore"):
+        var = (s2 - count * mean**2) / (count - 1)
+        stderr = np.sqrt(np.maximum(var, 0) / count)
+    stop = target_reached(
+        count[None, :], mean, stderr, target_stderr=table.std() * target_factor,
+        min_samples=min_samples,
+    )  # fmt: skip
+    assert stop[:, -1].all()  # every run stops inside the simulated horizon
+    first = stop.argmax(1)
+    rows = np.arange(runs)
+    covered = np.abs(mean[rows, first] - mu) <= Z95 * stderr[rows, first]
+    return covered.mean(), count[first]
+
+
+def test_stopping_rule_covers_95_percent():
+    # 4000 runs; the target is reached after 500 to ~800 samples (blocks of 50, n_min = 100):
+    # the simulation's own standard error is 0.34 points
+    coverage, stops = _simulate(4000, 50, 100, 1 / np.sqrt(600), 40, seed=1)
+    assert 500 <= stops.mean() <= 900
+    assert abs(coverage - 0.95) <= 0.02
+
+
+def test_stopping_at_the_first_low_stderr_under_covers():
+    # the naive rule (check after every sample, no minimum) stops early when the sample
+    # variance is low by chance: coverage well below 95%
+    coverage, _ = _simulate(2000, 1, 2, 1 / np.sqrt(600), 2000, seed=2)
+    assert coverage < 0.93
+
+
+def _linear_blocks(dtype=jnp.float64, seed=3):
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.normal(size=(8, 3)), dtype)
+    return MonteCarloBlocks(kernels.rademacher_linear, x, jax.random.key(seed), norm=2, radius=1.0)
+
+
+def test_run_blocks_applies_the_rule_at_block_ends():
+    blocks = _linear_blocks()
+    table, _ = _table(3)
+    target = table.std() / np.sqrt(700)
+    got = run_blocks(blocks, target_stderr=target, min_samples=200, block_size=64,
+                     handle_signals=False)  # fmt: skip
+    assert got.reason == "target"
+    # replay the rule on the same blocks, merged one at a time
+    state, k = None, 0
+    while True:
+        new = blocks.run(64 * k, 64 * (k + 1))
+        state = new if state is None else merge_states(state, new)
+        k += 1
+        est = state.stats().estimate()
+        if target_reached(state.count, float(est.mean), float(est.stderr), target_stderr=target,
+                          min_samples=200):  # fmt: skip
+            break
+    assert got.num_samples == state.count
+    np.testing.assert_allclose(got.mean, float(est.mean), rtol=1e-13)
+    assert got.stderr <= target
+    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_draws=state.count)
+    np.testing.assert_allclose(float(got.estimate.mean), float(one.mean), rtol=1e-12)
+    np.testing.assert_allclose(float(got.estimate.upper), float(one.upper), rtol=1e-12)
+
+
+def test_max_samples_resume_and_foreign_checkpoints(tmp_path):
+    blocks = _linear_blocks(jnp.float32)
+    ck = tmp_path / "run.json"
+    first = run_blocks(blocks, max_samples=300, block_size=64, checkpoint=ck, handle_signals=False)
+    assert (first.reason, first.num_samples) == ("max_samples", 300)
+    assert load_checkpoint(ck)["state"].count == 300
+    calls = []
+    resumed = run_blocks(blocks, max_samples=1000, block_size=64, checkpoint=ck,
+                         callback=calls.append, handle_signals=False)  # fmt: skip
+    assert (resumed.reason, resumed.num_samples) == ("max_samples", 1000)
+    assert calls and calls[-1].num_samples == 1000 and calls[-1].rate > 0
+    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_draws=1000)
+    np.testing.assert_allclose(float(resumed.estimate.mean), float(one.mean), rtol=2e-6)
+    np.testing.assert_allclose(float(resumed.estimate.stderr), float(one.stderr), rtol=2e-5)
+    other = _linear_blocks(jnp.float32, seed=4)
+    with pytest.raises(ValueError, match="another problem"):
+        run_blocks(other, max_samples=1000, block_size=64, checkpoint=ck, handle_signals=False)
+    with pytest.raises(ValueError, match="block_size"):
+        run_blocks(blocks, max_samples=2000, block_size=32, checkpoint=ck, handle_signals=False)
+
+
+def test_workers_cover_disjoint_blocks_and_merge(tmp_path):
+    blocks = _linear_blocks()
+    paths = [tmp_path / f"w{w}.json" for w in range(3)]
+    for w, path in enumerate(paths):
+        run_blocks(blocks, max_samples=960, block_size=32, worker=w, num_workers=3,
+                   checkpoint=path, handle_signals=False)  # fmt: skip
+    merged = merge_checkpoints(paths)
+    assert merged.ranges == ((0, 960),)
+    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_draws=960)
+    np.testing.assert_allclose(float(blocks.estimate(merged).mean), float(one.mean), rtol=1e-12)
+    with pytest.raises(ValueError, match="overlap"):
+        merge_checkpoints([paths[0], paths[0]])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({}, "at least one stopping rule"),
+        ({"target_stderr": -1.0}, "target_stderr"),
+        ({"max_samples": 1}, "max_samples"),
+        ({"max_time": 0}, "max_time"),
+        ({"max_samples": 10, "num_workers": 2}, "block_size"),
+        ({"max_samples": 10, "worker": 2, "num_workers": 2, "block_size": 4}, "worker"),
+    ],
+)
+def test_bad_options_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        run_blocks(_linear_blocks(), **kwargs)
+
+
+def test_durations():
+    assert parse_duration("2h") == 7200.0
+    assert parse_duration("25s") == 25.0
+    with pytest.raises(ValueError, match="--max-time"):
+        parse_duration("soon")
+
+
+def _cli(tmp_path, *extra):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    argv = [sys.executable, "-m", "jaxbounds.cli", "rademacher", "X.npy", "--norm", "2",
+            "--radius", "1", "--quiet", *extra]  # fmt: skip
+    return subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _wait_for(path, proc, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_cli_sigint_resume_and_sigkill(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 16)).astype(np.float32)
+    np.save(tmp_path / "X.npy", x)
+    target = 5e-5
+    flags = ["--target-stderr", str(target), "--block-size", "8192", "--checkpoint-every", "0"]
+    # an uninterrupted run
+    a = _cli(tmp_path, *flags, "--checkpoint", "a.json", "--json", "a_out.json")
+    out, err = a.communicate(timeout=600)
+    assert a.returncode == 0, err
+    want = json.loads((tmp_path / "a_out.json").read_text())
+    # the same run, SIGINT after its first checkpoint (a few of its ~45 blocks)
+    ck = tmp_path / "s.json"
+    run = [*flags, "--checkpoint", "s.json", "--json", "out.json"]
+    b = _cli(tmp_path, *run)
+    _wait_for(ck, b)
+    b.send_signal(signal.SIGINT)
+    _, err = b.communicate(timeout=600)
+    assert b.returncode == 130, err
+    assert "resume" in err
+    partial = load_checkpoint(ck)
+    assert 0 < partial["state"].count < want["num_samples"]
+    # resumed, then SIGKILL: the checkpoint (written after every block) stays readable and
+    # holds every block but the one in flight
+    c = _cli(tmp_path, *run)
+    deadline = time.monotonic() + 120
+    while load_checkpoint(ck)["state"].count <= partial["state"].count + 8192:
+        assert c.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    c.kill()
+    c.communicate()
+    killed = load_checkpoint(ck)["state"]
+    assert killed.ranges == ((0, killed.count),) and killed.count % 8192 == 0
+    # the same command again finishes: the estimate of the uninterrupted run
+    d = _cli(tmp_path, *run)
+    out, err = d.communicate(timeout=600)
+    assert d.returncode == 0, err
+    assert "stopped: target" in out
+    got = json.loads((tmp_path / "out.json").read_text())
+    assert got["reason"] == "target"
+    assert got["num_samples"] == want["num_samples"]
+    np.testing.assert_allclose(got["mean"], want["mean"], rtol=1e-6)
+    np.testing.assert_allclose(got["stderr"], want["stderr"], rtol=1e-4)
+    assert got["stderr"] <= target
+    # an independent numpy estimate of E ||X^T sigma||_2 / n
+    signs = rng.choice([-1.0, 1.0], size=(20000, 512))
+    values = np.linalg.norm(signs @ x.astype(np.float64), axis=1) / 512
+    ref, ref_se = values.mean(), values.std(ddof=1) / np.sqrt(values.size)
+    assert abs(got["mean"] - ref) <= 5 * np.hypot(ref_se, got["stderr"])
+
+
+def test_cli_bad_flags_exit_2(tmp_path):
+    np.save(tmp_path / "X.npy", np.ones((4, 2), np.float32))
+    for extra, flag in [
+        (["--target-stderr", "-1"], "--target-stderr"),
+        (["--max-time", "2y"], "--max-time"),
+        (["--max-samples", "many"], "--max-samples"),
+        ([], "--target-stderr, --max-samples or --max-time"),
+    ]:
+        proc = _cli(tmp_path, *extra)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, err
+        assert flag in err
