@@ -109,11 +109,15 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "target_stderr": None
         if args.target_stderr is None
         else _positive_float("--target-stderr", args.target_stderr),
-        "max_samples": None if args.max_samples is None else _count("--max-samples", args.max_samples, 2),
+        "max_samples": None
+        if args.max_samples is None
+        else _count("--max-samples", args.max_samples, 2),
         "max_time": None if args.max_time is None else parse_duration(args.max_time),
         "min_samples": _count("--min-samples", args.min_samples, 2),
         "seed": _count("--seed", args.seed, 0),
-        "block_size": None if args.block_size is None else _count("--block-size", args.block_size, 2),
+        "block_size": None
+        if args.block_size is None
+        else _count("--block-size", args.block_size, 2),
         "checkpoint_every": _positive_float(
             "--checkpoint-every", args.checkpoint_every, allow_zero=True
         ),

@@ -61,7 +61,7 @@ Z95 = 1.959963984540054  # the 0.975 quantile of the standard normal
 
 @dataclasses.dataclass(frozen=True)
 class Progress:
-    """What :func:`run_blocks` reports after each block.
+    r"""What :func:`run_blocks` reports after each block.
 
     Attributes:
       num_samples: samples in the state (this run and the ones it resumed).
@@ -127,7 +127,9 @@ def target_reached(
     relative: bool = False,
     min_samples: int = 1000,
 ) -> Any:
-    r"""The stopping rule: $n \ge n_{\min}$ and $\hat s_n/\sqrt n \le \varepsilon$ (or $\varepsilon|\bar Y_n|$).
+    r"""The stopping rule: $n \ge n_{\min}$ and $\hat s_n/\sqrt n \le \varepsilon$.
+
+    With ``relative``, the bound is $\varepsilon|\bar Y_n|$.
 
     Works elementwise on NumPy arrays (the coverage simulation applies it to many runs at once).
 
@@ -195,11 +197,15 @@ def _check_options(
     target_stderr: Any, max_samples: Any, max_time: Any, min_samples: Any, block_size: Any
 ) -> None:
     if target_stderr is not None and not (
-        isinstance(target_stderr, int | float) and math.isfinite(target_stderr) and target_stderr > 0
+        isinstance(target_stderr, int | float)
+        and math.isfinite(target_stderr)
+        and target_stderr > 0
     ):
         raise ValueError(f"target_stderr: expected a finite number > 0, got {target_stderr!r}")
     for name, value in (("max_samples", max_samples), ("block_size", block_size)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 2):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 2
+        ):
             raise ValueError(f"{name}: expected an int >= 2, got {value!r}")
     if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 2:
         raise ValueError(f"min_samples: expected an int >= 2, got {min_samples!r}")
@@ -402,7 +408,11 @@ def run_blocks(
                     eta = None
                     if target is not None and math.isfinite(stderr):
                         bound = target * abs(mean) if relative else target
-                        need = max(state.count * (stderr / bound) ** 2, min_samples) if bound else math.inf
+                        need = (
+                            max(state.count * (stderr / bound) ** 2, min_samples)
+                            if bound
+                            else math.inf
+                        )
                         eta = max(need - state.count, 0) / rate
                     report = Progress(state.count, elapsed(), rate, mean, stderr, eta, block_size)
                     if callback is not None:

@@ -26,6 +26,11 @@ from kernels.curvature import (
     spectral_density,
     top_eigenvalues,
 )
+from kernels.blocks import (
+    MonteCarloBlocks,
+    MonteCarloState,
+    merge_states,
+)
 from kernels.dudley import (
     DudleyIntegral,
     dudley_integral,
@@ -140,6 +145,9 @@ from kernels.walsh import (
 __jaxbounds_kernels__ = True
 
 __all__ = [
+    "MonteCarloBlocks",
+    "MonteCarloState",
+    "merge_states",
     "DatasetFisherOperator",
     "DatasetGGNOperator",
     "DatasetHessianOperator",

@@ -33,13 +33,12 @@ import hashlib
 import inspect
 import json
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from fractions import Fraction
 
 from kernels import _accumulate as dw
 from kernels import parallel
@@ -75,7 +74,10 @@ def _raw(kernel: Callable) -> Callable:
 
 def _count_name(kernel: Callable, name: str) -> str:
     """The name of the kernel's sample count: ``num_samples`` where the kernel has it."""
-    if _KERNELS[name] == "num_samples" or "num_samples" in inspect.signature(_raw(kernel)).parameters:
+    if (
+        _KERNELS[name] == "num_samples"
+        or "num_samples" in inspect.signature(_raw(kernel)).parameters
+    ):
         return "num_samples"
     return _KERNELS[name]
 

@@ -121,7 +121,9 @@ def test_max_samples_resume_and_foreign_checkpoints(tmp_path):
     resumed = run_blocks(blocks, max_samples=1000, block_size=64, checkpoint=ck,
                          callback=calls.append, handle_signals=False)  # fmt: skip
     assert (resumed.reason, resumed.num_samples) == ("max_samples", 1000)
-    assert calls and calls[-1].num_samples == 1000 and calls[-1].rate > 0
+    assert calls
+    assert calls[-1].num_samples == 1000
+    assert calls[-1].rate > 0
     one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_draws=1000)
     np.testing.assert_allclose(float(resumed.estimate.mean), float(one.mean), rtol=2e-6)
     np.testing.assert_allclose(float(resumed.estimate.stderr), float(one.stderr), rtol=2e-5)
@@ -213,12 +215,14 @@ def test_cli_sigint_resume_and_sigkill(tmp_path):
     c = _cli(tmp_path, *run)
     deadline = time.monotonic() + 120
     while load_checkpoint(ck)["state"].count <= partial["state"].count + 8192:
-        assert c.poll() is None and time.monotonic() < deadline
+        assert c.poll() is None
+        assert time.monotonic() < deadline
         time.sleep(0.01)
     c.kill()
     c.communicate()
     killed = load_checkpoint(ck)["state"]
-    assert killed.ranges == ((0, killed.count),) and killed.count % 8192 == 0
+    assert killed.ranges == ((0, killed.count),)
+    assert killed.count % 8192 == 0
     # the same command again finishes: the estimate of the uninterrupted run
     d = _cli(tmp_path, *run)
     out, err = d.communicate(timeout=600)

@@ -204,7 +204,7 @@ def test_merging_another_problem_is_refused():
 
 def test_bad_arguments_are_refused():
     kernel, args, kwargs = _problem("rademacher_linear", jnp.float64)
-    with pytest.raises(ValueError, match="num_draws|num_samples"):
+    with pytest.raises(ValueError, match=r"num_draws|num_samples"):
         MonteCarloBlocks(kernel, *args, num_draws=10, **kwargs)
     with pytest.raises(ValueError, match="no block stream"):
         MonteCarloBlocks(kernels.rademacher_exact, *args)
