@@ -7,6 +7,11 @@ under ``jax.jit`` and can be switched off with :func:`set_runtime_checks` / :fun
 """
 
 from kernels._checks import runtime_checks, runtime_checks_enabled, set_runtime_checks
+from kernels.blocks import (
+    MonteCarloBlocks,
+    MonteCarloState,
+    merge_states,
+)
 from kernels.curvature import (
     DatasetHessianOperator,
     DatasetLoss,
@@ -25,11 +30,6 @@ from kernels.curvature import (
     slq_nodes,
     spectral_density,
     top_eigenvalues,
-)
-from kernels.blocks import (
-    MonteCarloBlocks,
-    MonteCarloState,
-    merge_states,
 )
 from kernels.dudley import (
     DudleyIntegral,
@@ -145,9 +145,6 @@ from kernels.walsh import (
 __jaxbounds_kernels__ = True
 
 __all__ = [
-    "MonteCarloBlocks",
-    "MonteCarloState",
-    "merge_states",
     "DatasetFisherOperator",
     "DatasetGGNOperator",
     "DatasetHessianOperator",
@@ -159,6 +156,8 @@ __all__ = [
     "GGNOperator",
     "HessianOperator",
     "LinearSup",
+    "MonteCarloBlocks",
+    "MonteCarloState",
     "Perturbation",
     "PerturbedTraces",
     "QuadratureNodes",
@@ -214,6 +213,7 @@ __all__ = [
     "mc_fisher",
     "mc_fisher_trace",
     "mcdiarmid_halfwidth",
+    "merge_states",
     "num_trials_for",
     "operator_norm",
     "perturbed_hessian_traces",
