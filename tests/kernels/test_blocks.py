@@ -1,5 +1,7 @@
 """Blocks of a kernel's sample stream merge into the one-call result (kernels/blocks.py)."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -230,3 +232,45 @@ def test_state_json_round_trip_is_exact():
         assert np.asarray(a).dtype == np.asarray(b).dtype
     with pytest.raises(ValueError, match="data"):
         MonteCarloState.from_json({"kernel": "x"})
+
+
+_DEVICES_SCRIPT = """
+import json, jax, numpy as np
+jax.config.update("jax_enable_x64", True)
+import kernels
+from kernels.blocks import MonteCarloBlocks, merge_states
+x = jax.numpy.asarray(np.random.default_rng(0).normal(size=(6, 3)))
+key = jax.random.key(5)
+blocks = MonteCarloBlocks(kernels.hutchinson_trace, lambda v: x.T @ (x @ v), x[0], key,
+                          chunk_size=2)
+state = merge_states(blocks.run(13, 40), blocks.run(0, 13))
+one = kernels.hutchinson_trace(lambda v: x.T @ (x @ v), x[0], key, num_probes=40, chunk_size=2)
+print(json.dumps([len(jax.devices()), float(blocks.estimate(state).mean), float(one.mean),
+                  float(state.mean)]))
+"""
+
+
+def test_blocks_sharded_over_devices_equal_one_device():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = []
+    for num in (1, 3):
+        env = dict(os.environ)
+        flags = env.get("XLA_FLAGS", "")
+        env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={num}".strip()
+        env["JAX_PLATFORMS"] = "cpu"
+        env["PYTHONPATH"] = f"{root}{os.pathsep}{env.get('PYTHONPATH', '')}"
+        proc = subprocess.run(
+            [sys.executable, "-c", _DEVICES_SCRIPT], env=env, cwd=root, capture_output=True,
+            text=True, timeout=600, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    (n1, est1, one1, mean1), (n3, est3, one3, mean3) = out
+    assert (n1, n3) == (1, 3)
+    for value in (est1, one1, est3, one3, mean3):
+        np.testing.assert_allclose(value, mean1, rtol=1e-12)
