@@ -52,6 +52,7 @@ __all__ = [
     "load_checkpoint",
     "merge_checkpoints",
     "run_blocks",
+    "run_processes",
     "target_reached",
 ]
 
@@ -187,6 +188,73 @@ def merge_checkpoints(paths: Sequence[str | os.PathLike[str]]) -> MonteCarloStat
         overlap.
     """
     return merge_states(*[load_checkpoint(p)["state"] for p in paths])
+
+
+def _allgather_text(text: str) -> list[str]:
+    """Every process's ``text`` (JAX's multi-process runtime; one process: ``[text]``)."""
+    if jax.process_count() == 1:
+        return [text]
+    from jax.experimental import multihost_utils
+
+    data = np.frombuffer(text.encode(), np.uint8)
+    sizes = multihost_utils.process_allgather(np.asarray([data.size], np.int64))
+    longest = int(np.max(sizes))
+    padded = np.zeros(longest, np.uint8)
+    padded[: data.size] = data
+    gathered = np.asarray(multihost_utils.process_allgather(padded))
+    sizes = np.asarray(sizes).reshape(-1)
+    return [bytes(row[: int(n)]).decode() for row, n in zip(gathered, sizes, strict=True)]
+
+
+def run_processes(
+    blocks: MonteCarloBlocks,
+    *,
+    block_size: int,
+    checkpoint: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> LongRun:
+    r""":func:`run_blocks` on every process of a multi-process JAX program, merged at the end.
+
+    Call it on every process (after :func:`jaxbounds.distributed.initialize`) with the same
+    arguments. Process $p$ of $P$ runs the blocks $j \equiv p \pmod P$ on its own devices
+    (``kernels.using_devices(jax.local_devices())``) with its own stopping rule (the target
+    times $\sqrt P$, its share of ``max_samples``) and checkpoint (``checkpoint`` with
+    ``.{p}of{P}`` before the suffix); then the processes exchange their states (JAX's
+    ``process_allgather``) and every process returns the merged run. One process: the same as
+    :func:`run_blocks`.
+
+    Args:
+      blocks: the problem, the same on every process.
+      block_size: samples per block, the same on every process.
+      checkpoint: the checkpoint path (each process writes and resumes its own file).
+      **options: the other options of :func:`run_blocks` (not ``worker``/``num_workers``).
+
+    Returns:
+      The merged :class:`LongRun` (its ``reason`` is this process's; ``seconds`` the longest
+      process's).
+    """
+    import kernels
+
+    index, count = jax.process_index(), jax.process_count()
+    path = None
+    if checkpoint is not None:
+        base = Path(checkpoint)
+        path = base if count == 1 else base.with_name(f"{base.stem}.{index}of{count}{base.suffix}")
+    with kernels.using_devices(jax.local_devices()):
+        mine = run_blocks(blocks, block_size=block_size, checkpoint=path, worker=index,
+                          num_workers=count, **options)  # fmt: skip
+    if count == 1:
+        return mine
+    record = json.dumps({"seconds": mine.seconds, "state": mine.state.to_json()})
+    parts = [json.loads(text) for text in _allgather_text(record)]
+    state = merge_states(*[MonteCarloState.from_json(part["state"]) for part in parts])
+    with kernels.using_devices(jax.local_devices()):
+        estimate = blocks.estimate(state)
+    mean, stderr = _stream(state)
+    return dataclasses.replace(
+        mine, estimate=estimate, state=state, mean=mean, stderr=stderr,
+        num_samples=state.count, seconds=max(part["seconds"] for part in parts),
+    )  # fmt: skip
 
 
 def _save(path: Path, state: MonteCarloState, **info: Any) -> None:

@@ -253,3 +253,46 @@ def test_cli_bad_flags_exit_2(tmp_path):
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 2, err
         assert flag in err
+
+
+_PROCESSES_SCRIPT = """
+import json, os
+import jaxbounds.distributed as dist
+
+info = dist.initialize(local_device_count=1)
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+import numpy as np
+import kernels
+from jaxbounds.longrun import run_processes
+
+x = jnp.asarray(np.random.default_rng(0).normal(size=(8, 3)))
+blocks = kernels.MonteCarloBlocks(kernels.rademacher_linear, x, jax.random.key(3), norm=2,
+                                  radius=1.0)
+run = run_processes(blocks, block_size=64, max_samples=1280, handle_signals=False,
+                    checkpoint=os.path.join(os.environ["LONGRUN_DIR"], "c.json"))
+one = kernels.rademacher_linear(x, jax.random.key(3), norm=2, radius=1.0, num_draws=1280)
+own = run.state.ranges
+print("RESULT " + json.dumps({"process": info.process_index, "count": run.num_samples,
+      "ranges": own, "mean": float(run.estimate.mean), "one": float(one.mean)}), flush=True)
+dist.shutdown()
+"""
+
+
+def test_processes_run_disjoint_blocks_and_merge(tmp_path):
+    from jaxbounds import distributed as dist
+    from tests.kernels.test_multiprocess import multi_envs, run_processes
+
+    names = (dist.ENV_COORDINATOR, dist.ENV_PROCESS_ID, dist.ENV_NUM_PROCESSES)
+    envs = [{**env, "LONGRUN_DIR": str(tmp_path)} for env in multi_envs(2, *names)]
+    results = run_processes(_PROCESSES_SCRIPT, envs)
+    assert sorted(r["process"] for r in results) == [0, 1]
+    for r in results:
+        assert r["count"] == 1280
+        assert r["ranges"] == [[0, 1280]]
+        np.testing.assert_allclose(r["mean"], r["one"], rtol=1e-12)
+    # each process checkpointed its own blocks: 0, 2, 4, ... and 1, 3, 5, ... of 64 samples
+    for p in range(2):
+        state = load_checkpoint(tmp_path / f"c.{p}of2.json")["state"]
+        assert state.ranges == tuple((64 * j, 64 * j + 64) for j in range(p, 20, 2))
