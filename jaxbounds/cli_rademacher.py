@@ -154,11 +154,21 @@ def run(args: argparse.Namespace) -> int:
         return 2
     x = _load_inputs(args.inputs)
 
+    from jaxbounds import distributed
+
+    info = distributed.initialize()  # JAXBOUNDS_* variables or a cluster launcher; else alone
+    if info.process_count > 1 and opts["block_size"] is None:
+        print(
+            "jaxbounds rademacher: error: --block-size: several processes need one block size",
+            file=sys.stderr,
+        )
+        return 2
+
     import jax
     import jax.numpy as jnp
 
     import kernels
-    from jaxbounds.longrun import run_blocks
+    from jaxbounds.longrun import run_processes
     from kernels.blocks import MonteCarloBlocks
 
     blocks = MonteCarloBlocks(
@@ -169,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         radius=opts["radius"],
         chunk_size=opts["chunk_size"],
     )
-    result = run_blocks(
+    result = run_processes(
         blocks,
         target_stderr=opts["target_stderr"],
         relative=args.relative,
@@ -179,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         block_size=opts["block_size"],
         checkpoint=args.checkpoint,
         checkpoint_every=opts["checkpoint_every"],
-        progress=not args.quiet,
+        progress=not args.quiet and info.process_index == 0,
     )
     lo, hi = result.interval
     est = result.estimate
@@ -209,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
         f"{hi:.6g}]) from {result.num_samples} sign vectors in {result.seconds:.1f} s; "
         f"stopped: {result.reason}"
     )
-    if args.json_out:
+    if args.json_out and info.process_index == 0:
         from jaxbounds._atomic import write_json_atomic
 
         write_json_atomic(args.json_out, record)

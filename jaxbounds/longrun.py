@@ -209,7 +209,7 @@ def _allgather_text(text: str) -> list[str]:
 def run_processes(
     blocks: MonteCarloBlocks,
     *,
-    block_size: int,
+    block_size: int | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
     **options: Any,
 ) -> LongRun:
@@ -225,7 +225,8 @@ def run_processes(
 
     Args:
       blocks: the problem, the same on every process.
-      block_size: samples per block, the same on every process.
+      block_size: samples per block, the same on every process (None: calibrated, with one
+        process only).
       checkpoint: the checkpoint path (each process writes and resumes its own file).
       **options: the other options of :func:`run_blocks` (not ``worker``/``num_workers``).
 

@@ -241,18 +241,25 @@ def test_cli_sigint_resume_and_sigkill(tmp_path):
     assert abs(got["mean"] - ref) <= 5 * np.hypot(ref_se, got["stderr"])
 
 
-def test_cli_bad_flags_exit_2(tmp_path):
+def test_cli_bad_flags_exit_2(tmp_path, capsys, monkeypatch):
+    from jaxbounds.cli import main
+
     np.save(tmp_path / "X.npy", np.ones((4, 2), np.float32))
+    monkeypatch.chdir(tmp_path)
+    base = ["rademacher", "X.npy", "--norm", "2", "--radius", "1", "--quiet"]
     for extra, flag in [
         (["--target-stderr", "-1"], "--target-stderr"),
         (["--max-time", "2y"], "--max-time"),
         (["--max-samples", "many"], "--max-samples"),
+        (["--max-time", "1h", "--norm", "0.5"], "--norm"),
         ([], "--target-stderr, --max-samples or --max-time"),
     ]:
-        proc = _cli(tmp_path, *extra)
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 2, err
-        assert flag in err
+        assert main([*base, *extra]) == 2
+        assert flag in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # argparse: an unknown flag
+        main([*base, "--target-stdderr", "1"])
+    assert exit_info.value.code == 2
+    assert "--target-stdderr" in capsys.readouterr().err
 
 
 _PROCESSES_SCRIPT = """

@@ -121,14 +121,16 @@ def _leaves(result):
 def test_blocks_in_any_order_merge_into_the_one_call_result(name, dtype):
     kernel, args, kwargs = _problem(name, dtype)
     blocks = MonteCarloBlocks(kernel, *args, **kwargs)
-    num = 23
-    # blocks of sizes 7, 3, 9, 4, computed out of order and merged in two orders
-    cuts = [(7, 10), (19, 23), (0, 7), (10, 19)]
+    num = 21
+    # blocks of sizes 5 and 3 (two programs), computed out of order and merged in two orders
+    cuts = [(5, 10), (13, 16), (0, 5), (10, 13), (16, 21)]
     states = [blocks.run(a, b) for a, b in cuts]
     merged = merge_states(*states)
     assert merged.count == num
     assert merged.ranges == ((0, num),)
-    other = merge_states(merge_states(states[3], states[0]), merge_states(states[1], states[2]))
+    other = merge_states(
+        merge_states(states[3], states[0]), merge_states(states[4], states[1], states[2])
+    )
     got = blocks.estimate(merged)
     got2 = blocks.estimate(other)
     want = _one_call(kernel, args, kwargs, blocks.count_name, num)
