@@ -32,6 +32,7 @@ import dataclasses
 import hashlib
 import inspect
 import json
+import re
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
@@ -105,19 +106,46 @@ def _digest_array(leaf: Any, h: Any) -> None:
         h.update(flat.tobytes())
 
 
-def _fingerprint(name: str, args: tuple, kwargs: dict) -> str:
-    """SHA-256 of the kernel's name, static options, array shapes/dtypes and array contents."""
-    h = hashlib.sha256(name.encode())
-    kept = {k: v for k, v in kwargs.items() if k not in _FREE_OPTIONS}
-    leaves, treedef = jax.tree_util.tree_flatten((args, kept))
-    h.update(str(treedef).encode())
+def _stable_repr(value: Any) -> str:
+    """``repr`` without memory addresses (the same in every process)."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
+
+
+def _digest_leaves(tree: Any, h: Any, depth: int = 0) -> None:
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    h.update(_stable_repr(treedef).encode())
     for leaf in leaves:
         if isinstance(leaf, jax.Array | np.ndarray | np.generic):
             _digest_array(leaf, h)
         elif callable(leaf):
             h.update(_callable_id(leaf).encode())
+            # a closure's code and captured arrays (a lambda over other data is another problem)
+            fn = getattr(leaf, "func", leaf)
+            code = getattr(fn, "__code__", None)
+            if code is not None:
+                h.update(code.co_code)
+            cells = getattr(fn, "__closure__", None) or ()
+            if depth < 2:
+                captured = []
+                for cell in cells:
+                    try:
+                        captured.append(cell.cell_contents)
+                    except ValueError:  # an empty cell
+                        continue
+                partial = (getattr(leaf, "args", ()), getattr(leaf, "keywords", {}))
+                _digest_leaves((captured, partial if fn is not leaf else None), h, depth + 1)
         else:
-            h.update(repr(leaf).encode())
+            h.update(_stable_repr(leaf).encode())
+
+
+def _fingerprint(name: str, args: tuple, kwargs: dict) -> str:
+    """SHA-256 of the kernel's name, options, callables, arrays (with their contents) and key.
+
+    A callable is hashed by its module, qualified name, code and the arrays it captures.
+    """
+    h = hashlib.sha256(name.encode())
+    kept = {k: v for k, v in kwargs.items() if k not in _FREE_OPTIONS}
+    _digest_leaves((args, kept), h)
     return h.hexdigest()[:32]
 
 

@@ -30,6 +30,10 @@ def _fixed_features(v, xs):
     return xs
 
 
+def _matvec_of(m):
+    return lambda v: m @ v
+
+
 def _quad_loss(w, batch):
     a, b = batch
     return 0.5 * w @ (a @ w) + b @ w + 0.1 * jnp.sum(w**4)
@@ -201,6 +205,15 @@ def test_merging_another_problem_is_refused():
         merge_states(state, blocks.run(4, 12))
     with pytest.raises(ValueError, match="another problem"):
         MonteCarloBlocks(kernel, x, jax.random.key(999), **kwargs).estimate(state)
+    # a matvec closing over another matrix is another problem
+    k3, (_, w, key3), kw3 = _problem("hutchinson_trace", jnp.float64)
+    a1, a2 = jnp.eye(4, dtype=jnp.float64), 2 * jnp.eye(4, dtype=jnp.float64)
+    mine = MonteCarloBlocks(k3, _matvec_of(a1), w, key3, **kw3).run(0, 4)
+    same = MonteCarloBlocks(k3, _matvec_of(a1 + 0.0), w, key3, **kw3).run(4, 8)
+    assert merge_states(mine, same).count == 8  # equal contents, another closure object
+    theirs = MonteCarloBlocks(k3, _matvec_of(a2), w, key3, **kw3).run(4, 8)
+    with pytest.raises(ValueError, match="different problems"):
+        merge_states(mine, theirs)
     # a different chunk size computes the same stream: its blocks merge
     chunked = MonteCarloBlocks(kernel, x, key, chunk_size=3, **kwargs).run(8, 16)
     assert merge_states(state, chunked).count == 16
