@@ -471,6 +471,42 @@ class MonteCarloBlocks:
             fingerprint=self.fingerprint,
         )
 
+    def run_range(
+        self,
+        start: int,
+        stop: int,
+        *,
+        block_size: int,
+        callback: Callable[[MonteCarloState], None] | None = None,
+    ) -> MonteCarloState:
+        """Compute samples ``[start, stop)`` in blocks of ``block_size`` and merge them.
+
+        ``callback(state)`` is called after each block with the state so far: the kernels' silent
+        progress hook (``jaxbounds.longrun`` adds stopping rules, checkpoints and a progress bar).
+
+        Raises:
+          ValueError: as :meth:`run`, or for a ``block_size`` that is not an int >= 1.
+
+        >>> import jax, jax.numpy as jnp, kernels
+        >>> blocks = MonteCarloBlocks(kernels.hutchinson_trace, lambda v: 3.0 * v, jnp.zeros(4),
+        ...                           jax.random.key(0))
+        >>> seen = []
+        >>> state = blocks.run_range(0, 10, block_size=4,
+        ...                          callback=lambda s: seen.append(s.count))
+        >>> seen, float(state.mean)  # tr(3 I) = 12 exactly for every probe
+        ([4, 8, 10], 12.0)
+        """
+        start, stop = _check_range(start, stop)
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block_size: expected an int >= 1, got {block_size!r}")
+        state = None
+        for lo in range(start, stop, block_size):
+            block = self.run(lo, min(lo + block_size, stop))
+            state = block if state is None else merge_states(state, block)
+            if callback is not None:
+                callback(state)
+        return state
+
     def check(self, state: MonteCarloState) -> MonteCarloState:
         """Return ``state`` if it belongs to this problem; else a ValueError naming the mismatch."""
         if not isinstance(state, MonteCarloState):

@@ -38,6 +38,11 @@ Counts, keys and accuracy at scale
   mean is returned rounded to float32, a relative error of $6\times10^{-8}$); a plain float32
   running mean stops moving once an update falls below half an ulp.
 
+Blocks of the stream: :class:`kernels.blocks.MonteCarloBlocks` computes the samples
+``[start, stop)`` of a kernel's stream (the first :func:`sample_statistics` call traced inside a
+private sample window runs from a traced start index and hands its unfinished sums out), so
+blocks computed apart merge into the one-call result (:func:`kernels.blocks.merge_states`).
+
 Many hosts: after ``jax.distributed.initialize()`` on every process, ``jax.devices()`` lists
 the devices of all hosts and the mesh built here spans them. Call the kernel inside
 ``jax.jit`` on every process with the same arguments (same key, same replicated inputs): the
