@@ -447,21 +447,27 @@ def run_blocks(
                 t0 = time.monotonic()
                 size = 16
                 while True:
-                    add(blocks.run(*next_block(size)))  # compiles for this size
+                    first_block = blocks.run(*next_block(size))  # compiles for this size
+                    jax.block_until_ready(first_block.s2)
+                    add(first_block)
                     a, b = next_block(size)
                     t1 = time.monotonic()
                     timed = blocks.run(a, b)
                     jax.block_until_ready(timed.s2)
-                    took = time.monotonic() - t1
+                    took = max(time.monotonic() - t1, 1e-6)
                     add(timed)
                     if stop_reason() is not None or (guard and guard.requested):
                         block_size = size
                         break
-                    if took >= 0.2 * block_seconds or size >= 2**40:
-                        wanted = size * block_seconds / max(took, 1e-9)
-                        block_size = max(2, 2 ** round(math.log2(max(wanted, 2))))
+                    wanted = size * block_seconds / took
+                    if took >= 0.25 * block_seconds or size >= 2**40:
+                        # keep the size just compiled when it is near the wanted one
+                        near = 0.5 <= wanted / size <= 4
+                        block_size = size if near else max(2, 2 ** round(math.log2(wanted)))
                         break
-                    size *= 32
+                    # grow towards one block_seconds (by 2x to 256x; the timing of a small
+                    # block includes the dispatch overhead, so this errs on the small side)
+                    size *= 2 ** min(max(round(math.log2(wanted / size)), 1), 8)
                 calibration = time.monotonic() - t0
             while reason is None:
                 reason = stop_reason()
