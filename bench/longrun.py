@@ -58,7 +58,8 @@ def main() -> None:
     driver_s = time.perf_counter() - t0
     calibration_s = run.calibration_seconds
     # the blocks after calibration: from the first block report to the last
-    first, last = reports[0], reports[-1]
+    steady = [r for r in reports if not r.calibrating]
+    first, last = steady[0], steady[-1]
     steady_rate = (last.num_samples - first.num_samples) / max(last.seconds - first.seconds, 1e-9)
     record = {
         "bench": "longrun",
@@ -72,7 +73,7 @@ def main() -> None:
         "driver_total_s": driver_s,
         "driver_calibration_s": calibration_s,
         "driver_block_size": run.block_size,
-        "driver_blocks_after_calibration": len(reports) - 1,
+        "driver_blocks_after_calibration": len(steady) - 1,
         "driver_samples_per_s_after_calibration": steady_rate,
         "steady_ratio": steady_rate / (num / one_s),
         "driver_samples_per_s_end_to_end": num / driver_s,

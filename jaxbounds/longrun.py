@@ -72,7 +72,8 @@ class Progress:
       stderr: its standard error.
       eta: seconds until the target is expected to be met (``stderr`` falls as
         $1/\\sqrt n$), or None without a target.
-      block_size: samples per block.
+      block_size: samples in the last block.
+      calibrating: whether the block was one of the block-size calibration.
     """
 
     num_samples: int
@@ -82,6 +83,7 @@ class Progress:
     stderr: float
     eta: float | None
     block_size: int
+    calibrating: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,6 +431,32 @@ def run_blocks(
         state = new if state is None else merge_states(state, new)
         done_here += new.count
 
+    def after_block(size: int, *, calibrating: bool) -> None:
+        """Progress (callback, bar) and the periodic checkpoint after a block."""
+        nonlocal last_save
+        if bar is not None or callback is not None:
+            mean, stderr = _stream(state)
+            rate = done_here / max(time.monotonic() - run_start, 1e-9)
+            eta = None
+            if target is not None and math.isfinite(stderr):
+                bound = target * abs(mean) if relative else target
+                need = max(state.count * (stderr / bound) ** 2, min_samples) if bound else math.inf
+                eta = max(need - state.count, 0) / rate
+            report = Progress(
+                state.count, elapsed(), rate, mean, stderr, eta, size, calibrating=calibrating
+            )
+            if callback is not None:
+                callback(report)
+            if bar is not None:
+                bar.update(state.count - bar.n)
+                bar.set_postfix_str(
+                    f"mean={mean:.6g} stderr={stderr:.3g}"
+                    + ("" if eta is None else f" eta={eta:.0f}s")
+                )
+        if path is not None and time.monotonic() - last_save >= checkpoint_every:
+            _save(path, state, **info())
+            last_save = time.monotonic()
+
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -450,12 +478,14 @@ def run_blocks(
                     first_block = blocks.run(*next_block(size))  # compiles for this size
                     jax.block_until_ready(first_block.s2)
                     add(first_block)
+                    after_block(size, calibrating=True)
                     a, b = next_block(size)
                     t1 = time.monotonic()
                     timed = blocks.run(a, b)
                     jax.block_until_ready(timed.s2)
                     took = max(time.monotonic() - t1, 1e-6)
                     add(timed)
+                    after_block(size, calibrating=True)
                     if stop_reason() is not None or (guard and guard.requested):
                         block_size = size
                         break
@@ -477,30 +507,7 @@ def run_blocks(
                     reason = "interrupted"
                     break
                 add(blocks.run(*next_block(block_size)))
-                if bar is not None or callback is not None:
-                    mean, stderr = _stream(state)
-                    rate = done_here / max(time.monotonic() - run_start, 1e-9)
-                    eta = None
-                    if target is not None and math.isfinite(stderr):
-                        bound = target * abs(mean) if relative else target
-                        need = (
-                            max(state.count * (stderr / bound) ** 2, min_samples)
-                            if bound
-                            else math.inf
-                        )
-                        eta = max(need - state.count, 0) / rate
-                    report = Progress(state.count, elapsed(), rate, mean, stderr, eta, block_size)
-                    if callback is not None:
-                        callback(report)
-                    if bar is not None:
-                        bar.update(state.count - bar.n)
-                        bar.set_postfix_str(
-                            f"mean={mean:.6g} stderr={stderr:.3g}"
-                            + ("" if eta is None else f" eta={eta:.0f}s")
-                        )
-                if path is not None and time.monotonic() - last_save >= checkpoint_every:
-                    _save(path, state, **info())
-                    last_save = time.monotonic()
+                after_block(block_size, calibrating=False)
         except Interrupted:  # a second signal: the block in flight is lost, the rest is kept
             reason = "interrupted"
     finally:
