@@ -36,7 +36,7 @@ def _table(seed=0, n=8, d=3):
     return np.linalg.norm(signs @ x, axis=1) / n, x
 
 
-def _simulate(runs, block, min_samples, target_factor, max_blocks, seed):
+def _simulate(runs, block, min_samples, target_factor, max_blocks, seed, relative=False):
     """Coverage of mean -+ 1.96 stderr at the rule's stopping time, vectorised over runs.
 
     Samples are i.i.d. draws of the Rademacher sup of a linear class on 8 points (radius 1,
@@ -54,8 +54,9 @@ def _simulate(runs, block, min_samples, target_factor, max_blocks, seed):
     with np.errstate(invalid="ignore", divide="ignore"):
         var = (s2 - count * mean**2) / (count - 1)
         stderr = np.sqrt(np.maximum(var, 0) / count)
+    scale = table.std() / mu if relative else table.std()
     stop = target_reached(
-        count[None, :], mean, stderr, target_stderr=table.std() * target_factor,
+        count[None, :], mean, stderr, target_stderr=scale * target_factor, relative=relative,
         min_samples=min_samples,
     )  # fmt: skip
     assert stop[:, -1].all()  # every run stops inside the simulated horizon
@@ -65,10 +66,11 @@ def _simulate(runs, block, min_samples, target_factor, max_blocks, seed):
     return covered.mean(), count[first]
 
 
-def test_stopping_rule_covers_95_percent():
+@pytest.mark.parametrize("relative", [False, True])
+def test_stopping_rule_covers_95_percent(relative):
     # 4000 runs; the target is reached after 500 to ~800 samples (blocks of 50, n_min = 100):
     # the simulation's own standard error is 0.34 points
-    coverage, stops = _simulate(4000, 50, 100, 1 / np.sqrt(600), 40, seed=1)
+    coverage, stops = _simulate(4000, 50, 100, 1 / np.sqrt(600), 40, seed=1, relative=relative)
     assert 500 <= stops.mean() <= 900
     assert abs(coverage - 0.95) <= 0.02
 
