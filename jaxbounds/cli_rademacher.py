@@ -5,7 +5,8 @@
 block by block (:func:`jaxbounds.longrun.run_blocks`): a progress bar, Ctrl-C/SIGTERM between
 blocks (the state reached is saved to the checkpoint; the same command again resumes), and at
 the end the estimate with its 95% interval and the samples used. Exit status: 0 when a stopping
-rule ended the run, 2 for a bad flag, 1 for bad data, 130 when SIGINT or SIGTERM stopped it.
+rule ended the run, 2 for a bad flag, 1 for bad data, 130 (SIGINT) or 143 (SIGTERM) when a
+signal stopped it.
 """
 
 from __future__ import annotations
@@ -230,5 +231,5 @@ def run(args: argparse.Namespace) -> int:
             "to resume",
             file=sys.stderr,
         )
-        return 128 + signal.SIGINT
+        return 128 + (result.signal or signal.SIGINT)
     return 0

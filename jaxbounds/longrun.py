@@ -104,6 +104,7 @@ class LongRun:
       block_size: samples per block.
       calibration_seconds: the time of the block-size calibration (compilation included), 0 when
         the block size was given or resumed.
+      signal: the number of the signal that interrupted the run, else None.
     """
 
     estimate: Any
@@ -115,6 +116,7 @@ class LongRun:
     seconds: float
     block_size: int
     calibration_seconds: float
+    signal: int | None = None
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -467,6 +469,7 @@ def run_blocks(
             bar.update(state.count)
     reason = stop_reason()
     guard = SignalGuard() if handle_signals else None
+    signum: int | None = None
     run_start = time.monotonic()
     try:
         if guard is not None:
@@ -509,11 +512,13 @@ def run_blocks(
                     break
                 add(blocks.run(*next_block(block_size)))
                 after_block(block_size, calibrating=False)
-        except Interrupted:  # a second signal: the block in flight is lost, the rest is kept
+        except Interrupted as err:  # a second signal: the block in flight is lost, rest kept
             reason = "interrupted"
+            signum = err.signum
     finally:
         if guard is not None:
             guard.__exit__(None, None, None)
+            signum = signum or guard.requested
         if bar is not None:
             bar.close()
     if state is None:
@@ -534,4 +539,5 @@ def run_blocks(
         seconds=elapsed(),
         block_size=block_size,
         calibration_seconds=calibration,
+        signal=signum if reason == "interrupted" else None,
     )

@@ -305,3 +305,25 @@ def test_processes_run_disjoint_blocks_and_merge(tmp_path):
     for p in range(2):
         state = load_checkpoint(tmp_path / f"c.{p}of2.json")["state"]
         assert state.ranges == tuple((64 * j, 64 * j + 64) for j in range(p, 20, 2))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_between_blocks_and_saves(tmp_path, signum):
+    blocks = _linear_blocks()
+    ck = tmp_path / "run.json"
+
+    def send_after_two(progress):
+        if progress.num_samples == 64:
+            os.kill(os.getpid(), signum)  # handled by run_blocks: stop after this block
+
+    run = run_blocks(blocks, max_samples=10_000, block_size=32, checkpoint=ck,
+                     callback=send_after_two)  # fmt: skip
+    assert (run.reason, run.signal, run.num_samples) == ("interrupted", signum, 64)
+    saved = load_checkpoint(ck)
+    assert saved["reason"] == "interrupted"
+    assert saved["state"].ranges == ((0, 64),)
+    assert signal.getsignal(signum) is not None  # the previous handler is back
+    resumed = run_blocks(blocks, max_samples=128, block_size=32, checkpoint=ck)
+    assert (resumed.reason, resumed.num_samples, resumed.signal) == ("max_samples", 128, None)
+    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_draws=128)
+    np.testing.assert_allclose(float(resumed.estimate.mean), float(one.mean), rtol=1e-12)
