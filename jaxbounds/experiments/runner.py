@@ -548,7 +548,7 @@ def check_same_run(experiment: Experiment, run_dir: Path, scale: str, seeds: tup
 
 
 def _brief(value: Any, width: int = 40) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, separators=(",", " "))
+    text = value if isinstance(value, str) else json.dumps(value)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 

