@@ -23,8 +23,8 @@ from typing import Any
 from jaxbounds._atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 
 __all__ = [
-    "announce_no_figures", "csv_text", "figures_available", "machine_info", "new_figure", "save_figure", "sort_records", "versions",
-    "write_rendered",
+    "announce_no_figures", "csv_text", "figures_available", "machine_info", "new_figure",
+    "save_figure", "sort_records", "versions", "write_rendered",
 ]  # fmt: skip
 
 

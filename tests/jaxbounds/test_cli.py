@@ -959,7 +959,8 @@ def test_estimate_keeps_another_jobs_partial_report(toy, tmp_path, capsys):
     code, _, err = _run([*base, "--seed", "2"], capsys)
     assert code == 2
     assert f"--out {tmp_path}: {partial} holds the finished sections of another job" in err
-    assert "seed 0 (now 2)" in err and "--fresh discards it" in err
+    assert "seed 0 (now 2)" in err
+    assert "--fresh discards it" in err
     assert partial.read_bytes() == before
     assert main([*base, "--seed", "2", "--fresh"]) == 0
     assert not partial.exists()
@@ -982,7 +983,8 @@ def test_estimate_resume_with_nothing_to_resume_leaves_no_out(tmp_path):
     existing.mkdir()
     proc = _spawn(tmp_path, ["estimate", "--model", "toy", "--out", str(existing), "--resume"])
     assert proc.wait(timeout=300) == 2
-    assert existing.is_dir() and not list(existing.iterdir())
+    assert existing.is_dir()
+    assert not list(existing.iterdir())
 
 
 REPRODUCE_SCRIPT = BLOCKED.replace("from jaxbounds.cli import main", "").replace(
