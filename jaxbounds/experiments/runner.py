@@ -42,6 +42,7 @@ import math
 import re
 import signal
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -128,6 +129,8 @@ __all__ = [
 ]
 
 DEFAULT_OUT = "jaxbounds_reproduce"
+#: The widest line the runner prints (a progress line, the ``--list`` listing), in columns.
+PROGRESS_WIDTH = 100
 MissingPackages = _deps.MissingPackages
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
@@ -311,10 +314,25 @@ class ExperimentRegistry:
         entry = self._entries[self._known(name)]
         return entry.description if isinstance(entry, Experiment) else entry[1]
 
-    def listing(self) -> str:
-        """``name  description`` lines for ``jaxbounds reproduce --list``."""
-        width = max((len(name) for name in self._entries), default=0)
-        return "\n".join(f"{n:<{width}}  {self.description(n)}" for n in self._entries)
+    def listing(self, width: int = PROGRESS_WIDTH) -> str:
+        """``name  description`` lines for ``jaxbounds reproduce --list``, ``width`` columns wide.
+
+        A long description wraps onto lines indented under the first (descriptions get at
+        least 20 columns).
+
+        >>> toy = Experiment("toy", "a toy", "none", {"cpu": {}}, run_unit=lambda u: {})
+        >>> print(ExperimentRegistry([toy, ("other", "m:E", "word " * 6)]).listing(width=27))
+        toy    a toy
+        other  word word word word
+               word word
+        """
+        names = max((len(name) for name in self._entries), default=0)
+        lines = []
+        for name in self._entries:
+            text = textwrap.wrap(self.description(name), max(width - names - 2, 20)) or [""]
+            lines.append(f"{name:<{names}}  {text[0]}")
+            lines += [" " * (names + 2) + more for more in text[1:]]
+        return "\n".join(lines)
 
     def get(self, name: str) -> Experiment:
         """The experiment called ``name`` (importing its module if lazy).
@@ -551,9 +569,6 @@ def _brief(value: Any, width: int = 40) -> str:
     text = value if isinstance(value, str) else json.dumps(value)
     return text if len(text) <= width else text[: width - 3] + "..."
 
-
-#: The widest progress line (columns): a unit is named by what tells it apart.
-PROGRESS_WIDTH = 100
 
 
 def unit_labels(units: Sequence[Unit]) -> list[str]:

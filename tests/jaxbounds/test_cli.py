@@ -835,7 +835,8 @@ def test_estimate_excerpt_is_the_committed_output():
     assert regenerate.replace_page_block(page, shown) == page
     with pytest.raises(ValueError, match="expected one ```text block, found 0"):
         regenerate.replace_page_block("no block here", shown)
-    assert len(shown) == 1 + len(regenerate.EXCERPT)
+    rows = [line for line in shown[2:] if not line.startswith(" ")]
+    assert len(rows) == len(regenerate.EXCERPT)
 
 
 def test_ctrl_c_before_the_handlers_are_in_place_is_one_line(toy_reproduce, capsys, monkeypatch):
@@ -1071,3 +1072,100 @@ def test_missing_matplotlib_writes_the_report_without_figure_links(tmp_path):
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in run.glob("*.png")) == ["figure_a.png", "figure_b.png"]
     assert (run / "report.md").read_text() == "# toy\n\n![a](figure_a.png) ![b](figure_b.png)\n"
+
+
+# --- issue 30: the terminal output fits 100 columns, every column headed ----------------------
+
+
+def _assert_fits_and_headed(text, width=100):
+    """Every line at most ``width`` characters; every dashed column has a header above it, and
+    a row's cells lie within the columns (the notes sit under the second header line)."""
+    import re
+
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width, max(lines, key=len)
+    header, note_header, dashes = lines[1], lines[2], lines[3]
+    spans = [m.span() for m in re.finditer(r"-+", dashes)]
+    assert len(spans) == 5
+    for start, stop in spans:
+        assert header[start:stop].strip(), (header, start, stop)
+    assert note_header.startswith(" " * spans[1][0] + "note")
+    body = lines[4:]
+    timing = [i for i, line in enumerate(body) if line.startswith("time (s)")]
+    body = body[: timing[0]] if timing else body
+    rows = [line for line in body if line[: spans[0][1]].strip()]
+    assert rows
+    inside = {i for start, stop in spans for i in range(start, stop)}
+    for line in rows:
+        outside = "".join(c for i, c in enumerate(line) if i not in inside)
+        assert not outside.strip(), line
+    return rows, spans
+
+
+def test_estimate_output_fits_100_columns_with_every_column_headed(tmp_path):
+    """Issue 30: 49 of 59 lines were wider than 120 columns and the status had no header."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = ["estimate", "--model", "construction", "--sections", "bounds", "--out", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxbounds.cli", *argv, "--quiet"], capture_output=True,
+        text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    table, wrote = done.stdout.rstrip("\n").rsplit("\n", 1)
+    assert wrote == f"wrote {tmp_path / 'report_construction.json'}"
+    rows, spans = _assert_fits_and_headed(table)
+    report = _strict_json(tmp_path / "report_construction.json")
+    assert len(rows) == len(report["rows"])
+    statuses = {line[spans[4][0] :].strip() for line in rows}
+    assert statuses == {"non-vacuous"}
+
+
+def test_committed_default_table_fits_100_columns():
+    """The default job's table (49 rows, the widest notes and quantities) as committed."""
+    table = (ROOT / "docs" / "estimate" / "table.txt").read_text(encoding="utf-8")
+    rows, spans = _assert_fits_and_headed(table.rsplit("\n", 2)[0])
+    assert len(rows) == 49
+    assert {line[spans[4][0] :].strip() for line in rows} == {"", "VACUOUS"}
+
+
+def test_format_table_wraps_long_cells_within_the_width():
+    from jaxbounds.report import format_table
+    from jaxbounds.report.rows import NO_TRIVIAL, Report, Row
+
+    long_name = "a quantity whose name goes on " + "and on " * 12
+    note = "a note that is much longer than one line of the terminal " * 4
+    rows = [
+        Row("curvature", long_name, 1234.5678, stderr=0.001, lower=-1e-9, upper=123456789.0,
+            note=note),
+        Row("bounds", "vacuous bound", 3.0, vacuous=True, note="Lemma 1"),
+        Row("bounds", "invalid bound", 0.2, vacuous=False, note="hypotheses FAIL: d_m"),
+        Row("bounds", "a log cover", 1e12, status=NO_TRIVIAL),
+        Row("rademacher", "one-sided", 0.3, lower=0.1, note=""),
+    ]  # fmt: skip
+    report = Report("toy", rows, {"seed": 3, "quick": True, "timings_s": {"build": 1.0}})
+    text = format_table(report)
+    shown, spans = _assert_fits_and_headed(text)
+    assert [line[spans[4][0] :].strip() for line in shown] == [
+        "", "VACUOUS", "NOT VALID", "no trivial bound", "",
+    ]  # fmt: skip
+    lines = text.splitlines()
+    assert lines[0] == "jaxbounds estimate: model toy, seed 3, quick run"
+    # the long quantity wraps in its column and its note (interval first) below it, whole
+    quantity = [line[spans[1][0] : spans[1][1]].strip() for line in lines[4:]]
+    assert " ".join(q for q in quantity[:4] if q).startswith(long_name.strip())
+    notes = " ".join(line.strip() for line in lines[4:] if line.startswith(" " * spans[1][0] + "a")
+                     or line.startswith(" " * spans[1][0] + "interval"))  # fmt: skip
+    assert "interval [-1e-09, 1.2346e+08]; a note that is much longer" in notes
+    assert "interval [0.1, +inf)" in text
+    assert "± 0.001" in text
+    assert "not valid" in text  # the value cell of a bound whose hypotheses fail
+    assert format_table(report, width=80).count("\n") > text.count("\n")
+    assert max(len(line) for line in format_table(report, width=80).splitlines()) <= 80
+
+
+@pytest.mark.parametrize("argv", [["reproduce", "--list"], ["estimate", "--list"]])
+def test_lists_fit_100_columns(argv, capsys):
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.strip()
+    assert max(len(line) for line in out.splitlines()) <= 100
