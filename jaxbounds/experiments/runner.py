@@ -570,7 +570,6 @@ def _brief(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-
 def unit_labels(units: Sequence[Unit]) -> list[str]:
     """Short names of ``units`` for progress lines: the config keys that vary, and the seed.
 
