@@ -1508,7 +1508,7 @@ def _lr_psi(entry: Mapping[str, Any]) -> float:
 
 
 def _interval(entry: Mapping[str, Any]) -> str:
-    return f"[{entry['tau_low']:+.2f}, {entry['tau_high']:+.2f}]"
+    return runner.format_interval(entry["tau_low"], entry["tau_high"], signed=True)
 
 
 # ------------------------------------------------------------------------------------ render
@@ -1577,9 +1577,9 @@ def _ranked_table(stats: Mapping[str, Any]) -> str:
     for rank, (name, e) in enumerate(_ranked(stats), start=1):
         table.append([
             rank, f"`{name}`", e["kind"], _fmt(e["tau"]),
-            f"[{_fmt(e['tau_low'], 2)}, {_fmt(e['tau_high'], 2)}]",
+            _interval(e),
             _fmt(e[f"tau_{SPARSE}"]), _fmt(e[f"tau_{MNIST}"]), _fmt(e["psi"]),
-            f"[{_fmt(e['psi_low'], 2)}, {_fmt(e['psi_high'], 2)}]",
+            runner.format_interval(e["psi_low"], e["psi_high"], signed=True),
             runner.format_number(e["sign_error_worst"], 3),
             runner.format_number(e["seconds_per_model"], 2),
             runner.format_number(e["compile_seconds"], 2),
