@@ -725,7 +725,7 @@ def test_another_run_in_the_output_folder_is_refused(tmp_path):
     assert err.value.differences == ["seeds [0] (now [0, 1])"]
     assert (tmp_path / "toy" / "report.md").read_bytes() == report
     (tmp_path / "toy" / "summary.json").write_text("{not json")
-    with pytest.raises(OtherRunThere, match="summary.json is unreadable"):
+    with pytest.raises(OtherRunThere, match=r"summary\.json is unreadable"):
         run_experiment(experiment, scale="smoke", seeds=1, out_dir=tmp_path, quiet=True)
     summary = run_experiment(experiment, scale="smoke", seeds=2, out_dir=tmp_path, quiet=True,
                              fresh=True)  # fmt: skip
