@@ -7,7 +7,8 @@ r"""The ``jaxbounds`` command (thin: parse flags, call the engine, print, write 
 ``DIR/report_<model>.json`` (default ``jaxbounds_report/``) or ``FILE``. ``--list`` prints the
 models and sections of :mod:`jaxbounds.report.registry`.
 
-``jaxbounds reproduce NAME [--scale smoke|cpu|paper] [--out DIR] [--seeds N] [--from DIR] ...``
+``jaxbounds reproduce NAME [--scale smoke|cpu|paper] [--out DIR] [--seeds N] [--from DIR]
+[--fresh] ...``
 runs a paper's experiment with :func:`jaxbounds.experiments.runner.run_experiment`;
 ``jaxbounds reproduce --list`` lists them. ``jaxbounds --version`` prints the version.
 
@@ -26,6 +27,12 @@ are then optional and must agree with the runtime (exit 2 otherwise); without th
 split a run by hand as before (process 0 renders what exists when its share is done).
 
 What both commands guarantee:
+
+- The optional packages a command needs (an experiment's ``requires``, see
+  ``jaxbounds/_deps.py``) are checked before any work: a missing one stops it with one line
+  naming the package and the ``pip`` command, exit status 2. ``reproduce`` refuses, the same
+  way, to replace the report of another run (another scale or other seeds) in ``DIR/NAME``
+  unless ``--fresh`` is given.
 
 - No flag is guessed from a prefix (``allow_abbrev=False`` on every parser): ``reproduce NAME
   --seed 3`` is an error, not ``--seeds 3``. Unknown or malformed flags exit with status 2
@@ -70,6 +77,10 @@ What ``estimate`` guarantees besides:
   the job matches: model, seed, scale, sections and package version; ``--resume`` insists,
   ``--fresh`` starts over), skipping the finished sections, and ends with the same numbers as an
   uninterrupted run.
+- Nothing finished is replaced by another job without ``--fresh``: a finished report of another
+  model, seed, scale or sections, or a partial report of another job, at the output place
+  stops the command before any work (exit status 2, naming what differs). ``--resume`` with
+  nothing to resume is an error, and removes the ``--out`` directories it created.
 - Progress bars go to stderr only when it is a terminal (``--progress`` forces them, ``--quiet``
   silences every progress message), so redirected output has no ``\r`` lines.
 - Errors from bad data (:class:`jaxbounds.data.mnist.DataError`, other ``ValueError`` and

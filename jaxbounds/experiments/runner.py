@@ -183,8 +183,8 @@ class Experiment:
       default_scale: the scale when none is given.
       requires: the optional packages (import names, e.g. ``"mlxtend"``) that running its
         units needs; :func:`run_experiment` checks them before any work
-        (:func:`jaxbounds._deps.require`) and raises
-        :class:`~jaxbounds._deps.MissingPackages` naming the ``pip`` command.
+        (``importlib.util.find_spec``, nothing imported) and raises
+        :class:`MissingPackages` naming the ``pip`` command.
       render_requires: the optional packages that rendering its report needs (checked before
         any work too, also with ``from_dir``). Figures need ``matplotlib`` but are never
         required: without it the report is written without them and says so.
