@@ -440,9 +440,13 @@ def _read_report(path: Path) -> tuple[Any, str | None]:
     from jaxbounds.report.rows import Report
 
     try:
-        return Report.from_dict(json.loads(path.read_text(encoding="utf-8"))), None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
-        return None, f"{path} is not readable as a jaxbounds report ({err})"
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        return None, f"{path} is not a readable JSON file ({err})"
+    try:
+        return Report.from_dict(data), None
+    except ValueError as err:  # "not a jaxbounds report (KeyError: 'rows')"
+        return None, f"{path} is {err}"
 
 
 def _finished_report_check(path: Path, config: Any, args: argparse.Namespace) -> None:

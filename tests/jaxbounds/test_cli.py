@@ -416,11 +416,20 @@ def _wait_for(predicate, proc, timeout=180.0):
         time.sleep(0.05)
 
 
+def _earlier_report(seed, sections=("first", "second", "third")):
+    """The text of a finished (empty) report of the toy job with this seed and sections."""
+    job = {"model": "toy", "seed": seed, "scale": "quick", "sections": list(sections),
+           "version": jaxbounds.__version__}  # fmt: skip
+    meta = {"seed": seed, "job": job}
+    report = {"model": "toy", "complete": True, "sections_done": list(sections), "meta": meta}
+    return json.dumps({**report, "rows": []}) + "\n"
+
+
 def test_sigint_keeps_finished_sections_and_a_rerun_resumes(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     earlier = out / "report_toy.json"
-    earlier.write_text('{"an": "earlier complete report"}\n')
+    earlier.write_text(_earlier_report(7))  # an earlier run of the same job
     partial = out / "report_toy.partial.json"
     argv = ["estimate", "--model", "toy", "--seed", "7", "--out", str(out)]
     fresh = tmp_path / "fresh"  # an uninterrupted run of the same command, alongside
@@ -434,7 +443,7 @@ def test_sigint_keeps_finished_sections_and_a_rerun_resumes(tmp_path):
     lines = [ln for ln in stderr.splitlines() if not ln.startswith("[jaxbounds]")]
     assert len(lines) == 1, stderr
     assert "interrupted by SIGINT" in lines[0]
-    assert earlier.read_text() == '{"an": "earlier complete report"}\n'
+    assert earlier.read_text() == _earlier_report(7)
     saved = _strict_json(partial)
     assert saved["complete"] is False
     assert saved["sections_done"][0] == "first"
@@ -458,7 +467,7 @@ def test_sigterm_during_the_build_writes_nothing(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     earlier = out / "report_toy.json"
-    earlier.write_text("{}\n")
+    earlier.write_text(_earlier_report(0))
     marker = tmp_path / "building"
     argv = ["estimate", "--model", "toy", "--out", str(out)]
     proc = _spawn(tmp_path, argv, TOY_BUILD_DELAY="3", TOY_MARKER=str(marker))
@@ -468,7 +477,7 @@ def test_sigterm_during_the_build_writes_nothing(tmp_path):
     assert proc.returncode == 143, stderr
     assert "Traceback" not in stderr
     assert "interrupted by SIGTERM before any section finished; nothing written" in stderr
-    assert earlier.read_text() == "{}\n"
+    assert earlier.read_text() == _earlier_report(0)
     assert sorted(p.name for p in out.iterdir()) == ["report_toy.json"]
 
 
@@ -1169,3 +1178,21 @@ def test_lists_fit_100_columns(argv, capsys):
     out = capsys.readouterr().out
     assert out.strip()
     assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_a_file_that_is_not_a_report_is_kept(toy, tmp_path, capsys):
+    """--json pointing at a user's own file (not a report) replaced it with a report."""
+    own = tmp_path / "notes.json"
+    own.write_text('{"my": "data"}\n')
+    code, out, err = _run(["estimate", "--model", "toy", "--json", str(own), "--quiet"], capsys)
+    assert (code, out, toy["BUILDS"]) == (2, "", [])
+    assert err == (
+        f"jaxbounds estimate: error: --json {own}: {own} is not a jaxbounds report (KeyError: "
+        "'rows'); --fresh replaces it, or choose another --json\n"
+    )
+    assert own.read_text() == '{"my": "data"}\n'
+    own.write_text("not json at all")
+    code, _, err = _run(["estimate", "--model", "toy", "--json", str(own), "--quiet"], capsys)
+    assert code == 2
+    assert f"{own} is not a readable JSON file" in err
+    assert own.read_text() == "not json at all"
