@@ -558,6 +558,20 @@ def _checked_everywhere(info: Any, check: Callable[[], Any]) -> Any:
     return value
 
 
+def _say_missing_packages(model: str) -> None:
+    """One line per optional package the model uses that is missing (before any work)."""
+    from jaxbounds import _deps
+    from jaxbounds.report import registry
+
+    if model == "shallow" and os.environ.get("JAXBOUNDS_MNIST_DIR"):
+        return  # real MNIST files: scikit-learn's digits are not used
+    uses = registry.MODEL_PACKAGES.get(model, {})
+    for module in _deps.missing(uses):
+        name = _deps.EXTRAS.get(module, (module,))[0]
+        _err(f"[jaxbounds] {name} is not installed: model {model} {uses[module]} "
+             f"({_deps.pip_command([module])})")  # fmt: skip
+
+
 def _list_estimate() -> int:
     from jaxbounds.report import registry
 
@@ -586,6 +600,8 @@ def _estimate(args: argparse.Namespace) -> int:
         info = _start_processes()
         if not info.is_main:
             return _estimate_follower(args, config, info, stop, run_estimate)
+        if not args.quiet:
+            _say_missing_packages(config.model)
         created: list[Path] = []
         say = (lambda _msg: None) if args.quiet else _err
         try:

@@ -1196,3 +1196,32 @@ def test_a_file_that_is_not_a_report_is_kept(toy, tmp_path, capsys):
     assert code == 2
     assert f"{own} is not a readable JSON file" in err
     assert own.read_text() == "not json at all"
+
+
+def test_estimate_says_which_optional_package_a_model_misses(tmp_path):
+    """No model needs an optional package; before any work the shallow model says that it
+    trains on synthetic digits without scikit-learn (the check alone runs here, in a child in
+    which scikit-learn cannot be found)."""
+    from jaxbounds.report import registry as report_registry
+
+    assert dict(report_registry.MODEL_PACKAGES["shallow"]) == {
+        "sklearn": "trains on SYNTHETIC digits instead of scikit-learn's 8x8 digits"
+    }
+    assert set(report_registry.MODEL_PACKAGES) <= set(report_registry.MODELS)
+    script = tmp_path / "blocked_cli.py"
+    script.write_text(BLOCKED.replace(
+        "sys.exit(main(sys.argv[1:]))",
+        "cli._say_missing_packages(sys.argv[1])\nsys.exit(0)",
+    ).replace("from jaxbounds.cli import main", "from jaxbounds import cli"))  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BLOCK_PACKAGES": "sklearn"}
+    env.pop("JAXBOUNDS_MNIST_DIR", None)
+    done = subprocess.run([sys.executable, str(script), "shallow"], capture_output=True,
+                          text=True, env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (
+        "[jaxbounds] scikit-learn is not installed: model shallow trains on SYNTHETIC digits "
+        "instead of scikit-learn's 8x8 digits (pip install 'jaxbounds[digits]')\n"
+    )
+    done = subprocess.run([sys.executable, str(script), "scalar"], capture_output=True,
+                          text=True, env=env, timeout=300)  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
