@@ -363,6 +363,15 @@ class ExperimentRegistry:
 
 
 def _emit(message: str) -> None:
+    """Print a progress or warning line on stderr, wrapped at :data:`PROGRESS_WIDTH` columns.
+
+    Continuation lines are indented; a path or other long word is never broken.
+    """
+    message = "\n".join(
+        textwrap.fill(line, PROGRESS_WIDTH, subsequent_indent="  ", break_long_words=False,
+                      break_on_hyphens=False) or line
+        for line in message.splitlines() or [""]
+    )  # fmt: skip
     try:
         from tqdm import tqdm
     except ImportError:
