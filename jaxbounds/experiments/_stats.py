@@ -62,7 +62,15 @@ class KendallTau:
     method: str
 
     def __str__(self) -> str:
-        return f"Kendall's tau = {self.tau:+.3f} (p = {self.p_value:.3g}, n = {self.n})"
+        """``Kendall's tau = +0.600 (p = 0.233, n = 5)``; ``n/a`` where it is undefined.
+
+        >>> print(KendallTau(math.nan, math.nan, 1, "undefined"))
+        Kendall's tau = n/a (undefined for n = 1)
+        """
+        if math.isnan(self.tau):
+            return f"Kendall's tau = n/a (undefined for n = {self.n})"
+        p_value = format_number(self.p_value, 3)
+        return f"Kendall's tau = {self.tau:+.3f} (p = {p_value}, n = {self.n})"
 
 
 def _dense_ranks(values: np.ndarray) -> np.ndarray:
