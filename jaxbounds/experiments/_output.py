@@ -109,8 +109,8 @@ def machine_info() -> dict[str, Any]:
 
 _SAID_NO_MATPLOTLIB = False
 _NO_FIGURES = (
-    "matplotlib is not installed: no figures will be drawn (pip install 'jaxbounds[plot]'); "
-    "tables, summary and report are still written, and the report says which figures are missing"
+    "matplotlib is not installed: no figures will be drawn (pip install 'jaxbounds[plot]');\n"
+    "  tables, summary and report are still written; the report says which figures are missing"
 )
 
 
