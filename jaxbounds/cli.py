@@ -469,7 +469,7 @@ def _finished_report_check(path: Path, config: Any, args: argparse.Namespace) ->
     )
 
 
-def _saved_partial(path: Path, config: Any, args: argparse.Namespace, say: Callable) -> Any:
+def _saved_partial(path: Path, config: Any, args: argparse.Namespace) -> Any:
     """The partial report to resume from, or None (checked before any work).
 
     ``--fresh`` ignores it (and the run replaces it). Otherwise a partial report of this job
@@ -477,7 +477,6 @@ def _saved_partial(path: Path, config: Any, args: argparse.Namespace, say: Calla
     (exit 2): its finished sections are kept until ``--fresh`` says to discard them.
     ``--resume`` without a partial report of this job is an error.
     """
-    del say
     if args.fresh:
         return None
     if not path.exists():
@@ -606,7 +605,7 @@ def _estimate(args: argparse.Namespace) -> int:
         say = (lambda _msg: None) if args.quiet else _err
         try:
             path, partial = _checked_everywhere(info, lambda: _output_paths(args, held, created))
-            resume = _checked_everywhere(info, lambda: _saved_partial(partial, config, args, say))
+            resume = _checked_everywhere(info, lambda: _saved_partial(partial, config, args))
             if resume is None:  # resuming continues a job that started here after this check
                 _checked_everywhere(info, lambda: _finished_report_check(path, config, args))
             else:
