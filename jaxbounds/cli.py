@@ -696,6 +696,8 @@ def _reproduce(args: argparse.Namespace) -> int:
     from jaxbounds.experiments.registry import REGISTRY
 
     if args.list:
+        if args.name is not None:
+            raise _UsageError(f"--list takes no NAME (got {args.name!r})")
         print(REGISTRY.listing())
         return 0
     if args.name is None:

@@ -11,7 +11,10 @@ not finished yet and writes, under ``DIR/NAME/``::
     summary.json       package/jax versions, scale, seeds, wall time per unit, machine
     report.md, *.png   by the experiment's ``render`` hook
 
-Guarantees: one run at a time per output place (a lock the kernel releases when its process
+Guarantees: the experiment's optional packages are checked before any work
+(:func:`check_packages`); a folder holds one run, and the report of another scale or other seeds
+is replaced only with ``fresh=True`` (:func:`check_same_run`); a report links only the figures
+that were written; one run at a time per output place (a lock the kernel releases when its process
 dies, see :func:`run_experiment`); at most :data:`MAX_UNITS` units per run and at most
 ``max_batch_size`` units per batch, so memory does not grow with ``--seeds``; a unit's key is
 the SHA-256 of its configuration, seed, experiment name and package
@@ -95,6 +98,7 @@ from jaxbounds.experiments._units import (
 __all__ = [
     "DEFAULT_OUT",
     "MAX_UNITS",
+    "PROGRESS_WIDTH",
     "Experiment",
     "ExperimentRegistry",
     "Interrupted",
@@ -108,6 +112,7 @@ __all__ = [
     "Unit",
     "canonical_json",
     "check_packages",
+    "check_same_run",
     "check_size",
     "claim_line",
     "config_batch_key",
@@ -126,6 +131,8 @@ __all__ = [
     "run_experiment",
     "save_figure",
     "unit_key",
+    "unit_labels",
+    "unlink_missing_figures",
     "write_bytes_atomic",
     "write_json_atomic",
     "write_rendered",

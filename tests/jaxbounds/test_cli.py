@@ -1225,3 +1225,9 @@ def test_estimate_says_which_optional_package_a_model_misses(tmp_path):
     done = subprocess.run([sys.executable, str(script), "scalar"], capture_output=True,
                           text=True, env=env, timeout=300)  # fmt: skip
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_reproduce_list_takes_no_name(capsys):
+    code, out, err = _run(["reproduce", "--list", "tt-sequence-length"], capsys)
+    assert (code, out) == (2, "")
+    assert err == "jaxbounds reproduce: error: --list takes no NAME (got 'tt-sequence-length')\n"
