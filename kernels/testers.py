@@ -42,7 +42,7 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -247,7 +247,7 @@ def low_degree_test(
     num_trials: int,
     rtol: float = 1e-6,
     atol: float = 0.0,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     args: Any = None,
 ) -> Verdict:
     r"""Test whether f has Fourier degree <= ``degree`` (coordinate-direction cube test).
@@ -266,7 +266,8 @@ def low_degree_test(
       num_trials: number of independent trials (see :func:`num_trials_for`). Static.
       rtol: relative tolerance of the zero test (finite, >= 0). Static.
       atol: absolute tolerance of the zero test (finite, >= 0). Static.
-      chunk_size: trials vectorised at a time, an int >= 1; ``None``: one at a time. Does not
+      chunk_size: trials vectorised at a time, an int >= 1; ``None``: one at a time; ``"auto"``:
+        ``None`` on a CPU, 16 on a GPU or TPU (:func:`kernels.parallel.sample_statistics`). Does not
         change the result.
       args: optional pytree passed to ``fn`` as its second argument (traced).
 
@@ -370,7 +371,7 @@ def degree_sweep(
     delta: float,
     rtol: float = 1e-6,
     atol: float = 0.0,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     args: Any = None,
 ) -> Sweep:
     """The first degree d in 0..max_degree that :func:`low_degree_test` accepts (Appendix H).
@@ -387,7 +388,8 @@ def degree_sweep(
       delta: allowed miss probability per degree, in (0, 1). Static.
       rtol: relative tolerance. Static.
       atol: absolute tolerance. Static.
-      chunk_size: trials at a time (int >= 1; ``None``: one at a time).
+      chunk_size: trials at a time (int >= 1; ``None``: one at a time; ``"auto"`` as
+        :func:`kernels.parallel.sample_statistics`).
       args: optional pytree passed to ``fn`` (traced).
 
     Returns:
@@ -465,7 +467,7 @@ def sparsity_test(
     num_restrict: int,
     num_trials: int,
     eps: float = 1e-6,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     args: Any = None,
 ) -> Verdict:
     r"""Test whether f is s-sparse in the Fourier-Walsh basis (random restrictions + WHT).
@@ -485,7 +487,8 @@ def sparsity_test(
       num_restrict: r, 1 <= r <= n (2^r queries per trial; r = n: exact full transform). Static.
       num_trials: trials. Static.
       eps: relative energy tolerance (finite, > 0; absorbs rounding). Static.
-      chunk_size: trials at a time, an int >= 1; ``None``: one at a time. Does not change the
+      chunk_size: trials at a time, an int >= 1; ``None``: one at a time; ``"auto"``: ``None`` on
+        a CPU, 16 on a GPU or TPU (:func:`kernels.parallel.sample_statistics`). Does not change the
         result.
       args: optional pytree passed to ``fn`` as its second argument (traced).
 
@@ -524,7 +527,7 @@ def sparsity_sweep(
     num_restrict: int,
     num_trials: int,
     eps: float = 1e-6,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     args: Any = None,
 ) -> Sweep:
     """The first sparsity in ``sparsities`` (increasing) that :func:`sparsity_test` accepts.
@@ -539,7 +542,8 @@ def sparsity_sweep(
       num_restrict: r. Static.
       num_trials: trials per candidate. Static.
       eps: relative energy tolerance. Static.
-      chunk_size: trials at a time (int >= 1; ``None``: one at a time).
+      chunk_size: trials at a time (int >= 1; ``None``: one at a time; ``"auto"`` as
+        :func:`kernels.parallel.sample_statistics`).
       args: optional pytree passed to ``fn`` (traced).
 
     Returns:

@@ -241,7 +241,7 @@ def test_ggn_spectrum_is_non_negative_and_matches_the_dense_one():
     top = top_eigenvalues(op, params, jax.random.key(6), k=3, num_steps=n)
     np.testing.assert_allclose(top, dense[::-1][:3], rtol=1e-9)
     # stochastic Lanczos quadrature: nodes inside the spectrum
-    q = slq_nodes(op, params, jax.random.key(7), num_probes=3, num_steps=5)
+    q = slq_nodes(op, params, jax.random.key(7), num_samples=3, num_steps=5)
     assert np.asarray(q.nodes).min() >= -1e-10 * scale
     assert np.asarray(q.nodes).max() <= scale * (1 + 1e-9)
 
@@ -262,12 +262,12 @@ def test_ggn_trace(method):
     n = g.shape[0]
     if method == "hutchpp":  # 3n products: the sketch spans the space, the trace is exact
         est = ggn_trace(
-            apply_fn, params, batch, jax.random.key(7), loss=loss, num_matvecs=3 * n, method=method
+            apply_fn, params, batch, jax.random.key(7), loss=loss, num_samples=3 * n, method=method
         )
         assert float(est.mean) == pytest.approx(np.trace(g), rel=1e-10)
         return
     m = 400
-    est = ggn_trace(apply_fn, params, batch, jax.random.key(7), loss=loss, num_matvecs=m)
+    est = ggn_trace(apply_fn, params, batch, jax.random.key(7), loss=loss, num_samples=m)
     assert abs(float(est.mean) - np.trace(g)) <= 5 * float(est.stderr)
     closed_form = np.sqrt(2 * (np.sum(g**2) - np.sum(np.diag(g) ** 2)) / m)
     assert float(est.stderr) == pytest.approx(closed_form, rel=0.2)
@@ -428,8 +428,8 @@ def test_dataset_ggn_trace_equals_the_concatenated_batch(name):
         dense_matrix(dop, params), g_whole, rtol=1e-10, atol=1e-12 * np.abs(g_whole).max()
     )
     key = jax.random.key(14)
-    a = hutchinson_trace(dop, params, key, num_probes=16)  # a scan of forms over batches
-    b = hutchinson_trace(ggn(apply_fn, params, whole, loss=loss), params, key, num_probes=16)
+    a = hutchinson_trace(dop, params, key, num_samples=16)  # a scan of forms over batches
+    b = hutchinson_trace(ggn(apply_fn, params, whole, loss=loss), params, key, num_samples=16)
     np.testing.assert_allclose([a.mean, a.stderr], [b.mean, b.stderr], rtol=1e-10)
     n = g_whole.shape[0]
     exact = hutchpp_trace(dop, params, key, num_matvecs=3 * n)
@@ -497,8 +497,8 @@ def test_every_estimator_accepts_the_fisher_operators(name):
     n = a.shape[0]
     key = jax.random.key(17)
     # Hutchinson on quadratic forms equals Hutchinson on products probe by probe
-    forms = hutchinson_trace(op, params, key, num_probes=8)
-    products = hutchinson_trace(lambda v: op(v), params, key, num_probes=8)
+    forms = hutchinson_trace(op, params, key, num_samples=8)
+    products = hutchinson_trace(lambda v: op(v), params, key, num_samples=8)
     np.testing.assert_allclose(forms.mean, products.mean, rtol=1e-10)
     assert float(hutchpp_trace(op, params, key, num_matvecs=3 * n).mean) == pytest.approx(
         np.trace(a), rel=1e-9
@@ -513,7 +513,7 @@ def test_chunk_sizes_do_not_change_results():
     apply_fn, params, batch, loss, _ = make_case("cross_entropy")
     op = ggn(apply_fn, params, batch, loss=loss)
     key = jax.random.key(18)
-    hutch = [hutchinson_trace(op, params, key, num_probes=7, chunk_size=c) for c in (None, 3)]
+    hutch = [hutchinson_trace(op, params, key, num_samples=7, chunk_size=c) for c in (None, 3)]
     np.testing.assert_allclose([e.mean for e in hutch], hutch[0].mean, rtol=1e-12)
     np.testing.assert_allclose([e.stderr for e in hutch], hutch[0].stderr, rtol=1e-9)
     mc = [
@@ -541,8 +541,8 @@ def test_float32_in_float32_out():
     out = op(params)
     assert all(leaf.dtype == jnp.float32 for leaf in jax.tree_util.tree_leaves(out))
     assert op.form(params).dtype == jnp.float32
-    est = ggn_trace(apply_fn, params, batch, key, loss=loss, num_matvecs=4)
-    est64 = ggn_trace(apply64, params64, batch64, key, loss=loss, num_matvecs=4)
+    est = ggn_trace(apply_fn, params, batch, key, loss=loss, num_samples=4)
+    est64 = ggn_trace(apply64, params64, batch64, key, loss=loss, num_samples=4)
     assert est.mean.dtype == est.stderr.dtype == jnp.float32
     assert float(est.mean) == pytest.approx(float(est64.mean), rel=1e-4)
     assert empirical_fisher_trace(apply_fn, params, batch, loss=loss).dtype == jnp.float32
@@ -566,7 +566,7 @@ def test_operators_are_pytrees_with_static_callables():
 # --------------------------------------------------------------------------- compile once
 
 KERNELS = {
-    "ggn_trace": lambda f, p, b, k: ggn_trace(f, p, b, k, loss="squared_error", num_matvecs=3),
+    "ggn_trace": lambda f, p, b, k: ggn_trace(f, p, b, k, loss="squared_error", num_samples=3),
     "ggn_trace_hutchpp": lambda f, p, b, k: ggn_trace(
         f, p, b, k, loss="squared_error", num_matvecs=6, method="hutchpp"
     ),
@@ -574,7 +574,7 @@ KERNELS = {
         ggn(f, p, b, loss="squared_error"), p, k, k=1, num_steps=3
     ),
     "hutchinson(mc_fisher)": lambda f, p, b, k: hutchinson_trace(
-        mc_fisher(f, p, b, k, loss="squared_error"), p, k, num_probes=3
+        mc_fisher(f, p, b, k, loss="squared_error"), p, k, num_samples=3
     ),
     "hutchinson(dataset_ggn)": lambda f, p, b, k: hutchinson_trace(
         dataset_ggn(
@@ -582,7 +582,7 @@ KERNELS = {
         ),
         p,
         k,
-        num_probes=3,
+        num_samples=3,
     ),
     "empirical_fisher_trace": lambda f, p, b, k: empirical_fisher_trace(
         f, p, b, loss="squared_error", example_chunk_size=2
@@ -630,7 +630,7 @@ def runtime_cases():
         # (message start, function of one array argument, argument)
         (
             "params",
-            lambda p: ggn_trace(apply_fn, p, batch, key, loss=loss, num_matvecs=2).mean,
+            lambda p: ggn_trace(apply_fn, p, batch, key, loss=loss, num_samples=2).mean,
             nan,
         ),
         (
@@ -643,14 +643,14 @@ def runtime_cases():
         (
             "loss: non-finite loss",
             lambda p: (
-                ggn_trace(sqrt_model, p, (x1, x1), key, loss="squared_error", num_matvecs=2).mean
+                ggn_trace(sqrt_model, p, (x1, x1), key, loss="squared_error", num_samples=2).mean
             ),
             negative,
         ),
         (
             "batch: cross_entropy labels",
             lambda y: (
-                ggn_trace(apply_fn, params, (batch[0], y), key, loss=loss, num_matvecs=2).mean
+                ggn_trace(apply_fn, params, (batch[0], y), key, loss=loss, num_samples=2).mean
             ),
             bad_labels,
         ),
@@ -686,7 +686,7 @@ def runtime_cases():
                     ),
                     params,
                     key,
-                    num_probes=2,
+                    num_samples=2,
                 ).mean
             ),
             jnp.array([jnp.nan]),
@@ -707,7 +707,7 @@ def test_runtime_checks_switch_lets_nan_through():
     apply_fn, params, batch, loss, _ = make_case("cross_entropy")
     nan = {**params, "w1": params["w1"].at[0, 0].set(jnp.nan)}
     with runtime_checks(False):
-        est = ggn_trace(apply_fn, nan, batch, jax.random.key(23), loss=loss, num_matvecs=2)
+        est = ggn_trace(apply_fn, nan, batch, jax.random.key(23), loss=loss, num_samples=2)
     assert np.isnan(est.mean)
 
 
@@ -762,7 +762,7 @@ def bad_input_cases():
             "num_samples",
             lambda: mc_fisher_trace(apply_fn, params, batch, key, loss=loss, num_samples=1),
         ),
-        ("num_matvecs", lambda: ggn_trace(apply_fn, params, batch, key, loss=loss, num_matvecs=1)),
+        ("num_samples", lambda: ggn_trace(apply_fn, params, batch, key, loss=loss, num_samples=1)),
         (
             "num_matvecs",
             lambda: ggn_trace(
@@ -772,12 +772,12 @@ def bad_input_cases():
         (
             "method",
             lambda: ggn_trace(
-                apply_fn, params, batch, key, loss=loss, num_matvecs=4, method="exact"
+                apply_fn, params, batch, key, loss=loss, num_samples=4, method="exact"
             ),
         ),
         (
             "chunk_size",
-            lambda: ggn_trace(apply_fn, params, batch, key, loss=loss, num_matvecs=4, chunk_size=0),
+            lambda: ggn_trace(apply_fn, params, batch, key, loss=loss, num_samples=4, chunk_size=0),
         ),
         (
             "chunk_size",
@@ -809,7 +809,7 @@ def bad_input_cases():
         (
             "like",
             lambda: hutchinson_trace(
-                ggn(apply_fn, params, batch, loss=loss), {"w1": params["w1"]}, key, num_probes=2
+                ggn(apply_fn, params, batch, loss=loss), {"w1": params["w1"]}, key, num_samples=2
             ),
         ),
     ]
@@ -837,7 +837,7 @@ def test_memory_does_not_grow_with_probes_or_label_draws():
     ggn_sizes = [
         temp_bytes(
             lambda p, k, m=m: ggn_trace(
-                apply_fn, p, batch, k, loss=loss, num_matvecs=m, chunk_size=4
+                apply_fn, p, batch, k, loss=loss, num_samples=m, chunk_size=4
             ),
             params,
             key,
@@ -881,7 +881,7 @@ def sharded_results():
     out = {}
     op = ggn(apply_fn, params, batch, loss=loss)
     for chunk in (None, 3):  # 10 probes on 4 devices: uneven shares
-        est = hutchinson_trace(op, params, key, num_probes=10, chunk_size=chunk)
+        est = hutchinson_trace(op, params, key, num_samples=10, chunk_size=chunk)
         out[f"hutchinson-{chunk}"] = [float(est.mean), float(est.stderr)]
     est = hutchpp_trace(
         mc_fisher(apply_fn, params, batch, key, loss=loss),
