@@ -208,7 +208,9 @@ def search_call(kind, spec, x, num_signs, steps, chunk):
     kw = dict(project=spec["project"], num_steps=steps, step_size=1.0, **spec["extra"])
 
     def f(k):
-        est = kernel(spec["fn"], spec["params"], x, k, num_samples=num_signs, chunk_size=chunk, **kw)
+        est = kernel(
+            spec["fn"], spec["params"], x, k, num_samples=num_signs, chunk_size=chunk, **kw
+        )
         return est.mean, est.stderr
 
     return jax.jit(f)

@@ -152,7 +152,8 @@ def test_deprecated_aliases_are_retired_names(name, obj):
     sig = signature(obj)
     for old, new in renamed.items():
         assert old in retired(), f"{name}: alias {old!r} is not a retired name"
-        assert new in glossary() and new in sig.parameters, f"{name}: {old!r} -> {new!r}"
+        assert new in glossary(), f"{name}: {old!r} -> {new!r}"
+        assert new in sig.parameters, f"{name}: {old!r} -> {new!r}"
         assert old not in sig.parameters, f"{name}: {old!r} is still in the signature"
 
 

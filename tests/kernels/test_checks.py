@@ -39,7 +39,9 @@ def test_non_array_leaves_are_refused_naming_the_argument(kernel, what, leaf):
             perturbation=kernels.Perturbation("gaussian", 0.1),
             num_samples=2,
         ),
-        "hutchinson_like": lambda: kernels.hutchinson_trace(lambda v: v, params, key, num_samples=2),
+        "hutchinson_like": lambda: kernels.hutchinson_trace(
+            lambda v: v, params, key, num_samples=2
+        ),
     }
     name = "like" if kernel == "hutchinson_like" else "params"
     with pytest.raises(ValueError, match=rf"^{name}: leaf \['extra'\] is a .*eqx\.partition"):

@@ -413,7 +413,11 @@ def test_slq_moments_within_5_stderr():
     loss, params, batch, h = attention_case()
     n, num_probe_vectors = 47, 200
     q = slq_nodes(
-        hvp(loss, params, batch), params, jax.random.key(19), num_samples=num_probe_vectors, num_steps=6
+        hvp(loss, params, batch),
+        params,
+        jax.random.key(19),
+        num_samples=num_probe_vectors,
+        num_steps=6,
     )
     assert isinstance(q, QuadratureNodes)
     nodes, weights = np.asarray(q.nodes), np.asarray(q.weights)
@@ -565,7 +569,9 @@ def test_traced_once_for_new_keys_and_vmaps_over_keys():
 # --------------------------------------------------------------------------- compile once
 
 KERNELS = {
-    "hutchinson_trace": lambda loss, p, b, k: hutchinson_trace(hvp(loss, p, b), p, k, num_samples=4),
+    "hutchinson_trace": lambda loss, p, b, k: hutchinson_trace(
+        hvp(loss, p, b), p, k, num_samples=4
+    ),
     "hutchpp_trace": lambda loss, p, b, k: hutchpp_trace(hvp(loss, p, b), p, k, num_matvecs=6),
     "hessian_trace": lambda loss, p, b, k: hessian_trace(loss, p, b, k, num_samples=4),
     "hessian_trace_hutchpp": lambda loss, p, b, k: hessian_trace(

@@ -132,7 +132,9 @@ def test_linear_within_stderr_of_exact(p, run):
     x = np.random.default_rng(1).normal(size=(12, 5))
     exact, sd = linear_reference(x, p, 2.0)
     num = 2000
-    est = run(lambda: rad.rademacher_linear(jnp.asarray(x), KEY, norm=p, radius=2.0, num_samples=num))
+    est = run(
+        lambda: rad.rademacher_linear(jnp.asarray(x), KEY, norm=p, radius=2.0, num_samples=num)
+    )
     assert abs(float(est.mean) - exact) <= 5 * float(est.stderr)
     # reported stderr within 20% of the closed-form sd / sqrt(K)
     np.testing.assert_allclose(est.stderr, sd / math.sqrt(num), rtol=0.2)
@@ -260,7 +262,9 @@ def test_bad_chunk_size_raises_everywhere(chunk_size):
     with pytest.raises(ValueError, match="chunk_size"):
         rad.rademacher_linear(x, KEY, norm=2, radius=1.0, num_samples=4, chunk_size=chunk_size)
     with pytest.raises(ValueError, match="chunk_size"):
-        rad.rademacher_finite(take_rows, x, KEY, num_samples=4, num_members=4, chunk_size=chunk_size)
+        rad.rademacher_finite(
+            take_rows, x, KEY, num_samples=4, num_members=4, chunk_size=chunk_size
+        )
     with pytest.raises(ValueError, match="chunk_size"):
         rad.rademacher_search(
             linear_fn,
@@ -598,7 +602,9 @@ def test_compile_once_search():
 
 def jitted_kernels(x):
     """Fresh user-jitted calls (the switch applies to programs traced after it is set)."""
-    linear = jax.jit(lambda x, r: rad.rademacher_linear(x, KEY, norm=2, radius=r, num_samples=4).mean)
+    linear = jax.jit(
+        lambda x, r: rad.rademacher_linear(x, KEY, norm=2, radius=r, num_samples=4).mean
+    )
     search = jax.jit(
         lambda w: rad.rademacher_search(linear_fn, w, x, KEY, **search_kw(num_steps=2)).mean
     )
@@ -1095,7 +1101,8 @@ def test_float32_linear_agrees_with_float64_at_2_24_draws():
 @pytest.mark.parametrize(
     ("name", "call"),
     [
-        ("radius", lambda v: rad.rademacher_linear(jnp.eye(3), KEY, norm=2, radius=v, num_samples=4)),
+        ("radius", lambda v: rad.rademacher_linear(jnp.eye(3), KEY, norm=2, radius=v,
+                                                   num_samples=4)),
         ("step_size", lambda v: rad.rademacher_search(linear_fn, jnp.ones(3), jnp.eye(3), KEY,
                                                       **search_kw(step_size=v))),
         ("readout_radius", lambda v: rad.rademacher_readout_search(
