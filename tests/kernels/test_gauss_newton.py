@@ -262,7 +262,7 @@ def test_ggn_trace(method):
     n = g.shape[0]
     if method == "hutchpp":  # 3n products: the sketch spans the space, the trace is exact
         est = ggn_trace(
-            apply_fn, params, batch, jax.random.key(7), loss=loss, num_samples=3 * n, method=method
+            apply_fn, params, batch, jax.random.key(7), loss=loss, num_matvecs=3 * n, method=method
         )
         assert float(est.mean) == pytest.approx(np.trace(g), rel=1e-10)
         return
