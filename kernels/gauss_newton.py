@@ -599,7 +599,7 @@ class _DatasetOperator(_LossOperator):
         """Runtime checks of finite ``params`` and ``weights`` and of the labels' range."""
         ok = jnp.logical_and(_check_params(self.params), _all_finite(self.weights))
         check_finite(self.weights, "weights")
-        if self.loss == "cross_entropy":
+        if self.loss in ("cross_entropy", "logistic"):
             inputs = jax.tree_util.tree_map(lambda a: a[0], self.batches[0])
             shape = _output_spec(self.apply_fn, self.params, inputs).shape
             ok = jnp.logical_and(ok, _check_labels(self.loss, shape, self.batches[1]))

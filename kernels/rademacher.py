@@ -1268,7 +1268,8 @@ def _draw_statistics(
     stats = sample_statistics(sample, key, num_samples=num_samples, chunk_size=chunk_size)
     chain.require(
         stats.num_nonfinite == 0,
-        f"{name}: non-finite value at {{}} of the {num_samples} sign vectors",
+        f"{name}: non-finite value at {{}} of the {num_samples} sign vectors (NaN, or beyond "
+        f"the range of {np.dtype(sup.dtype).name})",
         stats.num_nonfinite,
     )
     return stats

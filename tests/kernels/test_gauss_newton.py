@@ -921,3 +921,139 @@ def test_sharded_equals_single_device():
     assert sharded.keys() == single.keys()
     for name, values in single.items():
         np.testing.assert_allclose(sharded[name], values, rtol=1e-10, atol=1e-14, err_msg=name)
+
+
+# ------------------------------------------------------- logistic labels in [0, 1] (issue 30)
+
+
+def logistic_entry_points():
+    """Every GGN / Fisher entry point with the logistic loss, as a function of the labels."""
+    apply_fn, params, batch, _, _, _ = case("logistic")
+    x, key = batch[0], jax.random.key(5)
+    stacked = jax.tree_util.tree_map(lambda a: a[None], batch)
+    return (
+        params,
+        batch[1],
+        {
+            "ggn": lambda y: ggn(apply_fn, params, (x, y), loss="logistic")(params),
+            "ggn_trace": lambda y: (
+                ggn_trace(apply_fn, params, (x, y), key, loss="logistic", num_samples=2).mean
+            ),
+            "empirical_fisher": lambda y: empirical_fisher(
+                apply_fn, params, (x, y), loss="logistic"
+            )(params),
+            "empirical_fisher_trace": lambda y: empirical_fisher_trace(
+                apply_fn, params, (x, y), loss="logistic"
+            ),
+            "mc_fisher": lambda y: mc_fisher(
+                apply_fn, params, (x, y), key, loss="logistic", num_samples=2
+            )(params),
+            "mc_fisher_trace": lambda y: (
+                mc_fisher_trace(apply_fn, params, (x, y), key, loss="logistic", num_samples=2).mean
+            ),
+            "dataset_ggn": lambda y: dataset_ggn(
+                apply_fn, params, (stacked[0], y[None]), loss="logistic"
+            )(params),
+            "dataset_empirical_fisher": lambda y: dataset_empirical_fisher(
+                apply_fn, params, (stacked[0], y[None]), loss="logistic"
+            )(params),
+            "dataset_mc_fisher": lambda y: dataset_mc_fisher(
+                apply_fn, params, (stacked[0], y[None]), key, loss="logistic", num_samples=2
+            )(params),
+        },
+    )
+
+
+LOGISTIC_ENTRY_POINTS = sorted(logistic_entry_points()[2])
+
+
+@pytest.mark.parametrize("entry", LOGISTIC_ENTRY_POINTS)
+@pytest.mark.parametrize("bad", ["digits", "negative", "nan"])
+def test_logistic_labels_outside_0_1_raise_eagerly_and_under_jit(entry, bad):
+    _, labels, calls = logistic_entry_points()
+    fn = calls[entry]
+    n = labels.shape[0]
+    bad_labels = {
+        "digits": jnp.arange(n, dtype=labels.dtype) % 10 + 1.0,  # labels 1..5 (0..9 style)
+        "negative": labels.at[0].set(-1.0),
+        "nan": labels.at[0].set(jnp.nan),
+    }[bad]
+    with pytest.raises(ValueError, match=r"^batch: logistic labels must lie in \[0, 1\]"):
+        jax.block_until_ready(fn(bad_labels))
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        jax.block_until_ready(jax.jit(fn)(bad_labels))
+    from kernels._checks import failed_check_message
+
+    assert failed_check_message(info.value) == "batch: logistic labels must lie in [0, 1]"
+
+
+@pytest.mark.parametrize("entry", LOGISTIC_ENTRY_POINTS)
+def test_logistic_soft_labels_in_0_1_pass(entry):
+    _, labels, calls = logistic_entry_points()
+    soft = jnp.linspace(0.0, 1.0, labels.shape[0], dtype=labels.dtype)  # ends included
+    out = jax.tree_util.tree_leaves(calls[entry](soft))
+    assert all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in out)
+
+
+# ------------------------------------------------- a loss where apply_fn is expected (issue 30)
+
+
+def loss_fn_of_a_batch(params, batch):
+    """A loss (params, batch) -> scalar: what hessian_trace takes, not an apply_fn."""
+    x, y = batch
+    return jnp.mean((scalar_mlp(params, x) - y) ** 2)
+
+
+def scalar_model(params, x):
+    """Returns one number for the whole batch (a loss-like apply_fn)."""
+    return jnp.sum(scalar_mlp(params, x))
+
+
+@pytest.mark.parametrize("fn", [loss_fn_of_a_batch, scalar_model], ids=["loss", "scalar"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "ggn",
+        "ggn_trace",
+        "empirical_fisher",
+        "empirical_fisher_trace",
+        "mc_fisher",
+        "mc_fisher_trace",
+        "dataset_ggn",
+        "dataset_empirical_fisher",
+        "dataset_mc_fisher",
+    ],
+)
+def test_a_loss_passed_as_apply_fn_names_hessian_trace(fn, entry):
+    _, params, batch, _, _, _ = case("logistic")
+    key = jax.random.key(6)
+    stacked = jax.tree_util.tree_map(lambda a: a[None], batch)
+    kw = dict(loss="squared_error")
+    call = {
+        "ggn": lambda: ggn(fn, params, batch, **kw)(params),
+        "ggn_trace": lambda: ggn_trace(fn, params, batch, key, num_samples=2, **kw),
+        "empirical_fisher": lambda: empirical_fisher(fn, params, batch, **kw)(params),
+        "empirical_fisher_trace": lambda: empirical_fisher_trace(fn, params, batch, **kw),
+        "mc_fisher": lambda: mc_fisher(fn, params, batch, key, num_samples=2, **kw)(params),
+        "mc_fisher_trace": lambda: mc_fisher_trace(fn, params, batch, key, num_samples=2, **kw),
+        "dataset_ggn": lambda: dataset_ggn(fn, params, stacked, **kw)(params),
+        "dataset_empirical_fisher": lambda: dataset_empirical_fisher(fn, params, stacked, **kw)(
+            params
+        ),
+        "dataset_mc_fisher": lambda: dataset_mc_fisher(
+            fn, params, stacked, key, num_samples=2, **kw
+        )(params),
+    }[entry]
+    with pytest.raises(ValueError, match=r"^apply_fn: ") as info:
+        call()
+    message = str(info.value)
+    assert "hessian_trace" in message
+    assert "batch=(inputs, targets)" in message
+
+
+def test_a_batch_that_is_not_a_pair_is_described():
+    apply_fn, params, batch, loss, _, _ = case("logistic")
+    with pytest.raises(ValueError, match=r"^batch: expected a pair \(inputs, targets\)") as info:
+        ggn_trace(apply_fn, params, batch[0], jax.random.key(0), loss=loss, num_samples=2)
+    assert "float64[5, 3] array" in str(info.value)
+    assert "Tracer" not in str(info.value)

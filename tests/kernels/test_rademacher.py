@@ -1116,3 +1116,86 @@ def test_array_options_must_be_scalars(name, call):
     two-valued estimate): a ValueError names the option."""
     with pytest.raises(ValueError, match=rf"^{name}: expected a scalar, got an array of shape"):
         call(jnp.ones(2))
+
+
+# ------------------------------------------------- huge values: scaled statistics (issue 30)
+
+
+def _linear_reference(x64, norm, readout, k):
+    """float64 sups of the kernel's own draws (sign_vectors rows) for inputs ``x64``."""
+    n = x64.shape[0]
+    s = np.asarray(rad.sign_vectors(KEY, num_samples=k, num_examples=n, dtype=jnp.float64))
+    v = s @ x64
+    if isinstance(norm, tuple):
+        q, p = norm
+        scale = np.linalg.norm(readout, ord=norms.dual_exponent(q))
+        return scale * np_dual(v, p) / n
+    return np_dual(v, norm) / n
+
+
+@pytest.mark.parametrize("norm", [2, 1, np.inf, 3.0, (2, 1), (1, np.inf), (np.inf, 2)])
+def test_linear_huge_inputs_give_finite_stderr(norm):
+    rng = np.random.default_rng(30)
+    x = jnp.asarray(1e20 * rng.standard_normal((64, 8)), jnp.float32)
+    readout = None
+    if isinstance(norm, tuple):
+        readout = jnp.asarray([1.0, -2.0, 0.5], jnp.float32)
+    k = 256
+    est = rad.rademacher_linear(
+        x, KEY, norm=norm, radius=1.0, num_samples=k, readout=readout, precision="highest"
+    )
+    ro = None if readout is None else np.asarray(readout, np.float64)
+    vals = _linear_reference(np.asarray(x, np.float64), norm, ro, k)
+    assert np.isfinite(float(est.stderr))
+    np.testing.assert_allclose(float(est.mean), vals.mean(), rtol=1e-5)
+    np.testing.assert_allclose(float(est.stderr), vals.std(ddof=1) / np.sqrt(k), rtol=1e-4)
+    assert np.isfinite(float(est.lower))
+    assert np.isfinite(float(est.upper))
+
+
+def test_linear_scaling_is_exact():
+    """Inputs times 2**60: the estimate times 2**60, bit for bit (powers of two are exact)."""
+    rng = np.random.default_rng(31)
+    x = jnp.asarray(rng.standard_normal((32, 5)), jnp.float32)
+    kw = dict(norm=2, radius=1.0, num_samples=64, precision="highest")
+    small = rad.rademacher_linear(x, KEY, **kw)
+    big = rad.rademacher_linear(x * 2.0**60, KEY, **kw)
+    assert float(big.mean) == float(small.mean) * 2.0**60
+    assert float(big.stderr) == float(small.stderr) * 2.0**60
+
+
+def test_linear_result_beyond_the_range_raises_naming_inputs():
+    x = jnp.full((64, 8), 3e38, jnp.float32)
+    kw = dict(norm=np.inf, radius=10.0, num_samples=16)
+    message = r"^inputs: non-finite value at 16 of the 16 sign vectors \(NaN, or beyond the range"
+    with pytest.raises(ValueError, match=message):
+        rad.rademacher_linear(x, KEY, **kw)
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        jax.jit(lambda a: rad.rademacher_linear(a, KEY, **kw).mean)(x).block_until_ready()
+    assert _checks.failed_check_message(info.value).startswith("inputs: non-finite value at")
+
+
+def test_finite_huge_outputs_give_finite_stderr():
+    rng = np.random.default_rng(32)
+    v = jnp.asarray(1e20 * rng.standard_normal((7, 40)), jnp.float32)
+    k = 128
+    est = rad.rademacher_finite(take_rows, v, KEY, num_samples=k, num_members=7)
+    s = np.asarray(rad.sign_vectors(KEY, num_samples=k, num_examples=40, dtype=jnp.float64))
+    vals = (s @ np.asarray(v, np.float64).T).max(axis=1) / 40
+    assert np.isfinite(float(est.stderr))
+    np.testing.assert_allclose(float(est.mean), vals.mean(), rtol=1e-5)
+    np.testing.assert_allclose(float(est.stderr), vals.std(ddof=1) / np.sqrt(k), rtol=1e-4)
+    with pytest.raises(ValueError, match=r"^outputs_fn: non-finite value .* beyond the range"):
+        rad.rademacher_finite(
+            take_rows, jnp.full((3, 4), 3e38, jnp.float32), KEY, num_samples=4, num_members=3
+        )
+
+
+@pytest.mark.parametrize("norm", [0.5, -1, float("nan"), "two", (2, 0.5), (0, 2)])
+def test_linear_bad_norm_names_norm(norm):
+    readout = jnp.ones(2) if isinstance(norm, tuple) else None
+    with pytest.raises(ValueError, match=r"^norm: ") as info:
+        rad.rademacher_linear(
+            jnp.eye(3), KEY, norm=norm, radius=1.0, num_samples=4, readout=readout
+        )
+    assert "exponent in [1, inf]" in str(info.value)
