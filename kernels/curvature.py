@@ -87,6 +87,7 @@ from jax.flatten_util import ravel_pytree
 from kernels._backend import is_accelerator
 from kernels._checks import (
     check_array_leaves,
+    check_chunk_size,
     check_finite,
     check_key,
     check_positive,
@@ -155,11 +156,6 @@ def _check_floating(tree: Any, name: str) -> None:
         raise ValueError(f"{name}: expected at least one element, got leaves of shapes {shapes}")
 
 
-def _chunk(chunk_size: int | None) -> int:
-    """Validate ``chunk_size``; ``None`` means one probe at a time."""
-    return 1 if chunk_size is None else check_positive_int(chunk_size, "chunk_size")
-
-
 # Hutchinson's chunk_size="auto": probes one at a time on a CPU (vectorising them measured
 # slower there), this many vectorised on an accelerator (the 54k-parameter reference model on
 # an H100: 0.53 gradients per probe one at a time, 0.30 in chunks of 16)
@@ -168,9 +164,8 @@ _ACCELERATOR_PROBES = 16
 
 def _auto_chunk(chunk_size: Any) -> int:
     """``chunk_size`` with ``"auto"`` resolved for the devices kernels run on (validated)."""
-    if isinstance(chunk_size, str) and chunk_size == "auto":
-        return _ACCELERATOR_PROBES if is_accelerator() else 1
-    return _chunk(chunk_size)
+    chunk = check_chunk_size(chunk_size, auto=_ACCELERATOR_PROBES if is_accelerator() else None)
+    return 1 if chunk is None else chunk
 
 
 def _all_finite(tree: Any) -> jax.Array:
