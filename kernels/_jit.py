@@ -8,7 +8,11 @@ A second call with the same callable, the same static options and arrays of the 
 dtypes therefore compiles nothing. Callables are keyed by identity: pass data through the
 kernel's ``batch`` argument (``loss_fn(params, batch)``) instead of closing over it in a new
 ``lambda`` per call. Python floats are static, so a new ``sigma=0.02`` compiles again; pass
-``jnp.asarray(sigma)`` to vary it without recompiling.
+``jnp.asarray(sigma)`` to vary it without recompiling. A parameter annotated as an int (a count,
+a size, a ``chunk_size``) is static whatever type the caller passes: a concrete NumPy or JAX
+integer scalar (``np.int64(16)``, ``jnp.int32(16)``, a 0-d integer array) becomes the int 16, any
+other concrete array reaches the kernel's own check unchanged (so its error describes it), and a
+traced value stays traced (the kernel refuses it: a count fixes the program's shapes).
 
 Inside a user's ``jax.jit`` / ``vmap`` / ``grad`` the wrapped kernel is an inner ``jit`` call,
 which JAX inlines into the outer program.

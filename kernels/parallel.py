@@ -105,10 +105,10 @@ def check_num_samples(value: Any, name: str = "num_samples", minimum: int = 1) -
 
     >>> check_num_samples(2**40)
     1099511627776
-    >>> check_num_samples(2**54, "num_draws")  # doctest: +ELLIPSIS
+    >>> check_num_samples(2**54, "num_samples")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: num_draws: at most 2**53 Monte Carlo samples ..., got 18014398509481984
+    ValueError: num_samples: at most 2**53 Monte Carlo samples ..., got 18014398509481984
     """
     num = check_positive_int(value, name, minimum)
     if num > MAX_SAMPLES:
