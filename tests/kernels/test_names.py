@@ -32,6 +32,10 @@ def linear_apply(w, x):
     return x @ w
 
 
+def parity(bits):
+    return jnp.prod(1.0 - 2.0 * bits.astype(jnp.float32))
+
+
 PARAMS = {"w": jnp.ones(4)}
 BATCH = jnp.array([1.0, 2.0, 3.0, 4.0])
 GGN_BATCH = (jnp.eye(4), jnp.zeros(4))
@@ -301,6 +305,60 @@ COUNTS = {
         ),
         {"num_samples": 4, "num_probes": 3, "chunk_size": 2},
     ),
+    "perturbed_hessian_traces": (
+        lambda **c: kernels.perturbed_hessian_traces(
+            quad_loss, PARAMS, BATCH, KEY, perturbation=kernels.Perturbation("gaussian", 0.1), **c
+        ),
+        {"num_samples": 3, "num_probes": 2, "chunk_size": 2},
+    ),
+    "worst_case_sharpness": (
+        lambda **c: kernels.worst_case_sharpness(
+            quad_loss, PARAMS, BATCH, KEY, perturbation=kernels.Perturbation("l2_ball", 0.1), **c
+        ),
+        {"num_steps": 3, "num_restarts": 2},
+    ),
+    "sigma_search": (
+        lambda **c: (
+            kernels.sigma_search(
+                quad_loss,
+                PARAMS,
+                BATCH,
+                KEY,
+                perturbation=kernels.Perturbation("gaussian", 0.1),
+                target_increase=0.01,
+                **c,
+            ).sigma
+        ),
+        {"num_samples": 4, "num_steps": 3, "chunk_size": 2},
+    ),
+    "mc_fisher": (
+        lambda **c: kernels.mc_fisher(
+            linear_apply, jnp.zeros(4), GGN_BATCH, KEY, loss="squared_error", **c
+        )(jnp.ones(4)),
+        {"num_samples": 3},
+    ),
+    "low_degree_test": (
+        lambda num_bits=4, **c: (
+            kernels.testers.low_degree_test(parity, num_bits, KEY, **c).accepted
+        ),
+        {"num_bits": 4, "degree": 3, "num_trials": 6, "chunk_size": 2},
+    ),
+    "sparsity_test": (
+        lambda **c: kernels.testers.sparsity_test(parity, 4, KEY, **c).accepted,
+        {"sparsity": 4, "num_restrict": 2, "num_trials": 6, "chunk_size": 2},
+    ),
+    "dudley_integral": (
+        lambda **c: kernels.dudley_integral(lambda e: 1.0 / e**2, radius=1.0, **c).value,
+        {"num_examples": 10, "num_grid": 64},
+    ),
+    "maurey_sparsify": (
+        lambda **c: kernels.maurey_sparsify(jnp.array([0.5, -0.25, 0.25]), KEY, radius=1.0, **c),
+        {"num_atoms": 5},
+    ),
+    "sign_chunk": (
+        lambda **c: rad.sign_chunk(KEY, 1, **c),
+        {"chunk_size": 3, "num_examples": 5},
+    ),
     "map_chunked": (
         lambda **c: kernels.parallel.map_chunked(lambda x: x**2, jnp.arange(5.0), **c),
         {"chunk_size": 2},
@@ -398,10 +456,6 @@ def test_describe_never_shows_a_tracer():
 
 
 # ----------------------------------------------------------------- chunk_size="auto" everywhere
-
-
-def parity(bits):
-    return jnp.prod(1.0 - 2.0 * bits.astype(jnp.float32))
 
 
 GAUSS = kernels.Perturbation("gaussian", 0.1)
