@@ -648,11 +648,11 @@ def check_positive(value: Any, name: str) -> None:
     if isinstance(value, bool) or not (
         isinstance(value, int | float | np.integer | np.floating | np.ndarray | jax.Array)
     ):
-        raise ValueError(f"{name}: expected a finite value > 0, got {value!r}")
+        raise ValueError(f"{name}: expected a finite value > 0, got {describe(value)}")
     if is_concrete(value):
         arr = np.asarray(value)
         if not (np.all(np.isfinite(arr)) and np.all(arr > 0)):
-            _fail(f"{name}: expected a finite value > 0, got {value!r}")
+            _fail(f"{name}: expected a finite value > 0, got {describe(value)}")
         return
     check_that(
         jnp.logical_and(jnp.isfinite(value), value > 0),
@@ -742,7 +742,7 @@ def check_chunk_size(value: Any, name: str = "chunk_size", auto: Any = None) -> 
         return None
     if isinstance(value, str):
         if value != "auto":
-            raise ValueError(f"{name}: expected None, an int >= 1 or 'auto', got {value!r}")
+            raise ValueError(f"{name}: expected None, an int >= 1 or 'auto', got {describe(value)}")
         return auto
     try:
         return check_positive_int(value, name)

@@ -93,6 +93,7 @@ from kernels._checks import (
     check_positive,
     check_positive_int,
     check_that,
+    describe,
 )
 from kernels._jit import compile_once
 from kernels._names import method_count, renamed_kwargs
@@ -741,7 +742,7 @@ def _setup(matvec: Any, like: Any, linear: tuple | None = None, linearize: bool 
 
 def _check_linearize(linearize: Any) -> bool:
     if not isinstance(linearize, (bool, np.bool_)):
-        raise ValueError(f"linearize: expected True or False, got {linearize!r}")
+        raise ValueError(f"linearize: expected True or False, got {describe(linearize)}")
     return bool(linearize)
 
 

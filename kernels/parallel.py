@@ -67,7 +67,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from kernels import _accumulate as dw
 from kernels._backend import auto_chunk_size
-from kernels._checks import check_chunk_size, check_key, check_positive_int
+from kernels._checks import check_chunk_size, check_key, check_positive_int, describe
 from kernels._devices import sample_devices, using_devices
 from kernels.estimate import Estimate
 
@@ -219,7 +219,7 @@ def sample_key(key: jax.Array, index: Any) -> jax.Array:
         return _derive(key, jnp.asarray(hi), jnp.asarray(lo))
     index = jnp.asarray(index)
     if not jnp.issubdtype(index.dtype, jnp.integer) or index.shape != ():
-        raise ValueError(f"index: expected an int or an integer scalar, got {index!r}")
+        raise ValueError(f"index: expected an int or an integer scalar, got {describe(index)}")
     return _derive(key, jnp.zeros((), jnp.uint32), index.astype(jnp.uint32))
 
 

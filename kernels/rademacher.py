@@ -127,6 +127,7 @@ from kernels._checks import (
     check_key,
     check_positive_int,
     check_that,
+    describe,
     runtime_checks,
     runtime_checks_enabled,
 )
@@ -275,7 +276,7 @@ def _check_delta(delta: Any) -> float | None:
     if delta is None:
         return None
     if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 < delta < 1:
-        raise ValueError(f"delta: expected a Python float in (0, 1) or None, got {delta!r}")
+        raise ValueError(f"delta: expected a Python float in (0, 1) or None, got {describe(delta)}")
     return float(delta)
 
 
@@ -367,7 +368,9 @@ def sign_chunk(
     else:
         index = jnp.asarray(chunk_index)
         if not jnp.issubdtype(index.dtype, jnp.integer) or index.shape != ():
-            raise ValueError(f"chunk_index: expected an int or an integer scalar, got {index!r}")
+            raise ValueError(
+                f"chunk_index: expected an int or an integer scalar, got {describe(index)}"
+            )
         start = jnp.stack(_mul_words(index.astype(jnp.uint32), size))
     return _sign_rows(key, start, num_rows=size, num_examples=num_examples, dtype=dtype)
 
@@ -411,7 +414,7 @@ def _check_exponent(value: Any, prefix: str) -> float:
     except (TypeError, ValueError):
         exponent = math.nan
     if isinstance(value, bool) or math.isnan(exponent) or exponent < 1:
-        raise ValueError(f"{prefix}expected an exponent in [1, inf], got {value!r}")
+        raise ValueError(f"{prefix}expected an exponent in [1, inf], got {describe(value)}")
     return exponent
 
 

@@ -73,6 +73,7 @@ from kernels._checks import (
     check_positive,
     check_positive_int,
     check_that,
+    describe,
     is_concrete,
 )
 from kernels._jit import compile_once
@@ -400,7 +401,7 @@ def _setup(
     dtype = flat.dtype
     scale = perturbation.scale
     if not _is_number(scale) or jnp.shape(scale) != ():
-        raise ValueError(f"{perturbation.scale_name}: expected a scalar > 0, got {scale!r}")
+        raise ValueError(f"{perturbation.scale_name}: expected a scalar > 0, got {describe(scale)}")
     mask = _mask_vector(perturbation.mask, params)
     if not mask.any():
         raise ValueError("perturbation.mask: matches no parameter")
@@ -554,7 +555,7 @@ def _check_chunk(chunk_size: Any, params: Any) -> int | None:
 
 def _check_bool(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
-        raise ValueError(f"{name}: expected a bool, got {value!r}")
+        raise ValueError(f"{name}: expected a bool, got {describe(value)}")
     return value
 
 

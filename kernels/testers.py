@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._checks import check_finite, check_key, check_positive_int, ensure_that
+from kernels._checks import check_finite, check_key, check_positive_int, describe, ensure_that
 from kernels._jit import compile_once
 from kernels.estimate import Estimate
 from kernels.parallel import MAX_SAMPLES, check_num_samples, sample_statistics
@@ -120,11 +120,11 @@ def num_trials_for(eps: float, delta: float) -> int:
     """
     for name, value in (("eps", eps), ("delta", delta)):
         if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
-            raise ValueError(f"{name}: expected a number, got {value!r}")
+            raise ValueError(f"{name}: expected a number, got {describe(value)}")
     if not (0.0 < eps <= 1.0):
-        raise ValueError(f"eps: expected a value in (0, 1], got {eps!r}")
+        raise ValueError(f"eps: expected a value in (0, 1], got {describe(eps)}")
     if not (0.0 < delta < 1.0):
-        raise ValueError(f"delta: expected a value in (0, 1), got {delta!r}")
+        raise ValueError(f"delta: expected a value in (0, 1), got {describe(delta)}")
     trials = max(1, math.ceil(-math.log(delta) / eps))
     if trials > MAX_SAMPLES:
         raise ValueError(
@@ -215,7 +215,7 @@ def _run_trials(trial, key: jax.Array, num_trials: int, queries: int, chunk_size
 
 def _check_tolerance(value: Any, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < np.inf:
-        raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
+        raise ValueError(f"{name}: expected a finite number >= 0, got {describe(value)}")
 
 
 def _check_degree_args(num_bits: int, degree: int, rtol: float, atol: float) -> tuple[int, int]:
@@ -451,7 +451,7 @@ def _sparsity(fn, num_bits, key, *, sparsity, num_restrict, num_trials, eps, chu
         raise ValueError(f"num_restrict: expected <= num_bits = {num_bits}, got {num_restrict}")
     _check_tolerance(eps, "eps")
     if eps == 0:
-        raise ValueError(f"eps: expected a value > 0, got {eps!r}")
+        raise ValueError(f"eps: expected a value > 0, got {describe(eps)}")
     check_key(key)
     trial = _sparsity_trial(fn, args, num_bits, num_restrict, sparsity, eps)
     return _run_trials(trial, key, num_trials, 2**num_restrict, chunk_size)

@@ -591,3 +591,46 @@ def test_chunk_size_auto_none_and_ints_everywhere(name):
         with pytest.raises(ValueError, match=r"^chunk_size: expected") as info:
             call(chunk_size=bad)
         assert "Tracer" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        (
+            "delta",
+            lambda: rad.rademacher_linear(
+                jnp.eye(3), KEY, norm=2, radius=1.0, num_samples=4, delta=jnp.float32(0.05)
+            ),
+        ),
+        (
+            "linearize",
+            lambda: kernels.top_eigenvalues(
+                diag_mv, 4, KEY, k=1, num_steps=2, linearize=jnp.bool_(True)
+            ),
+        ),
+        (
+            "antithetic",
+            lambda: kernels.average_sharpness(
+                *SHARP, perturbation=GAUSS, num_samples=4, antithetic=jnp.bool_(True)
+            ),
+        ),
+        (
+            "eps",
+            lambda: kernels.testers.sparsity_test(
+                parity, 4, KEY, sparsity=4, num_restrict=2, num_trials=4, eps=jnp.float32(2.0)
+            ),
+        ),
+        (
+            "chunk_size",
+            lambda: kernels.hutchinson_trace(
+                diag_mv, 4, KEY, num_samples=4, chunk_size=jnp.float32(2.0)
+            ),
+        ),
+    ],
+)
+def test_array_arguments_are_described_not_shown_as_tracers(name, call):
+    with pytest.raises(ValueError, match=f"^{name}: ") as info:
+        call()
+    message = str(info.value)
+    assert "Tracer" not in message
+    assert "[] array" in message
