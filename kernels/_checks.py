@@ -688,7 +688,9 @@ def describe(value: Any) -> str:
     """A short description of an argument's value for an error message (never a tracer's repr).
 
     >>> describe(np.zeros(2, np.float32)), describe(2.5), describe(np.float64(2.0))
-    ('float32[2] array', '2.5', 'float64 scalar 2.0')
+    ('float32[2] array [0.0, 0.0]', '2.5', 'float64 scalar 2.0')
+    >>> describe(np.zeros((3, 4)))
+    'float64[3, 4] array'
     """
     if isinstance(value, jax.core.Tracer):
         aval = getattr(value, "aval", None)
@@ -697,7 +699,10 @@ def describe(value: Any) -> str:
     if isinstance(value, np.generic):
         return f"{value.dtype.name} scalar {value.item()!r}"
     if isinstance(value, np.ndarray | jax.Array):
-        return f"{_dtype_name(value.dtype)}{list(value.shape)} array"
+        text = f"{_dtype_name(value.dtype)}{list(value.shape)} array"
+        if value.size <= 4 and not _is_key_array(value):  # a concrete scalar or pair: its values
+            text += f" {np.asarray(value).tolist()!r}"
+        return text
     text = repr(value)
     return text if len(text) <= 80 else f"{type(value).__name__} {text[:60]}..."
 
