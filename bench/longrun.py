@@ -42,7 +42,7 @@ def main() -> None:
     kw = dict(norm=2, radius=1.0)
 
     t0 = time.perf_counter()
-    lowered = jax.jit(lambda x, k: kernels.rademacher_linear(x, k, num_draws=num, **kw)).lower(
+    lowered = jax.jit(lambda x, k: kernels.rademacher_linear(x, k, num_samples=num, **kw)).lower(
         x, key
     )
     compiled = lowered.compile()

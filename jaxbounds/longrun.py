@@ -46,6 +46,7 @@ import numpy as np
 
 from jaxbounds._atomic import Interrupted, SignalGuard, write_json_atomic
 from kernels.blocks import MonteCarloBlocks, MonteCarloState, merge_states
+from kernels.estimate import Estimate
 
 __all__ = [
     "LongRun",
@@ -160,13 +161,42 @@ def target_reached(
     return np.logical_and(ok, np.asarray(stderr) <= bound)
 
 
-def _stream(state: MonteCarloState) -> tuple[float, float]:
+def _raw_stream(state: MonteCarloState) -> tuple[float, float]:
+    """Mean and standard error of the stream's values (first element), as the state holds them."""
     stats = state.stats()
     mean = float(np.reshape(np.asarray(stats.mean), (-1,))[0])
     if state.count < 2:
         return mean, math.inf
     m2 = float(np.reshape(np.asarray(stats.m2), (-1,))[0])
     return mean, math.sqrt(m2 / (state.count - 1) / state.count)
+
+
+def _primary(result: Any) -> tuple[float, float]:
+    """Mean and standard error (first element) of a kernel's Estimate (or of its ``average``)."""
+    est = result if isinstance(result, Estimate) else getattr(result, "average", None)
+    if not isinstance(est, Estimate):
+        raise ValueError(f"blocks: the kernel's result {type(result).__name__} has no Estimate")
+    mean = float(np.reshape(np.asarray(est.mean), (-1,))[0])
+    return mean, float(np.reshape(np.asarray(est.stderr), (-1,))[0])
+
+
+def _estimate_map(blocks: MonteCarloBlocks, state: MonteCarloState) -> tuple[float, float]:
+    """``(a, b)`` with the kernel's mean ``a * m + b`` and stderr ``a * s`` from the stream's.
+
+    A kernel may keep its stream in other units than its estimate (the Rademacher kernels hold
+    their sups times a power of two, against overflow); the map is read once from the kernel's
+    own estimate of one state (one program), so progress and the stopping rule speak the
+    estimate's units.
+    """
+    mean, stderr = _primary(blocks.estimate(state))
+    raw_mean, raw_stderr = _raw_stream(state)
+    if math.isfinite(raw_stderr) and raw_stderr > 0 and math.isfinite(stderr):
+        a = stderr / raw_stderr
+    elif raw_mean != 0 and math.isfinite(mean):
+        a = mean / raw_mean
+    else:
+        a = 1.0
+    return a, mean - a * raw_mean
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -256,7 +286,7 @@ def run_processes(
     state = merge_states(*[MonteCarloState.from_json(part["state"]) for part in parts])
     with kernels.using_devices(jax.local_devices()):
         estimate = blocks.estimate(state)
-    mean, stderr = _stream(state)
+    mean, stderr = _primary(estimate)
     return dataclasses.replace(
         mine, estimate=estimate, state=state, mean=mean, stderr=stderr,
         num_samples=state.count, seconds=max(part["seconds"] for part in parts),
@@ -398,6 +428,16 @@ def run_blocks(
             "num_workers": num_workers,
         }
 
+    units: tuple[float, float] | None = None
+
+    def _stream(state: MonteCarloState) -> tuple[float, float]:
+        """The stream's mean and stderr in the units of the kernel's estimate."""
+        nonlocal units
+        if units is None:
+            units = _estimate_map(blocks, state)
+        raw_mean, raw_stderr = _raw_stream(state)
+        return units[0] * raw_mean + units[1], units[0] * raw_stderr
+
     def stop_reason() -> str | None:
         if state is None:
             return None
@@ -527,8 +567,8 @@ def run_blocks(
         reason = "interrupted"
     if path is not None:
         _save(path, state, **info(), reason=reason)
-    mean, stderr = _stream(state)
     estimate = blocks.estimate(state)  # any set of samples: i.i.d. draws of the stream
+    mean, stderr = _primary(estimate)
     return LongRun(
         estimate=estimate,
         state=state,

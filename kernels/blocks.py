@@ -392,8 +392,8 @@ class MonteCarloBlocks:
     r"""A Monte Carlo kernel bound to its arguments, computed block by block.
 
     ``MonteCarloBlocks(kernel, *args, **kwargs)`` takes the kernel's arguments without its
-    sample count (``num_samples``; ``num_draws``, ``num_probes``, ``num_matvecs`` in the
-    kernels that still call it so). :meth:`run` computes samples ``[start, stop)`` of the
+    sample count ``num_samples`` (nor its deprecated names ``num_draws``, ``num_probes``,
+    ``num_matvecs``). :meth:`run` computes samples ``[start, stop)`` of the
     stream that ``kernel(*args, num_samples=n, **kwargs)`` averages over ``[0, n)``;
     :func:`merge_states` merges blocks; :meth:`estimate` gives the kernel's
     :class:`~kernels.estimate.Estimate` for the samples a state covers. The sample of index
@@ -416,9 +416,9 @@ class MonteCarloBlocks:
     >>> state = merge_states(blocks.run(64, 128), blocks.run(0, 64))  # any order
     >>> state.count, state.ranges
     (128, ((0, 128),))
-    >>> est = blocks.estimate(state)  # rademacher_linear(..., num_draws=128), sample by sample
+    >>> est = blocks.estimate(state)  # rademacher_linear(..., num_samples=128), sample by sample
     >>> one = kernels.rademacher_linear(x, jax.random.key(0), norm=2, radius=1.0, delta=None,
-    ...                                 num_draws=128)
+    ...                                 num_samples=128)
     >>> bool(jnp.allclose(est.mean, one.mean, rtol=1e-6))
     True
     """

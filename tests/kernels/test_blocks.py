@@ -259,7 +259,7 @@ key = jax.random.key(5)
 blocks = MonteCarloBlocks(kernels.hutchinson_trace, lambda v: x.T @ (x @ v), x[0], key,
                           chunk_size=2)
 state = merge_states(blocks.run(13, 40), blocks.run(0, 13))
-one = kernels.hutchinson_trace(lambda v: x.T @ (x @ v), x[0], key, num_probes=40, chunk_size=2)
+one = kernels.hutchinson_trace(lambda v: x.T @ (x @ v), x[0], key, num_samples=40, chunk_size=2)
 print(json.dumps([len(jax.devices()), float(blocks.estimate(state).mean), float(one.mean),
                   float(state.mean)]))
 """
