@@ -173,9 +173,7 @@ def _floats(values: list, argument: str, name: str) -> np.ndarray:
 def _flags(values: list, argument: str, name: str) -> np.ndarray:
     out = np.empty(len(values), dtype=bool)
     for i, v in enumerate(values):
-        if isinstance(v, bool | np.bool_):
-            out[i] = bool(v)
-        elif isinstance(v, int | float) and v in (0, 1):
+        if isinstance(v, bool | np.bool_) or (isinstance(v, int | float) and v in (0, 1)):
             out[i] = bool(v)
         elif isinstance(v, str) and v.strip().lower() in _TRUE | _FALSE:
             out[i] = v.strip().lower() in _TRUE

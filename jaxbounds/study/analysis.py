@@ -130,9 +130,7 @@ def _log_scale(name: str, log_measures: Sequence[str] | None) -> bool:
     return name.lower().startswith("log")
 
 
-def _family(
-    t: ModelTable, family: str, opts: dict[str, Any]
-) -> tuple[FamilyResult, np.ndarray]:
+def _family(t: ModelTable, family: str, opts: dict[str, Any]) -> tuple[FamilyResult, np.ndarray]:
     rows = np.flatnonzero(t.family == family)
     ft = t.take(rows)
     notes: list[str] = []
@@ -154,8 +152,10 @@ def _family(
         kept = kept.take(np.flatnonzero(keep))
         kept_rows = kept_rows[keep]
         if num_dup:
-            notes.append(f"{num_dup} duplicate run(s) counted once"
-                         + (f" (they differ only in {', '.join(dup_axes)})" if dup_axes else ""))
+            notes.append(
+                f"{num_dup} duplicate run(s) counted once"
+                + (f" (they differ only in {', '.join(dup_axes)})" if dup_axes else "")
+            )
     axes = tuple(a for a in kept.axes
                  if len({kendall_key(v) for v in kept.settings[a]}) >= 2)  # fmt: skip
     seeds = tuple(sorted(set(kept.seed.tolist()), key=lambda s: (str(type(s)), s)))
@@ -212,13 +212,21 @@ def _family(
                 pairs=pairs_all if full else None)  # fmt: skip
         adj = mu
         if kept.train_size is not None:
-            adj = sign_error.size_adjusted(mu, kept.train_size[idx],
-                                           log_scale=_log_scale(name, opts["log_measures"]))
+            adj = sign_error.size_adjusted(
+                mu, kept.train_size[idx], log_scale=_log_scale(name, opts["log_measures"])
+            )
         nt = None if n_test is None else n_test[idx]
         if np.isnan(adj).any():
             nan = math.nan
-            se = sign_error.SignError({a: () for a in axes}, dict.fromkeys(axes, 0), nan, nan,
-                                      nan, "", "negative values: sqrt(v/m) is undefined")
+            se = sign_error.SignError(
+                {a: () for a in axes},
+                dict.fromkeys(axes, 0),
+                nan,
+                nan,
+                nan,
+                "",
+                "negative values: sqrt(v/m) is undefined",
+            )
         elif not axes:
             nan = math.nan
             se = sign_error.SignError({}, {}, nan, nan, nan, "", "no axis with two values")

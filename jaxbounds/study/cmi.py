@@ -45,8 +45,9 @@ def _entropy(codes: np.ndarray) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def pair_codes(configs: Sequence[tuple], axes: Sequence[str]) -> tuple[np.ndarray, np.ndarray,
-                                                                       list[np.ndarray]]:
+def pair_codes(
+    configs: Sequence[tuple], axes: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """The ordered pairs ``(i, j)``, ``i != j``, and per axis the code of (value_i, value_j).
 
     >>> i, j, codes = pair_codes([(1,), (2,)], ["lr"])

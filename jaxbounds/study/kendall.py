@@ -30,8 +30,9 @@ def signs(values: Any) -> np.ndarray:
 
 
 def tau_a(measure: Any, gap: Any) -> float:
-    r"""Jiang et al.'s eq. (3): $\frac{1}{n(n-1)}\sum_{i\ne j}\operatorname{sign}(\mu_i-\mu_j)
-    \operatorname{sign}(g_i-g_j)$.
+    r"""Jiang et al.'s Kendall coefficient, eq. (3) (tau-a: a tied pair counts 0).
+
+    $\frac{1}{n(n-1)}\sum_{i\ne j}\operatorname{sign}(\mu_i-\mu_j)\operatorname{sign}(g_i-g_j)$.
 
     Args:
       measure: (n,) values.

@@ -116,7 +116,10 @@ def null_draws(
         stats = {k: Summary.of([d[k] for d in draws]) for k in names}
         return NullBaseline(kind, len(draws), stats, note)
 
-    note = "" if have_se else (
-        "no standard error of the gap" if gap_stderr is None else "NaN standard errors")
+    note = (
+        ""
+        if have_se
+        else ("no standard error of the gap" if gap_stderr is None else "NaN standard errors")
+    )
     return {"random": summarise("random", random_stats),
             "gap+noise": summarise("gap+noise", noise_stats, note)}  # fmt: skip
