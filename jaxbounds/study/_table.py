@@ -231,6 +231,8 @@ def load_table(
     (1, 'all', True)
     """
     cols = _columns_of(source)
+    if not cols or not any(len(v) for v in cols.values()):
+        raise ValueError("source: the table has no rows")
     if isinstance(axes, str) or not list(axes):
         raise ValueError(f"axes: expected a list of at least one column, got {axes!r}")
     if isinstance(measures, str) or not list(measures):
