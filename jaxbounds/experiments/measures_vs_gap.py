@@ -106,16 +106,17 @@ measures.
 
 **The gap** is the test minus the training cross-entropy at the end of training (``gap``; its
 standard error ``gap_stderr`` from the per-example test losses); ``error_gap`` is the 0-1
-error gap Jiang et al. use. On MNIST 0/1 the error gap is coarse (200 test images), so the
-statistics rank against the loss gap and report the error gap beside it.
+error gap. On MNIST 0/1 the error gap is coarse (200 test images), so tau, Psi and the CMI test
+rank against the loss gap; Dziugaite et al.'s sign error, whose Hoeffding weights need a loss
+in [0, 1], uses the error gap, as their code does.
 
-**Statistics** (:mod:`jaxbounds.experiments._stats`): Kendall's tau-b of each measure with the
-gap over all models (``scipy.stats.kendalltau``) and per family; Jiang et al.'s granulated
-$\Psi$ with each axis's $\psi_i$ (axes named ``family:axis``); Dziugaite et al.'s robust sign
-error over the environments (pairs of configurations that differ in one axis, pairs of models
-of one seed weighted by :func:`~jaxbounds.experiments._stats.normal_weight` of the gap
-difference against its standard error, environments with total weight above 1); percentile
-bootstrap intervals resampling seeds (:func:`~jaxbounds.experiments._stats.seed_bootstrap`).
+**Statistics** (:mod:`jaxbounds.study`, through
+:mod:`jaxbounds.experiments._mvg_study`): per family, never pooled in a verdict, on the models
+that reached the loss threshold (the capped ones reported apart), duplicate runs counted once:
+Kendall's tau (Jiang et al.'s eq. 3, tau-b beside it), Jiang et al.'s $\Psi$ over the axes the
+family varies with each axis's $\psi_i$, the conditional-mutual-information test, Dziugaite et
+al.'s sign error as their code computes it, each beside its null baselines (a random measure
+and the gap plus noise at its own standard error), and seed-bootstrap intervals.
 
 **Outputs.** ``results.csv`` (one row per model: configuration, seed, training outcome, losses,
 accuracies, gaps, every measure and its standard error); ``seconds.csv`` (the same rows'
@@ -163,7 +164,7 @@ from jaxbounds.bounds import spectral
 from jaxbounds.bounds.from_model import scalar_bounds, shallow_bounds
 from jaxbounds.data import sparse_majority
 from jaxbounds.data.mnist import load_mnist_sample
-from jaxbounds.experiments import _stats, runner
+from jaxbounds.experiments import _mvg_render, _mvg_study, runner
 from jaxbounds.models import (
     ScalarTransformer,
     ShallowTransformer,
@@ -185,7 +186,6 @@ __all__ = [
     "render",
     "run_batch",
     "run_unit",
-    "statistics",
     "trained_models",
 ]
 
@@ -333,14 +333,8 @@ PAPER_NUMBERS = {
 #: Bootstrap of the statistics over seeds (render).
 BOOTSTRAP_RESAMPLES = 200
 CONFIDENCE = 0.95
-#: An environment of the sign error needs this much total pair weight.
-MIN_ENVIRONMENT_WEIGHT = 1.0
-#: Claim thresholds: |tau| below this is "weak"; |mean tau with the learning rate| above
-#: ``TRACK_TAU`` is "tracks the learning rate"; a worst sign error at or above
-#: ``FAIL_ERROR`` is "fails" in that environment.
-WEAK_TAU = 0.3
-TRACK_TAU = 0.5
-FAIL_ERROR = 0.5
+#: Draws of each null baseline (a random measure; the gap plus noise at its standard error).
+NULL_DRAWS = 100
 
 
 # ------------------------------------------------------------------------------------ units
@@ -1186,53 +1180,8 @@ def _is_timing(column: str) -> bool:
     return column.startswith(("seconds_", "compile_seconds_"))
 
 
-def _settings(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -> tuple[list, list]:
-    """Per model ``{family:axis: value} + seed`` and the family-qualified axes."""
-    axes = [f"{f}:{a}" for f in FAMILIES for a in family_axes(grid, f)]
-    settings = []
-    for row in rows:
-        s = dict.fromkeys(axes)
-        s |= {f"{row['family']}:{a}": row[a] for a in family_axes(grid, row["family"])}
-        s["family"] = row["family"]
-        s["seed"] = row["seed"]
-        settings.append(s)
-    return settings, axes
-
-
 def _values(rows: Sequence[Mapping[str, Any]], column: str) -> np.ndarray:
     return np.array([math.nan if r.get(column) is None else float(r[column]) for r in rows])
-
-
-def _tau_b(x: np.ndarray, y: np.ndarray) -> float:
-    keep = np.isfinite(x) & np.isfinite(y)
-    if keep.sum() < 3:
-        return math.nan
-    from scipy import stats as sps
-
-    return float(sps.kendalltau(x[keep], y[keep]).statistic)
-
-
-def _signs(values: np.ndarray) -> np.ndarray:
-    """The matrix sign(v_i - v_j) (int8)."""
-    return np.sign(values[:, None] - values[None, :]).astype(np.int8)
-
-
-def _tau_b_resample(sx: np.ndarray, sy: np.ndarray, index: np.ndarray) -> float:
-    r"""Kendall's tau-b of the models ``index`` (repeats allowed) from their sign matrices.
-
-    $(n_c - n_d)/\sqrt{(n_0 - n_x)(n_0 - n_y)}$ with $n_x$, $n_y$ the pairs tied in x, in y (a
-    model and its repeat are tied in both): ``scipy.stats.kendalltau`` of the repeated sample,
-    without sorting for each of the bootstrap's resamples.
-    """
-    a, b = sx[np.ix_(index, index)], sy[np.ix_(index, index)]
-    n = index.size
-    pairs = n * (n - 1) / 2
-    tied_x = (np.count_nonzero(a == 0) - n) / 2
-    tied_y = (np.count_nonzero(b == 0) - n) / 2
-    denominator = math.sqrt(max(pairs - tied_x, 0.0) * max(pairs - tied_y, 0.0))
-    if denominator == 0:
-        return math.nan
-    return float(np.sum(a.astype(np.int64) * b) / 2 / denominator)
 
 
 def measure_cost(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
@@ -1259,350 +1208,10 @@ def measure_cost(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float
     return out
 
 
-def statistics(
-    rows: Sequence[Mapping[str, Any]],
-    grid: Mapping[str, Any],
-    cost: Mapping[str, Mapping[str, float | None]] | None = None,
-) -> dict[str, Any]:
-    """The statistics of every measure (``measures.csv``, ``statistics.json``, the claims).
-
-    Args:
-      rows: the result rows (as results.csv).
-      grid: the scale's config grid (for the axes).
-      cost: :func:`measure_cost` of the rows with their timing columns; None computes it from
-        ``rows``.
-
-    Returns:
-      ``{"measures": {name: {...}}, "claims": {...}, "models": {...}}``.
-    """
-    cfg = rows[0]
-    specs = measure_specs(cfg)
-    cost = measure_cost(rows) if cost is None else cost
-    settings, axes = _settings(rows, grid)
-    gap = _values(rows, "gap")
-    gap_se = _values(rows, "gap_stderr")
-    seeds = [r["seed"] for r in rows]
-    reached = np.array([bool(r["reached"]) for r in rows])
-
-    def weight(i: int, j: int) -> float:
-        se = math.hypot(gap_se[i], gap_se[j])
-        return float(_stats.normal_weight(gap[i] - gap[j], se if math.isfinite(se) else 0.0))
-
-    out: dict[str, Any] = {}
-    for spec in specs:
-        mu = _values(rows, spec.name)
-        have = np.isfinite(mu) & np.isfinite(gap)
-        entry: dict[str, Any] = {
-            "kind": spec.kind, "program": spec.program, "families": list(spec.families),
-            "num_models": int(have.sum()),
-        }  # fmt: skip
-        tau = _stats.kendall_tau(mu[have], gap[have]) if have.sum() >= 3 else None
-        entry["tau"] = math.nan if tau is None else tau.tau
-        entry["tau_p"] = math.nan if tau is None else tau.p_value
-
-        kept = np.flatnonzero(have)
-        members = {s: np.flatnonzero(np.array(seeds)[kept] == s) for s in set(seeds)}
-        sx, sy = _signs(mu[kept]), _signs(gap[kept])
-
-        def boot_tau(drawn, members=members, sx=sx, sy=sy):
-            index = np.concatenate([members[s] for s in drawn])
-            return _tau_b_resample(sx, sy, index) if index.size >= 3 else math.nan
-
-        ci = _boot(seeds, boot_tau)
-        entry["tau_low"], entry["tau_high"] = ci.low, ci.high
-        for family in FAMILIES:
-            sel = have & np.array([r["family"] == family for r in rows])
-            entry[f"tau_{family}"] = _tau_b(mu[sel], gap[sel]) if sel.any() else math.nan
-        entry["tau_reached"] = _tau_b(mu[have & reached], gap[have & reached])
-        entry["tau_error_gap"] = _tau_b(mu, _values(rows, "error_gap"))
-        sub = [i for i in range(len(rows)) if have[i]]
-        gran = _stats.granulated_tau(mu[sub], gap[sub], [settings[i] for i in sub], axes,
-                                     seed_key="seed") if sub else None  # fmt: skip
-        entry["psi"] = math.nan if gran is None else gran.psi
-        entry["psi_axes"] = {} if gran is None else gran.per_axis
-        if gran is not None and gran.group_taus:
-            ci = _boot(seeds, gran.resampled)
-            entry["psi_low"], entry["psi_high"] = ci.low, ci.high
-        else:
-            entry["psi_low"] = entry["psi_high"] = math.nan
-        entry["_gran"] = gran
-        sign = _stats.sign_error(mu[sub], gap[sub], [settings[i] for i in sub], axes,
-                                 pair_weight=lambda i, j, s=sub: weight(s[i], s[j]),
-                                 min_weight=MIN_ENVIRONMENT_WEIGHT) if sub else None  # fmt: skip
-        entry["sign_error_worst"] = math.nan if sign is None else sign.worst
-        entry["sign_error_p90"] = math.nan if sign is None else sign.p90
-        entry["sign_error_mean"] = math.nan if sign is None else sign.mean
-        entry["sign_error_environments"] = 0 if sign is None else sign.num_environments
-        entry["worst_environment"] = "" if sign is None else sign.worst_environment
-        price = cost.get(spec.program, {})
-        for k in ("seconds_per_model", "compile_seconds"):
-            entry[k] = math.nan if price.get(k) is None else float(price[k])
-        out[spec.name] = entry
-    models = {
-        "num_models": len(rows),
-        "per_family": {f: sum(r["family"] == f for r in rows) for f in FAMILIES},
-        "hit_cap": int(sum(bool(r["hit_cap"]) for r in rows)),
-        "diverged": int(sum(bool(r["diverged"]) for r in rows)),
-        "reached": int(reached.sum()),
-        "axes": axes,
-        "seeds": sorted(set(seeds)),
-        "lr_tau": _lr_tracking(rows, settings, axes, specs),
-    }
-    return {"measures": out, "models": models}
-
-
-def _lr_tracking(rows, settings, axes, specs) -> dict[str, float]:
-    """Per sharpness measure: Psi restricted to the learning-rate axes, against the rate itself."""
-    lr_axes = [a for a in axes if a.endswith(":learning_rate")]
-    lr = _values(rows, "learning_rate")
-    out = {}
-    for spec in specs:
-        if spec.kind != "sharpness" or not lr_axes:
-            continue
-        mu = _values(rows, spec.name)
-        sub = [i for i in range(len(rows)) if np.isfinite(mu[i])]
-        g = _stats.granulated_tau(mu[sub], lr[sub], [settings[i] for i in sub], lr_axes)
-        out[spec.name] = g.psi
-    return out
-
-
-# ------------------------------------------------------------------------------------ claims
-
-
-def _boot(seeds: Sequence[Any], statistic: Callable[[list], float]) -> _stats.Interval:
-    return _stats.seed_bootstrap(seeds, statistic, num_resamples=BOOTSTRAP_RESAMPLES,
-                                 confidence=CONFIDENCE)  # fmt: skip
-
-
-def _claim_rank_best(ms: Mapping[str, Any], seeds: list) -> tuple[bool | None, str]:
-    """Sharpness and PAC-Bayes measures above norm and bound measures by Psi, and on top."""
-    psi = {n: e["psi"] for n, e in ms.items() if math.isfinite(e["psi"])}
-    group = [n for n in psi if ms[n]["kind"] in ("sharpness", "pac-bayes")]
-    rest = [n for n in psi if ms[n]["kind"] in ("norm", "bound")]
-    if not group or not rest:
-        return None, "Psi is undefined for one of the two groups"
-
-    def diff(drawn: list) -> float:
-        a = [v for n in group if math.isfinite(v := ms[n]["_gran"].resampled(drawn))]
-        b = [v for n in rest if math.isfinite(v := ms[n]["_gran"].resampled(drawn))]
-        return float(np.mean(a) - np.mean(b)) if a and b else math.nan
-
-    ranked = sorted(psi, key=lambda n: -psi[n])
-    value = float(np.mean([psi[n] for n in group]) - np.mean([psi[n] for n in rest]))
-    ci = _boot(seeds, diff)
-    ok = bool(ci.low > 0 and ms[ranked[0]]["kind"] in ("sharpness", "pac-bayes"))
-    top = ", ".join(f"{n} ({ms[n]['kind']}, {psi[n]:+.3f})" for n in ranked[:3])
-    return ok, (
-        f"mean Psi of the {len(group)} sharpness and PAC-Bayes measures minus that of the "
-        f"{len(rest)} norm and bound measures: {value:+.3f}, seed-bootstrap interval "
-        f"{ci.format(3)}; the top three by Psi: {top}"
-    )
-
-
-def _claim_magnitude_aware(ms: Mapping[str, Any], seeds: list) -> tuple[bool | None, str]:
-    """The magnitude-aware PAC-Bayes measure first by Psi, or tied with the first."""
-    mag = "pacbayes_mag_flatness"
-    psi = {n: e["psi"] for n, e in ms.items() if math.isfinite(e["psi"])}
-    if mag not in psi:
-        return None, f"Psi of {mag} is undefined"
-    ranked = sorted(psi, key=lambda n: -psi[n])
-    best, rank = ranked[0], ranked.index(mag) + 1
-    ci = _boot(seeds, lambda d: ms[best]["_gran"].resampled(d) - ms[mag]["_gran"].resampled(d))
-    ok = bool(rank == 1 or ci.low <= 0)
-    return ok, (
-        f"{mag} ranks {rank} of {len(ranked)} by Psi ({psi[mag]:+.3f}; tau "
-        f"{ms[mag]['tau']:+.3f}); the first, {best}, has Psi {psi[best]:+.3f}; Psi({best}) - "
-        f"Psi({mag}) has the seed-bootstrap interval {ci.format(3)} (tied if it holds 0)"
-    )
-
-
-def _claim_norm_products(ms: Mapping[str, Any]) -> tuple[bool | None, str]:
-    prods = ["log_prod_frobenius", "log_prod_spectral"]
-    if any(not math.isfinite(ms[n]["tau_high"]) for n in prods):
-        return None, "tau undefined"
-    ok = all(ms[n]["tau_high"] < 0 for n in prods)
-    return ok, "; ".join(
-        f"{n}: tau {ms[n]['tau']:+.3f} {_interval(ms[n])} (within {SPARSE} "
-        f"{_fmt(ms[n][f'tau_{SPARSE}'])}, {MNIST} {_fmt(ms[n][f'tau_{MNIST}'])}), Psi "
-        f"{_fmt(ms[n]['psi'])}"
-        for n in prods
-    )
-
-
-def _claim_sharpness_weak(ms: Mapping[str, Any]) -> tuple[bool | None, str]:
-    taus = {n: e["tau"] for n, e in ms.items() if e["kind"] == "sharpness"}
-    if any(not math.isfinite(t) for t in taus.values()):
-        return None, "tau undefined"
-    ok = all(t < WEAK_TAU for t in taus.values())
-    within = "; ".join(
-        f"{f} from {_fmt(min(v))} to {_fmt(max(v))}"
-        for f in FAMILIES
-        if (v := [ms[n][f"tau_{f}"] for n in taus if math.isfinite(ms[n][f"tau_{f}"])])
-    )
-    return ok, (
-        f"tau with the gap over all models (weak: below {WEAK_TAU}): "
-        + ", ".join(f"{n} {t:+.3f} {_interval(ms[n])}" for n, t in taus.items())
-        + (f"; within one family: {within}" if within else "")
-    )
-
-
-def _claim_learning_rate(ms: Mapping[str, Any], lr: Mapping[str, float]) -> tuple:
-    values = [abs(v) for v in lr.values() if math.isfinite(v)]
-    if not values:
-        return None, "no learning-rate axis"
-    mean_lr = float(np.mean(values))
-    return mean_lr >= TRACK_TAU, (
-        "granulated tau of each sharpness measure with the learning rate itself (over the "
-        "groups that differ only in it): "
-        + ", ".join(f"{n} {_fmt(v)}" for n, v in lr.items())
-        + f" (mean |tau| {mean_lr:.3f}; tracks: at least {TRACK_TAU}); against the gap on the "
-        "same axes: " + ", ".join(f"{n} {_fmt(_lr_psi(ms[n]))}" for n in lr)
-    )
-
-
-def _claim_every_measure_fails(ms: Mapping[str, Any]) -> tuple[bool | None, str]:
-    worst = {n: e["sign_error_worst"] for n, e in ms.items()
-             if math.isfinite(e["sign_error_worst"])}  # fmt: skip
-    if not worst:
-        return None, "no environment has enough weight"
-    least = min(worst, key=worst.get)
-    failing = sum(v >= FAIL_ERROR for v in worst.values())
-    return failing == len(worst), (
-        f"worst-environment sign error at least {FAIL_ERROR} for {failing} of {len(worst)} "
-        f"measures; the most robust is {least} with {worst[least]:.3f} (its worst "
-        f"environment: {ms[least]['worst_environment']}); median over measures "
-        f"{float(np.median(list(worst.values()))):.3f}"
-    )
-
-
-def _claims(stats: Mapping[str, Any], small: bool) -> list[str]:
-    """One line per claim: the verdict and the numbers it rests on.
-
-    At a scale too small to test them (smoke, or one seed) every verdict is "not tested at this
-    scale" and the numbers are still shown; a claim whose statistic is undefined is "not
-    tested here".
-    """
-    ms, seeds = stats["measures"], stats["models"]["seeds"]
-    results = [
-        _claim_rank_best(ms, seeds),
-        _claim_magnitude_aware(ms, seeds),
-        _claim_norm_products(ms),
-        _claim_sharpness_weak(ms),
-        _claim_learning_rate(ms, stats["models"]["lr_tau"]),
-        _claim_every_measure_fails(ms),
-    ]
-    lines = []
-    for claim, (ok, evidence) in zip(CLAIMS, results, strict=True):
-        if small or ok is None:
-            verdict = "not tested at this scale" if small else "not tested here"
-            lines.append(f"- **{verdict}**: {claim} ({evidence})")
-        else:
-            lines.append(runner.claim_line(claim, bool(ok), evidence))
-    return lines
-
-
-def _lr_psi(entry: Mapping[str, Any]) -> float:
-    values = [v for a, v in entry["psi_axes"].items() if a.endswith(":learning_rate")]
-    values = [v for v in values if math.isfinite(v)]
-    return float(np.mean(values)) if values else math.nan
-
-
-def _interval(entry: Mapping[str, Any]) -> str:
-    return f"[{entry['tau_low']:+.2f}, {entry['tau_high']:+.2f}]"
-
-
-# ------------------------------------------------------------------------------------ render
-
-_AXIS_LABEL = {
-    "learning_rate": "lr", "batch_size": "batch", "width": "width", "num_train": "N",
-    "seq_len": "T", "max_steps": "budget",
-}  # fmt: skip
-
-
-def _measures_csv(stats: Mapping[str, Any]) -> str:
-    axes = stats["models"]["axes"]
-    header = [
-        "measure", "kind", "families", "num_models", "tau", "tau_low", "tau_high", "tau_p",
-        *[f"tau_{f}" for f in FAMILIES], "tau_reached", "tau_error_gap", "psi", "psi_low",
-        "psi_high", *[f"psi[{a}]" for a in axes], "sign_error_worst", "sign_error_p90",
-        "sign_error_mean", "sign_error_environments", "worst_environment", "seconds_per_model",
-        "compile_seconds",
-    ]  # fmt: skip
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    for name, e in _ranked(stats):
-        cells = [name, e["kind"], "+".join(e["families"]), e["num_models"]]
-        cells += [e[k] for k in ("tau", "tau_low", "tau_high", "tau_p")]
-        cells += [e[f"tau_{f}"] for f in FAMILIES] + [e["tau_reached"], e["tau_error_gap"]]
-        cells += [e["psi"], e["psi_low"], e["psi_high"]]
-        cells += [e["psi_axes"].get(a, math.nan) for a in axes]
-        cells += [e[k] for k in ("sign_error_worst", "sign_error_p90", "sign_error_mean",
-                                 "sign_error_environments", "worst_environment",
-                                 "seconds_per_model", "compile_seconds")]  # fmt: skip
-        writer.writerow([_csv_cell(c) for c in cells])
-    return buffer.getvalue()
-
-
 def _csv_cell(value: Any) -> str:
     if isinstance(value, float):
         return "" if math.isnan(value) else repr(value)
     return str(value)
-
-
-def _ranked(stats: Mapping[str, Any]) -> list[tuple[str, dict]]:
-    """Measures by decreasing Psi (undefined last), then by tau."""
-    items = list(stats["measures"].items())
-
-    def key(item):
-        e = item[1]
-        psi = e["psi"] if math.isfinite(e["psi"]) else -math.inf
-        tau = e["tau"] if math.isfinite(e["tau"]) else -math.inf
-        return (-psi, -tau, item[0])
-
-    return sorted(items, key=key)
-
-
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    return f"{x:+.{digits}f}" if isinstance(x, float) else str(x)
-
-
-def _ranked_table(stats: Mapping[str, Any]) -> str:
-    header = ["rank", "measure", "kind", "tau (all)", f"{CONFIDENCE:.0%} interval",
-              "tau sparse-maj.", "tau mnist01", "Psi", "Psi interval", "worst sign error",
-              "s/model", "compile s"]  # fmt: skip
-    table = []
-    for rank, (name, e) in enumerate(_ranked(stats), start=1):
-        table.append([
-            rank, f"`{name}`", e["kind"], _fmt(e["tau"]),
-            f"[{_fmt(e['tau_low'], 2)}, {_fmt(e['tau_high'], 2)}]",
-            _fmt(e[f"tau_{SPARSE}"]), _fmt(e[f"tau_{MNIST}"]), _fmt(e["psi"]),
-            f"[{_fmt(e['psi_low'], 2)}, {_fmt(e['psi_high'], 2)}]",
-            runner.format_number(e["sign_error_worst"], 3),
-            runner.format_number(e["seconds_per_model"], 2),
-            runner.format_number(e["compile_seconds"], 2),
-        ])  # fmt: skip
-    return runner.markdown_table(header, table, align="rllrrrrrrrrr")
-
-
-def _short_axis(axis: str) -> str:
-    """``sparse-majority:learning_rate`` -> ``sm:lr``.
-
-    >>> _short_axis("mnist01:max_steps")
-    'mn:budget'
-    """
-    family, _, name = axis.partition(":")
-    return f"{'sm' if family == SPARSE else 'mn'}:{_AXIS_LABEL.get(name, name)}"
-
-
-def _psi_table(stats: Mapping[str, Any]) -> str:
-    axes = stats["models"]["axes"]
-    header = ["measure", *[_short_axis(a) for a in axes]]
-    table = [[f"`{n}`", *[_fmt(e["psi_axes"].get(a), 2) for a in axes]]
-             for n, e in _ranked(stats)]  # fmt: skip
-    return runner.markdown_table(header, table, align="l" + "r" * len(axes))
 
 
 def _settings_text(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> list[str]:
@@ -1659,101 +1268,6 @@ def _command_text(meta: Mapping[str, Any]) -> str:
     return f"Made by {command}{took}."
 
 
-def _report(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], stats: dict,
-            small: bool) -> str:  # fmt: skip
-    models = stats["models"]
-    per = ", ".join(f"{f}: {n}" for f, n in models["per_family"].items())
-    lines = [
-        f"# {meta['experiment']}", "", meta["description"], "", f"Anchors: {meta['paper']}.",
-        "", _command_text(meta), "", *_settings_text(rows, meta), "",
-        f"Models: {models['num_models']} ({per}); {models['reached']} reached the loss "
-        f"threshold, {models['hit_cap']} stopped at their step cap, {models['diverged']} "
-        "diverged (no measures).", "",
-        "The gap is the test minus the training cross-entropy. tau: Kendall's tau-b with the "
-        "gap over all models (scipy), with a seed-bootstrap interval; Psi: Jiang et al.'s "
-        "granulated coefficient (mean over the axes of the mean tau over groups that differ "
-        "only in that axis); worst sign error: Dziugaite et al.'s robust sign error (largest "
-        "weighted error over environments = pairs of configurations one axis apart); s/model: "
-        "median run seconds per model of the measure's program (vmapped, compile apart; "
-        "the norms and bounds are host code timed per model); compile s: total compile "
-        "seconds of the program over the run.", "",
-        "## Measures ranked by Psi", "", _ranked_table(stats), "",
-        "![tau per measure](figure_tau.png) ![psi per axis](figure_psi.png)", "",
-        "## psi per axis", "", _psi_table(stats), "",
-        "![best and worst measure](figure_scatter.png)", "",
-        "## The anchors' claims", "",
-        *_claims(stats, small), "",
-        "Not tested here: Jiang et al.'s axes dropout, depth, optimizer and weight decay, and "
-        "their CNNs; Andriushchenko et al.'s ViT and BERT fine-tuning and their logit "
-        "normalisation; Dziugaite et al.'s environments over data sets.",
-    ]  # fmt: skip
-    return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def _tau_figure(stats: Mapping[str, Any]):
-    figure = runner.new_figure(figsize=(6.0, 7.5))
-    if figure is None:
-        return None
-    ax = figure.add_subplot()
-    ranked = _ranked(stats)[::-1]
-    y = np.arange(len(ranked))
-    tau = np.array([e["tau"] for _, e in ranked])
-    lo = np.array([e["tau_low"] for _, e in ranked])
-    hi = np.array([e["tau_high"] for _, e in ranked])
-    err = np.nan_to_num(np.vstack([tau - lo, hi - tau]), nan=0.0).clip(min=0)
-    ax.errorbar(tau, y, xerr=err, fmt="o", color="tab:blue", capsize=2, label="tau (all)")
-    ax.plot([e["psi"] for _, e in ranked], y, "s", color="tab:red", ms=4, label="Psi")
-    ax.axvline(0.0, color="0.6", lw=0.8)
-    ax.set_yticks(y, [n for n, _ in ranked], fontsize=6)
-    ax.set_xlabel("rank correlation with the gap")
-    ax.set_title(f"tau ({CONFIDENCE:.0%} seed bootstrap) and Psi per measure", fontsize=9)
-    ax.legend(fontsize=7)
-    return figure
-
-
-def _psi_figure(stats: Mapping[str, Any]):
-    axes = stats["models"]["axes"]
-    ranked = _ranked(stats)
-    if not axes:
-        return None
-    figure = runner.new_figure(figsize=(1.2 + 0.55 * len(axes), 7.5))
-    if figure is None:
-        return None
-    ax = figure.add_subplot()
-    grid = np.array([[e["psi_axes"].get(a, math.nan) for a in axes] for _, e in ranked])
-    image = ax.imshow(np.ma.masked_invalid(grid), cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
-    ax.set_xticks(range(len(axes)), [_short_axis(a) for a in axes], rotation=60, ha="right",
-                  fontsize=7)  # fmt: skip
-    ax.set_yticks(range(len(ranked)), [n for n, _ in ranked], fontsize=6)
-    figure.colorbar(image, ax=ax, label="psi_i")
-    ax.set_title("psi per hyperparameter axis", fontsize=9)
-    return figure
-
-
-def _scatter_figure(rows: Sequence[Mapping[str, Any]], stats: Mapping[str, Any]):
-    ranked = [(n, e) for n, e in _ranked(stats) if math.isfinite(e["psi"])]
-    if not ranked:
-        return None
-    figure = runner.new_figure(figsize=(8.4, 3.4))
-    if figure is None:
-        return None
-    gap = _values(rows, "gap")
-    for k, (name, e) in enumerate((ranked[0], ranked[-1])):
-        ax = figure.add_subplot(1, 2, k + 1)
-        mu = _values(rows, name)
-        for family, color in zip(FAMILIES, ("tab:blue", "tab:orange"), strict=True):
-            sel = np.array([r["family"] == family for r in rows])
-            ax.plot(mu[sel], gap[sel], ".", color=color, ms=4, label=family)
-        if np.nanmin(np.where(np.isfinite(mu), mu, np.nan)) > 0:
-            ax.set_xscale("log")
-        ax.set_xlabel(name)
-        ax.set_ylabel("gap (test - train cross-entropy)")
-        which = "best" if k == 0 else "worst"
-        ax.set_title(f"{which} by Psi: Psi {e['psi']:+.2f}, tau {e['tau']:+.2f}", fontsize=9)
-        ax.legend(fontsize=7)
-    return figure
-
-
 def _strip_timing(out_dir: Path) -> None:
     """Rewrite results.csv without the timing columns."""
     path = Path(out_dir) / "results.csv"
@@ -1778,6 +1292,37 @@ def _seconds_csv(rows: Sequence[Mapping[str, Any]], grid_keys: Sequence[str]) ->
     return buffer.getvalue()
 
 
+def _report(meta: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], sections: list[str],
+            claims: list[str]) -> str:  # fmt: skip
+    lines = [
+        f"# {meta['experiment']}", "", meta["description"], "", f"Anchors: {meta['paper']}.",
+        "", _command_text(meta), "", *_settings_text(rows, meta), "",
+        f"Models: {len(rows)}; {sum(bool(r['reached']) for r in rows)} reached the loss "
+        f"threshold, {sum(bool(r['hit_cap']) for r in rows)} stopped at their step cap, "
+        f"{sum(bool(r['diverged']) for r in rows)} diverged (no measures).", "",
+        "Protocol (jaxbounds.study): each family on its own; the models that reached the loss "
+        "threshold (Jiang et al.'s protocol; the capped ones reported apart); a run that "
+        "appears more than once (same seed, gap and measure values) counted once. tau: "
+        "Jiang et al.'s eq. (3) with the loss gap (test minus training cross-entropy), tau-b "
+        "beside it; Psi: the mean over the family's axes of psi (the mean tau over the groups "
+        "of models that differ only in that axis); CMI: Jiang et al.'s normalised conditional "
+        "mutual information, the minimum over conditioning sets of 0, 1 and 2 axes; sign "
+        "error: Dziugaite et al.'s, with the 0-1 error gap (every seed paired with every seed, "
+        "Hoeffding weights over the test set, environments of effective sample size >= 12, "
+        "measures size-adjusted with N); the two null rows: a random measure and the gap plus "
+        f"noise at its standard error, median [2.5%, 97.5%] over {NULL_DRAWS} draws; "
+        f"intervals: {CONFIDENCE:.0%} seed bootstrap; s/model and compile s: the measure "
+        "program's median run seconds per model and total compile seconds.", "",
+        *sections,
+        "## The anchors' claims, per family", "",
+        *claims, "",
+        "Not tested here: Jiang et al.'s axes dropout, depth, optimizer and weight decay, and "
+        "their CNNs; Andriushchenko et al.'s ViT and BERT fine-tuning; Dziugaite et al.'s "
+        "environments over data sets.",
+    ]  # fmt: skip
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
 def render(rows: list[dict], meta: dict, out_dir: Path) -> None:
     """results.csv without timings, seconds.csv, measures.csv, figures, statistics, report.
 
@@ -1798,21 +1343,18 @@ def render(rows: list[dict], meta: dict, out_dir: Path) -> None:
         cost = meta.get("measure_cost", {})
     if (out_dir / "results.csv").exists():
         _strip_timing(out_dir)
-    grid = meta["config_grid"]
-    stats = statistics(rows, grid, cost)
+    specs = measure_specs(rows[0])
+    studies = _mvg_study.run_studies(rows, [s.name for s in specs],
+                                     num_resamples=BOOTSTRAP_RESAMPLES,
+                                     num_null_draws=NULL_DRAWS, confidence=CONFIDENCE)  # fmt: skip
     small = meta["scale"] == "smoke" or len({r["seed"] for r in rows}) < 2
-    report = _report(rows, meta, stats, small)
-    runner.write_text_atomic(out_dir / "measures.csv", _measures_csv(stats))
-    figures = {
-        "figure_tau.png": _tau_figure(stats),
-        "figure_psi.png": _psi_figure(stats),
-        "figure_scatter.png": _scatter_figure(rows, stats),
-    }
-    public = {
-        "measures": {n: {k: v for k, v in e.items() if not k.startswith("_")}
-                     for n, e in stats["measures"].items()},
-        "models": stats["models"],
-    }  # fmt: skip
+    kinds = {s.name: s.kind for s in specs}
+    claims = _mvg_study.claim_lines(studies, CLAIMS, kinds, small)
+    report = _report(meta, rows, _mvg_render.family_sections(studies, specs, cost), claims)
+    runner.write_text_atomic(out_dir / "measures.csv",
+                             _mvg_render.measures_csv(studies, specs, cost))  # fmt: skip
+    figures = {"figure_tau.png": _mvg_render.tau_psi_figure(studies, specs)}
+    public = _mvg_render.public_statistics(studies)
     runner.write_rendered(out_dir, figures, _json_ready(public), report)
 
 

@@ -11,8 +11,8 @@ from jaxbounds.study._table import ModelTable, load_table
 from jaxbounds.study.analysis import FamilyResult, MeasureResult, Study, analyze
 from jaxbounds.study.bootstrap import Interval
 from jaxbounds.study.cmi import CMI, conditional_mutual_information
-from jaxbounds.study.kendall import Psi, Tau, granulated_psi, kendall, psi_groups, tau_a
 from jaxbounds.study.nulls import NullBaseline, Summary
+from jaxbounds.study.ranking import Psi, Tau, granulated_psi, kendall, psi_groups, tau_a
 from jaxbounds.study.sign_error import (
     SignError,
     environments,

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxbounds.study import bootstrap, cmi, kendall, nulls, sign_error
+from jaxbounds.study import bootstrap, cmi, nulls, ranking, sign_error
 from jaxbounds.study._table import ModelTable
 
 __all__ = ["FamilyResult", "MeasureResult", "Study", "analyze"]
@@ -36,9 +36,9 @@ class MeasureResult:
       name: the measure.
       num_models: models with a value (of the family's kept models).
       num_missing: kept models without a value (NaN), left out of this measure's statistics.
-      tau: :class:`~jaxbounds.study.kendall.Tau` over the family's kept models.
+      tau: :class:`~jaxbounds.study.ranking.Tau` over the family's kept models.
       tau_interval: its seed-bootstrap interval (of Jiang's tau-a).
-      psi: :class:`~jaxbounds.study.kendall.Psi`.
+      psi: :class:`~jaxbounds.study.ranking.Psi`.
       psi_interval: the seed-bootstrap interval of Psi.
       cmi: :class:`~jaxbounds.study.cmi.CMI` (None with fewer than two axes... or no pairs).
       sign_error: :class:`~jaxbounds.study.sign_error.SignError` (size-adjusted measure).
@@ -48,13 +48,13 @@ class MeasureResult:
     name: str
     num_models: int
     num_missing: int
-    tau: kendall.Tau
+    tau: ranking.Tau
     tau_interval: bootstrap.Interval
-    psi: kendall.Psi
+    psi: ranking.Psi
     psi_interval: bootstrap.Interval
     cmi: cmi.CMI | None
     sign_error: sign_error.SignError
-    tau_capped: kendall.Tau | None = None
+    tau_capped: ranking.Tau | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +74,7 @@ class FamilyResult:
       measures: measure -> :class:`MeasureResult`.
       nulls: ``"random"`` / ``"gap+noise"`` -> :class:`~jaxbounds.study.nulls.NullBaseline`.
       notes: what a reader must know (a single seed, constant measures, ...).
+      rows: the table rows of the analysed models, in analysis order.
     """
 
     family: str
@@ -88,6 +89,7 @@ class FamilyResult:
     measures: dict[str, MeasureResult]
     nulls: dict[str, nulls.NullBaseline]
     notes: tuple[str, ...] = ()
+    rows: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +104,7 @@ class Study:
     """
 
     families: dict[str, FamilyResult]
-    pooled: dict[str, kendall.Tau]
+    pooled: dict[str, ranking.Tau]
     options: dict[str, Any]
 
 
@@ -177,7 +179,7 @@ def _family(t: ModelTable, family: str, opts: dict[str, Any]) -> tuple[FamilyRes
                                             min_ess=opts["min_ess"], env=env)  # fmt: skip
 
     env_all = sign_error.environments(configs, list(axes))
-    groups_all = kendall.psi_groups(configs, list(kept.seed), list(axes))
+    groups_all = ranking.psi_groups(configs, list(kept.seed), list(axes))
     pairs_all = cmi.pair_codes(configs, list(axes)) if kept.num_rows <= opts["cmi_max_models"] \
         else None  # fmt: skip
     measures: dict[str, MeasureResult] = {}
@@ -188,12 +190,12 @@ def _family(t: ModelTable, family: str, opts: dict[str, Any]) -> tuple[FamilyRes
         cfg = [configs[i] for i in idx]
         sd = [kept.seed[i] for i in idx]
         full = bool(have.all())
-        groups = groups_all if full else kendall.psi_groups(cfg, sd, list(axes))
-        tau = kendall.kendall(mu, g)
+        groups = groups_all if full else ranking.psi_groups(cfg, sd, list(axes))
+        tau = ranking.kendall(mu, g)
         if tau.note and idx.size:
             notes.append(f"{name}: tau n/a ({tau.note})")
-        psi = kendall.granulated_psi(mu, g, groups, sd)
-        pair = kendall.signs(mu).astype(np.int64) * kendall.signs(g)
+        psi = ranking.granulated_psi(mu, g, groups, sd)
+        pair = ranking.signs(mu).astype(np.int64) * ranking.signs(g)
         codes = {s: np.array([x == s for x in sd], dtype=float) for s in set(sd)}
 
         def tau_stat(c: dict, pair=pair, codes=codes, defined=not tau.note) -> float:
@@ -236,15 +238,15 @@ def _family(t: ModelTable, family: str, opts: dict[str, Any]) -> tuple[FamilyRes
         if capped_t.num_rows:
             cv = capped_t.measures[name]
             ok = np.isfinite(cv)
-            tc = kendall.kendall(cv[ok], capped_t.gap[ok])
+            tc = ranking.kendall(cv[ok], capped_t.gap[ok])
         measures[name] = MeasureResult(name, int(idx.size), int((~have).sum()), tau, tau_ci,
                                        psi, psi_ci, the_cmi, se, tc)  # fmt: skip
 
     def null_stats(m: np.ndarray) -> dict[str, float]:
         s = sign(m, kept.gap, configs, n_test, env_all) if axes else None
         return {
-            "tau": kendall.tau_a(m, kept.gap),
-            "psi": kendall.granulated_psi(m, kept.gap, groups_all, list(kept.seed)).psi,
+            "tau": ranking.tau_a(m, kept.gap),
+            "psi": ranking.granulated_psi(m, kept.gap, groups_all, list(kept.seed)).psi,
             "sign_error_worst": math.nan if s is None else s.worst,
             "sign_error_mean": math.nan if s is None else s.mean,
         }
@@ -256,7 +258,7 @@ def _family(t: ModelTable, family: str, opts: dict[str, Any]) -> tuple[FamilyRes
         family=family, axes=axes, num_rows=int(rows.size), num_no_gap=int((~has_gap).sum()),
         num_capped=int(capped.sum()), num_duplicates=num_dup, duplicate_axes=dup_axes,
         num_models=kept.num_rows, seeds=seeds, measures=measures, nulls=base,
-        notes=tuple(notes),
+        notes=tuple(notes), rows=tuple(int(i) for i in kept_rows),
     )  # fmt: skip
     return result, kept_rows
 
@@ -339,5 +341,5 @@ def analyze(
     for name, values in table.measures.items():
         v, g = values[every], table.gap[every]
         ok = np.isfinite(v)
-        pooled[name] = kendall.kendall(v[ok], g[ok])
+        pooled[name] = ranking.kendall(v[ok], g[ok])
     return Study(families, pooled, opts)

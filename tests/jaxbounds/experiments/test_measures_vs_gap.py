@@ -3,8 +3,8 @@
 The fast tests check the grids of every scale (sizes, every axis has groups that differ only in
 it, batches share shapes), the refusal of bad grids, and the render on a synthetic table whose
 measures are planted (results.csv loses its timing columns cell for cell, measures.csv holds the
-statistics that ``_stats`` gives). The slow tests run the smoke scale once and recompute from
-its files: every statistic from results.csv, a unit's row computed alone and in another order
+statistics that ``jaxbounds.study`` gives, per family). The slow tests run the smoke scale once
+and recompute from its files: tau from results.csv, a unit's row computed alone and in another order
 (same bytes), and one unit's measures from its trained weights directly with the kernels.
 """
 
@@ -24,10 +24,11 @@ from scipy import stats
 
 import kernels
 from jaxbounds.bounds.from_model import scalar_bounds
-from jaxbounds.experiments import _stats, runner
 from jaxbounds.experiments import measures_vs_gap as mvg
+from jaxbounds.experiments import runner
 from jaxbounds.experiments._output import csv_text
 from jaxbounds.models import scalar_quantities
+from jaxbounds.study import ranking
 from tests.helpers import run_smoke
 
 # ------------------------------------------------------------------------------------ design
@@ -51,19 +52,20 @@ def test_every_axis_has_groups_that_differ_only_in_it(scale):
     grid = mvg.SCALES[scale]
     units = mvg.plan_units(grid, [0, 1])
     rows = [{**u.config, "seed": u.seed} for u in units]
-    settings, axes = mvg._settings(rows, grid)
-    assert {a.split(":")[1] for a in axes if a.startswith(mvg.SPARSE)} == {
-        "learning_rate", "batch_size", "width", "num_train", "seq_len"}  # fmt: skip
-    assert {a.split(":")[1] for a in axes if a.startswith(mvg.MNIST)} == {
-        "learning_rate", "max_steps", "width", "num_train"}  # fmt: skip
+    for family, want in (
+        (mvg.SPARSE, {"learning_rate", "batch_size", "width", "num_train", "seq_len"}),
+        (mvg.MNIST, {"learning_rate", "max_steps", "width", "num_train"}),
+    ):
+        sub = [r for r in rows if r["family"] == family]
+        axes = [a for a in mvg.AXIS_KEYS if len({r[a] for r in sub}) > 1]
+        assert set(axes) == want
+        assert set(mvg.family_axes(grid, family)) == want
+        configs = [tuple(r[a] for a in axes) for r in sub]
+        groups = ranking.psi_groups(configs, [r["seed"] for r in sub], axes)
+        assert all(len(groups[a]) >= 2 for a in axes)
     for family in mvg.FAMILIES:
         for values in grid["families"][family]["axes"].values():
             assert len(values) in (1, 3)
-    rng = np.random.default_rng(0)
-    g = _stats.granulated_tau(rng.normal(size=len(rows)), rng.normal(size=len(rows)), settings,
-                              axes, seed_key="seed")  # fmt: skip
-    assert all(g.num_groups[a] >= 2 for a in axes)
-    assert all(not math.isnan(v) for v in g.per_axis.values())
 
 
 def test_batches_share_their_shape_and_are_cut_at_16():
@@ -167,23 +169,28 @@ def test_render_on_planted_measures(tmp_path, monkeypatch):
     keep = [j for j, c in enumerate(before[0]) if not c.startswith(("seconds_", "compile_"))]
     assert after == [[line[j] for j in keep] for line in before]
     assert "seconds_hessian_trace" in (tmp_path / "seconds.csv").read_text().splitlines()[0]
-    measures = {r["measure"]: r for r in csv.DictReader((tmp_path / "measures.csv").open())}
-    assert set(measures) == {s.name for s in mvg.measure_specs(rows[0])}
-    assert float(measures["hessian_trace"]["tau"]) == pytest.approx(1.0, abs=1e-12)
-    assert float(measures["hessian_trace"]["psi"]) == pytest.approx(1.0, abs=1e-12)
-    assert float(measures["hessian_trace"]["sign_error_worst"]) == 0.0
-    assert float(measures["log_prod_spectral"]["psi"]) == pytest.approx(-1.0, abs=1e-12)
-    assert float(measures["hessian_trace"]["seconds_per_model"]) == 0.5
-    # the planted measure ranks first; a pure-noise measure has |tau| within 4 null sd
-    assert next(iter(measures)) == "hessian_trace"
-    n = int(measures["param_norm"]["num_models"])
-    null_sd = math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1)))
-    assert abs(float(measures["param_norm"]["tau"])) < 4 * null_sd
+    table = list(csv.DictReader((tmp_path / "measures.csv").open()))
+    for family in mvg.FAMILIES:
+        measures = {r["measure"]: r for r in table if r["family"] == family}
+        assert set(measures) == {s.name for s in mvg.measure_specs(rows[0])
+                                 if family in s.families}  # fmt: skip
+        assert float(measures["hessian_trace"]["tau"]) == 1.0
+        assert float(measures["hessian_trace"]["psi"]) == 1.0
+        assert float(measures["log_prod_spectral"]["psi"]) == -1.0
+        # 2 seeds: an environment has at most 4 pairs, below Dziugaite's effective size of 12
+        assert measures["hessian_trace"]["sign_error_max"] == ""
+        assert float(measures["hessian_trace"]["seconds_per_model"]) == 0.5
+        # the planted measure ranks first; a noise measure's tau is scipy's on the family
+        assert next(iter(measures)) == "hessian_trace"
+        sub = [r for r in rows if r["family"] == family]
+        want = stats.kendalltau([r["param_norm"] for r in sub], [r["gap"] for r in sub])
+        assert float(measures["param_norm"]["tau"]) == pytest.approx(want.statistic, abs=1e-12)
     report = (tmp_path / "report.md").read_text()
-    assert report.count("- **") == len(mvg.CLAIMS)
+    assert report.count("- **") == len(mvg.CLAIMS) * len(mvg.FAMILIES)
     assert "norm products correlate negatively" in report
-    stats = json.loads((tmp_path / "statistics.json").read_text())
-    assert stats["models"]["num_models"] == len(rows)
+    assert "null: random measure" in report
+    statistics = json.loads((tmp_path / "statistics.json").read_text())
+    assert statistics["loss"]["families"][mvg.SPARSE]["num_models"] == len(rows) // 2
     # rendered again from results.csv (no timings) and summary.json alone: the same files
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["measure_cost"]["hessian_trace"] == {"seconds_per_model": 0.5,
@@ -196,17 +203,6 @@ def test_render_on_planted_measures(tmp_path, monkeypatch):
     mvg.render(read_back, summary, again)
     for name in ("report.md", "measures.csv", "statistics.json"):
         assert (again / name).read_text() == (tmp_path / name).read_text(), name
-
-
-def test_bootstrap_tau_equals_scipy_on_the_repeated_sample():
-    """The resampled tau-b from sign matrices is scipy's tau-b of the sample with its repeats."""
-    rng = np.random.default_rng(8)
-    x = np.round(rng.normal(size=40), 1)  # ties in x
-    y = rng.normal(size=40)
-    sx, sy = mvg._signs(x), mvg._signs(y)
-    for index in (np.arange(40), rng.integers(0, 40, size=40), np.r_[0:20, 0:20, 5:9]):
-        want = stats.kendalltau(x[index], y[index]).statistic
-        assert mvg._tau_b_resample(sx, sy, index) == pytest.approx(want, abs=1e-12)
 
 
 # -------------------------------------------------------------------- slow: the smoke run
@@ -256,21 +252,19 @@ def test_smoke_files(smoke_run):
 
 @pytest.mark.slow
 def test_smoke_statistics_recomputed_from_results_csv(smoke_run):
-    rows = _rows(smoke_run)
-    gap = np.array([float(r["gap"]) for r in rows])
-    measures = {r["measure"]: r for r in csv.DictReader((smoke_run / "measures.csv").open())}
-    settings = [{f"{mvg.SPARSE}:learning_rate": float(r["learning_rate"])
-                 if r["family"] == mvg.SPARSE else None,
-                 f"{mvg.MNIST}:max_steps": int(r["max_steps"]) if r["family"] == mvg.MNIST
-                 else None, "family": r["family"], "seed": int(r["seed"])}
-                for r in rows]  # fmt: skip
-    axes = [f"{mvg.SPARSE}:learning_rate", f"{mvg.MNIST}:max_steps"]
-    for name in ("hessian_trace", "adaptive_sharpness_0.05", "l1_norm"):
-        mu = np.array([float(r[name]) for r in rows])
-        assert float(measures[name]["tau"]) == pytest.approx(
-            _stats.kendall_tau(mu, gap).tau, abs=1e-12)  # fmt: skip
-        psi = _stats.granulated_tau(mu, gap, settings, axes).psi
-        assert float(measures[name]["psi"]) == pytest.approx(psi, abs=1e-12)
+    rows = [r for r in _rows(smoke_run) if r["reached"] == "true"]
+    table = list(csv.DictReader((smoke_run / "measures.csv").open()))
+    for family in mvg.FAMILIES:
+        sub = [r for r in rows if r["family"] == family]
+        measures = {r["measure"]: r for r in table if r["family"] == family}
+        gap = np.array([float(r["gap"]) for r in sub])
+        for name in ("hessian_trace", "adaptive_sharpness_0.05", "l1_norm"):
+            mu = np.array([float(r[name]) for r in sub])
+            if len(sub) < 2 or len(set(mu)) < 2:
+                continue
+            s = np.sign(mu[:, None] - mu[None, :]) * np.sign(gap[:, None] - gap[None, :])
+            tau = s.sum() / (len(sub) * (len(sub) - 1))
+            assert float(measures[name]["tau"]) == pytest.approx(tau, abs=1e-12)
 
 
 def _strip(row: dict) -> str:

@@ -11,7 +11,7 @@ from jaxbounds.study.bootstrap import (
     seed_resamples,
     tau_weighted,
 )
-from jaxbounds.study.kendall import signs, tau_a
+from jaxbounds.study.ranking import signs, tau_a
 
 
 def test_distinct_resamples_is_the_multiset_count():

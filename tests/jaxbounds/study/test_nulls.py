@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from jaxbounds.study.kendall import tau_a
 from jaxbounds.study.nulls import Summary, null_draws
+from jaxbounds.study.ranking import tau_a
 
 
 def test_draws_follow_the_documented_generator():
