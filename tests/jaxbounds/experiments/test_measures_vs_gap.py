@@ -407,3 +407,54 @@ def test_one_unit_recomputed_by_hand(smoke_run):
     _close(value("tt_gap_cor411"), float(bounds["T&T Corollary 4.1.1 gap"].value), 1e-12)
     _close(value("edelman_cover"), float(bounds["Edelman multi-layer log cover"].value), 1e-12)
     assert row["tt_gap_cor411_status"] == bounds["T&T Corollary 4.1.1 gap"].status.name
+
+
+# ------------------------------------------- the committed run, recomputed independently
+
+COMMITTED = Path(__file__).resolve().parents[3] / "docs" / "reproduce" / "measures-vs-gap"
+
+
+def test_committed_tau_and_psi_recomputed_from_results_csv():
+    """tau (Jiang's eq. 3) and Psi per family, converged models, duplicates once: plain loops."""
+    with (COMMITTED / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    table = list(csv.DictReader((COMMITTED / "measures.csv").open()))
+    names = ["hessian_trace", "log_prod_spectral", "pacbayes_mag_flatness", "dist_init"]
+    for family in mvg.FAMILIES:
+        seen, sub = set(), []
+        for r in rows:
+            if r["family"] != family or r["reached"] != "true":
+                continue
+            key = (r["seed"], r["gap"], *(r[s.name] for s in mvg.measure_specs(mvg.SCALES["cpu"])))
+            if key not in seen:
+                seen.add(key)
+                sub.append(r)
+        axes = [a for a in mvg.AXIS_KEYS if len({r[a] for r in sub}) > 1]
+        got = {r["measure"]: r for r in table if r["family"] == family}
+        gap = [float(r["gap"]) for r in sub]
+        for name in names:
+            mu = [float(r[name]) for r in sub]
+            n = len(sub)
+            s = sum(np.sign(mu[i] - mu[j]) * np.sign(gap[i] - gap[j])
+                    for i in range(n) for j in range(n) if i != j)  # fmt: skip
+            assert float(got[name]["tau"]) == pytest.approx(s / (n * (n - 1)), abs=1e-12)
+            per_axis = []
+            for axis in axes:
+                groups: dict = {}
+                for i, r in enumerate(sub):
+                    groups.setdefault((r["seed"], *(r[a] for a in axes if a != axis)), []).append(i)
+                taus = []
+                for members in groups.values():
+                    if len({sub[i][axis] for i in members}) < 2:
+                        continue
+                    m = len(members)
+                    t = sum(np.sign(mu[i] - mu[j]) * np.sign(gap[i] - gap[j])
+                            for i in members for j in members if i != j)  # fmt: skip
+                    taus.append(t / (m * (m - 1)))
+                if taus:
+                    per_axis.append(np.mean(taus))
+                    assert float(got[name][f"psi[{axis}]"]) == pytest.approx(np.mean(taus),
+                                                                             abs=1e-12)  # fmt: skip
+            assert float(got[name]["psi"]) == pytest.approx(np.mean(per_axis), abs=1e-12)
+    report = (COMMITTED / "report.md").read_text()
+    assert "54 duplicate runs counted once" in report
