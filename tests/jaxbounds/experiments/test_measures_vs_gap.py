@@ -27,6 +27,7 @@ from jaxbounds.bounds.from_model import scalar_bounds
 from jaxbounds.experiments import measures_vs_gap as mvg
 from jaxbounds.experiments import runner
 from jaxbounds.experiments._output import csv_text
+from jaxbounds.experiments.measures_vs_gap import rendering as mvg_rendering
 from jaxbounds.models import scalar_quantities
 from jaxbounds.study import ranking
 from tests.helpers import run_smoke
@@ -155,7 +156,7 @@ def _json_cell(text: str):
 
 
 def test_render_on_planted_measures(tmp_path, monkeypatch):
-    monkeypatch.setattr(mvg, "BOOTSTRAP_RESAMPLES", 20)
+    monkeypatch.setattr(mvg_rendering, "BOOTSTRAP_RESAMPLES", 20)
     rows, grid = _synthetic_rows()
     columns = list(rows[0])
     (tmp_path / "results.csv").write_text(csv_text(rows, columns))

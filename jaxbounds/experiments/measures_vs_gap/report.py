@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxbounds.experiments import _mvg_study, runner
+from jaxbounds.experiments import runner
+from jaxbounds.experiments.measures_vs_gap import study as _mvg_study
 from jaxbounds.study.report import _plain
 
 __all__ = ["family_sections", "measures_csv", "public_statistics", "tau_psi_figure"]
