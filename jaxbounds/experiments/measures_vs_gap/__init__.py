@@ -45,16 +45,20 @@ searches, the Rademacher search) ran 3 to 10 times slower at the cpu sizes, more
 compile time saved.
 
 **Scales.** ``smoke``: 4 models, the code path of every measure with a few samples each
-(about 60 CPU-seconds, compilation nearly all of it). ``cpu``: 288 models (4 seeds): for
+(about 60 CPU-seconds, compilation nearly all of it). ``cpu``: 576 models (8 seeds): for
 sparse-majority d in {8, 12, 16}, N in {128, 256, 512}, T in {10, 20, 40}, batch size in
 {32, 64, 128} (a star around d = 12, N = 256, T = 20, batch 64) crossed with 3 Adam learning
-rates, 4 heads, majority of 5 bits, training cross-entropy 0.05 within 4,000 steps; for mnist01
-d_m in {16, 32, 64}, N in {100, 200, 400} (a star around 32 and 200) crossed with 3 learning
-rates and 3 step budgets (100, 300, 1000 GD steps), cross-entropy 0.05. ``paper``: every axis
-crossed, 1,296 models with 4 seeds, wider models, more samples per measure, for a GPU.
+rates, 4 heads, majority of 5 bits, training cross-entropy 0.05 within 4,000 steps, 2,000 test
+sequences; for mnist01 d_m in {16, 32, 64}, N in {100, 200, 400} (a star around 32 and 200)
+crossed with 3 learning rates and 3 step budgets (100, 300, 1000 GD steps), cross-entropy
+0.05, the 600-image test split (``test_fraction`` 0.6 of the digits 0 and 1, the largest that
+leaves the 400 training images the N axis needs). ``paper``: every axis crossed, with 8 seeds,
+wider models, more samples per measure, for a GPU. (The committed cpu run predates this
+design: 4 seeds, 512 and 200 test examples, measure sets of 128 and 100 examples.)
 
-**Measures** (on the ``measure_examples`` first training examples, the *measure set*, unless
-said; Monte Carlo ones with their standard error in ``<name>_stderr``):
+**Measures** (on the *measure set*: ``measure_examples`` first training examples, or when it is
+None the whole training set up to 1024 examples (SPEC section 8), unless said; Monte Carlo
+ones with their standard error in ``<name>_stderr``):
 
 - ``hessian_trace`` (Hutchinson, ``hessian_probes`` Rademacher probes) and
   ``hessian_top_eigenvalue`` (Lanczos, ``lanczos_steps`` steps; a lower bound of the top
@@ -152,6 +156,7 @@ from jaxbounds.experiments.measures_vs_gap.grid import (  # noqa: F401
     CONFIDENCE,
     FAMILIES,
     FAMILY_KEYS,
+    MEASURE_MAX,
     MNIST,
     NAME,
     NULL_DRAWS,
@@ -163,6 +168,7 @@ from jaxbounds.experiments.measures_vs_gap.grid import (  # noqa: F401
     _check_family,
     _star_points,
     family_axes,
+    measure_size,
     plan_units,
 )
 from jaxbounds.experiments.measures_vs_gap.host import (  # noqa: F401
@@ -267,6 +273,6 @@ EXPERIMENT = runner.Experiment(
     render=render,
     claims=CLAIMS,
     paper_numbers=PAPER_NUMBERS,
-    default_seeds={"smoke": 1, "cpu": 4, "paper": 4},
+    default_seeds={"smoke": 1, "cpu": 8, "paper": 8},
     default_scale="cpu",
 )

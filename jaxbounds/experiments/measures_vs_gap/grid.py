@@ -22,7 +22,7 @@ AXIS_KEYS = ("width", "num_train", "seq_len", "batch_size", "learning_rate", "ma
 #: Settings of a family that are not axes (None for the other family).
 FAMILY_KEYS = (
     "num_heads", "sparsity", "token_dim", "train_pool", "num_test", "optimizer",
-    "loss_threshold", "eval_every", "measure_examples",
+    "loss_threshold", "eval_every", "measure_examples", "test_fraction",
 )  # fmt: skip
 #: Settings shared by both families.
 COMMON_KEYS = (
@@ -53,7 +53,7 @@ SCALES: dict[str, dict[str, Any]] = {
                 "crossed": ["learning_rate"],
                 "fixed": {"num_heads": 2, "sparsity": 3, "train_pool": 48, "num_test": 64,
                           "optimizer": "adam", "loss_threshold": 0.1, "eval_every": 10,
-                          "measure_examples": 16},
+                          "measure_examples": None},
             },
             MNIST: {
                 "axes": {"learning_rate": [1.0], "max_steps": [20, 40], "width": [8],
@@ -61,7 +61,7 @@ SCALES: dict[str, dict[str, Any]] = {
                 "crossed": ["learning_rate", "max_steps"],
                 "fixed": {"token_dim": 112, "train_pool": 800, "num_test": 200,
                           "optimizer": "sgd", "loss_threshold": 0.05, "eval_every": 10,
-                          "measure_examples": 16},
+                          "measure_examples": None, "test_fraction": 0.2},
             },
         },
         **_MEASURE_COMMON,
@@ -78,17 +78,17 @@ SCALES: dict[str, dict[str, Any]] = {
                          "width": [8, 12, 16], "num_train": [128, 256, 512],
                          "seq_len": [10, 20, 40], "max_steps": [4000]},
                 "crossed": ["learning_rate"],
-                "fixed": {"num_heads": 4, "sparsity": 5, "train_pool": 512, "num_test": 512,
+                "fixed": {"num_heads": 4, "sparsity": 5, "train_pool": 512, "num_test": 2000,
                           "optimizer": "adam", "loss_threshold": 0.05, "eval_every": 25,
-                          "measure_examples": 128},
+                          "measure_examples": None},
             },
             MNIST: {
                 "axes": {"learning_rate": [0.3, 1.0, 3.0], "max_steps": [100, 300, 1000],
                          "width": [16, 32, 64], "num_train": [100, 200, 400]},
                 "crossed": ["learning_rate", "max_steps"],
-                "fixed": {"token_dim": 64, "train_pool": 800, "num_test": 200,
+                "fixed": {"token_dim": 64, "train_pool": 400, "num_test": 600,
                           "optimizer": "sgd", "loss_threshold": 0.05, "eval_every": 25,
-                          "measure_examples": 100},
+                          "measure_examples": None, "test_fraction": 0.6},
             },
         },
         **_MEASURE_COMMON,
@@ -103,15 +103,15 @@ SCALES: dict[str, dict[str, Any]] = {
                 "crossed": ["learning_rate", "batch_size", "width", "num_train", "seq_len"],
                 "fixed": {"num_heads": 4, "sparsity": 9, "train_pool": 1024, "num_test": 2000,
                           "optimizer": "adam", "loss_threshold": 0.01, "eval_every": 50,
-                          "measure_examples": 256},
+                          "measure_examples": None},
             },
             MNIST: {
                 "axes": {"learning_rate": [0.3, 1.0, 3.0], "max_steps": [300, 1000, 3000],
-                         "width": [64, 256, 1024], "num_train": [200, 400, 800]},
+                         "width": [64, 256, 1024], "num_train": [100, 200, 400]},
                 "crossed": ["learning_rate", "max_steps", "width", "num_train"],
-                "fixed": {"token_dim": 64, "train_pool": 800, "num_test": 200,
+                "fixed": {"token_dim": 64, "train_pool": 400, "num_test": 600,
                           "optimizer": "sgd", "loss_threshold": 0.01, "eval_every": 50,
-                          "measure_examples": 200},
+                          "measure_examples": None, "test_fraction": 0.6},
             },
         },
         **_MEASURE_COMMON,
@@ -187,11 +187,27 @@ def _check_family(family: str, spec: Mapping[str, Any]) -> None:
         if not isinstance(values, list) or not values or len(set(map(str, values))) != len(values):
             raise ValueError(f"families[{family!r}].axes[{axis!r}]: expected distinct values")
     fixed = spec["fixed"]
-    if (
-        min(axes["num_train"]) < fixed["measure_examples"]
-        or max(axes["num_train"]) > fixed["train_pool"]
-    ):
+    least = fixed["measure_examples"] or 1
+    if min(axes["num_train"]) < least or max(axes["num_train"]) > fixed["train_pool"]:
         raise ValueError(f"families[{family!r}]: need measure_examples <= num_train <= train_pool")
+
+
+#: The measure set of a unit without ``measure_examples``: the training set, at most this many.
+MEASURE_MAX = 1024
+
+
+def measure_size(cfg: Mapping[str, Any]) -> int:
+    """The measure set's size: ``measure_examples``, else the training set up to 1024 examples.
+
+    SPEC section 8 (after Andriushchenko et al. 2023): at least 1024 points, or the whole
+    training set when it is smaller.
+
+    >>> measure_size({"measure_examples": None, "num_train": 200}), measure_size(
+    ...     {"measure_examples": 64, "num_train": 200})
+    (200, 64)
+    """
+    given = cfg["measure_examples"]
+    return int(given) if given else min(int(cfg["num_train"]), MEASURE_MAX)
 
 
 def plan_units(grid: Mapping[str, Any], seeds: Sequence[int]) -> list[runner.Unit]:
@@ -214,7 +230,9 @@ def plan_units(grid: Mapping[str, Any], seeds: Sequence[int]) -> list[runner.Uni
     units = []
     for family, spec in grid["families"].items():
         _check_family(family, spec)
-        if spec["fixed"]["measure_examples"] % common["worst_batches"]:
+        sizes = ([spec["fixed"]["measure_examples"]] if spec["fixed"]["measure_examples"]
+                 else [min(n, MEASURE_MAX) for n in spec["axes"]["num_train"]])  # fmt: skip
+        if any(size % common["worst_batches"] for size in sizes):
             raise ValueError("measure_examples: expected a multiple of worst_batches")
         for point in _star_points(spec["axes"], spec["crossed"]):
             config = {"family": family}

@@ -79,7 +79,7 @@ def _settings_text(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -
             f"- `{family}`: {axes} ({design}; the other axes as a star around the middle "
             f"value); {fixed['optimizer']}, stop at training cross-entropy "
             f"{fixed['loss_threshold']} (checked every {fixed['eval_every']} steps) or at the "
-            f"step cap; measures on the first {fixed['measure_examples']} training examples; "
+            f"step cap; measures on {_measure_set(fixed)}; "
             f"{fixed['num_test']} test examples."
         )
     g = grid
@@ -97,6 +97,12 @@ def _settings_text(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -
         f"{g['measure_lanes']} (measures).",
     ]  # fmt: skip
     return lines
+
+
+def _measure_set(fixed: Mapping[str, Any]) -> str:
+    if fixed.get("measure_examples"):
+        return f"the first {fixed['measure_examples']} training examples"
+    return "the whole training set (its first 1024 examples when larger)"
 
 
 def _command_text(meta: Mapping[str, Any]) -> str:

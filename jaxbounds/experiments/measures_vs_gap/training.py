@@ -129,8 +129,8 @@ def _sparse_pool(seed: int, seq_len: int, width: int, sparsity: int, pool: int, 
 
 
 @functools.cache
-def _mnist(token_dim: int) -> Any:
-    return load_mnist_sample(token_dim=token_dim, log=None)
+def _mnist(token_dim: int, test_fraction: float = 0.2) -> Any:
+    return load_mnist_sample(token_dim=token_dim, log=None, test_fraction=test_fraction)
 
 
 def _unit_data(cfg: Mapping[str, Any], seed: int) -> tuple[dict, dict]:
@@ -141,7 +141,7 @@ def _unit_data(cfg: Mapping[str, Any], seed: int) -> tuple[dict, dict]:
                             cfg["train_pool"], cfg["num_test"])  # fmt: skip
         pool = cfg["train_pool"]
         return {"x": x[:n], "y": y[:n]}, {"x": x[pool:], "y": y[pool:]}
-    digits = _mnist(cfg["token_dim"])
+    digits = _mnist(cfg["token_dim"], cfg.get("test_fraction") or 0.2)
     pool = len(digits.train["labels"])
     if cfg["train_pool"] != pool or cfg["num_test"] != len(digits.test["labels"]):
         raise ValueError(f"train_pool, num_test: the MNIST sample has {pool} and "

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from jaxbounds.experiments import runner
+from jaxbounds.experiments.measures_vs_gap.grid import measure_size
 from jaxbounds.experiments.measures_vs_gap.host import (
     _bound_measures,
     _norm_measures,
@@ -59,7 +60,7 @@ def _measure_rows(t: _Trained) -> list[dict]:
     for i, ev in enumerate(evals):
         rows[i] |= {k: _finite(v) for k, v in ev.items()}
     ok = [i for i in everyone if not t.diverged[i] and _all_finite(t.params[i])]
-    m = cfg["measure_examples"]
+    m = measure_size(cfg)
     meas = {i: {"x": t.train[i]["x"][:m], "y": t.train[i]["y"][:m]} for i in ok}
     keyed = lambda program: [(t.params[i], meas[i], _key(t.units[i].seed, program))  # noqa: E731
                              for i in ok]  # fmt: skip

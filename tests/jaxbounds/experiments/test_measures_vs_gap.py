@@ -103,7 +103,7 @@ def _bad(mutate):
         (lambda g: g["families"]["mnist01"]["crossed"].append("seq_len"), "crossed"),
         (lambda g: g["families"]["mnist01"]["axes"].update(width=[8, 8]), "distinct"),
         (lambda g: g["families"]["mnist01"]["fixed"].update(measure_examples=40), "measure_ex"),
-        (lambda g: g.update(worst_batches=3), "worst_batches"),
+        (lambda g: g.update(worst_batches=5), "worst_batches"),
         (lambda g: g.update(measure_lanes=0), "measure_lanes"),
     ],
 )
