@@ -182,6 +182,7 @@ from jaxbounds.experiments.measures_vs_gap.host import (  # noqa: F401
 from jaxbounds.experiments.measures_vs_gap.programs import (  # noqa: F401
     _COMPILED,
     _PROGRAM_KEYS,
+    MAG_EPS,
     MeasureSpec,
     _all_finite,
     _dtype,
@@ -196,6 +197,7 @@ from jaxbounds.experiments.measures_vs_gap.programs import (  # noqa: F401
     _run_program,
     _signature,
     _tag,
+    mag_sigma_search,
     measure_specs,
 )
 from jaxbounds.experiments.measures_vs_gap.rendering import (  # noqa: F401

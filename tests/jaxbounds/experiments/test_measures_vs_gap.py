@@ -459,3 +459,37 @@ def test_committed_tau_and_psi_recomputed_from_results_csv():
             assert float(got[name]["psi"]) == pytest.approx(np.mean(per_axis), abs=1e-12)
     report = (COMMITTED / "report.md").read_text()
     assert "54 duplicate runs counted once" in report
+
+
+# ----------------------------------------------- the magnitude-aware search (SPEC section 8)
+
+
+def test_mag_sigma_search_closed_form_without_floor():
+    """0.5 ||w||^2: an antithetic pair raises it by s^2 ||w * z||^2 / 2, solved for s."""
+    w = jnp.array([1.0, -2.0, 0.5])
+    key = jax.random.key(3)
+    num_samples, target = 8, 0.3
+    z = jax.vmap(lambda k: jax.random.normal(k, (3,), w.dtype))(jax.random.split(key, 8))
+    mean_sq = float(jnp.mean(jnp.sum(jnp.square(w[None, :] * z), axis=1)))
+    want = math.sqrt(2 * target / mean_sq)
+    r = mvg.mag_sigma_search(lambda p, b: 0.5 * jnp.sum(p**2), w, None, key, eps=0.0,
+                             target_increase=target, sigma_lower=1e-4, sigma_upper=10.0,
+                             num_samples=num_samples, num_steps=50)  # fmt: skip
+    assert bool(r["bracketed"])
+    assert float(r["sigma"]) == pytest.approx(want, rel=1e-8)
+    assert float(r["increase"]) == pytest.approx(target, rel=1e-7)
+
+
+def test_mag_sigma_search_floor_perturbs_zero_weights():
+    """All weights 0: without the floor nothing moves; a floor of 2 always exceeds the target."""
+    w = jnp.zeros(4)
+    err = lambda p, b: jnp.mean(jnp.abs(p) > 1.0).astype(p.dtype)  # noqa: E731
+    kw = {"target_increase": 0.1, "sigma_lower": 1e-3, "sigma_upper": 10.0, "num_samples": 16,
+          "num_steps": 10}  # fmt: skip
+    none = mvg.mag_sigma_search(err, w, None, jax.random.key(0), eps=0.0, **kw)
+    # never above target: every step moves the lower end up, to 10 (1e-4)^(2^-10)
+    assert float(none["sigma"]) == pytest.approx(10.0 * 1e-4 ** (2.0**-10), rel=1e-5)
+    assert not bool(none["bracketed"])
+    big = mvg.mag_sigma_search(err, w, None, jax.random.key(0), eps=2.0, **kw)
+    assert float(big["sigma"]) == pytest.approx(1e-3)  # the lower end: always above target
+    assert float(big["increase"]) > 0.1
