@@ -1,7 +1,8 @@
 r"""Jiang et al.'s conditional-mutual-information test of a measure.
 
 Jiang et al. 2020 (arXiv:1912.02178), section 6: over the ordered pairs of models $(i, j)$,
-$V_\mu = \operatorname{sign}(\mu_i - \mu_j)$, $V_g = \operatorname{sign}(g_i - g_j)$ and, for
+$i \ne j$, $V_\mu = \operatorname{sign}(\mu_i - \mu_j)$, $V_g = \operatorname{sign}(g_i - g_j)$
+in $\{+1, -1\}$ (a tie counts $-1$, as the first author's scoring code does) and, for
 a set $S$ of hyperparameter axes, $U_S$ the values of the axes in $S$ of both models. The
 normalised conditional mutual information is
 $$\hat I(V_\mu, V_g \mid U_S) = \frac{I(V_\mu; V_g \mid U_S)}{H(V_g \mid U_S)},$$
@@ -96,8 +97,8 @@ def conditional_mutual_information(
     mu = np.asarray(measure, dtype=float)
     g = np.asarray(gap, dtype=float)
     ii, jj, codes = pair_codes(configs, axes) if pairs is None else pairs
-    vm = np.sign(mu[ii] - mu[jj]).astype(np.int64) + 1
-    vg = np.sign(g[ii] - g[jj]).astype(np.int64) + 1
+    vm = (mu[ii] > mu[jj]).astype(np.int64)
+    vg = (g[ii] > g[jj]).astype(np.int64)
     per_set: dict[tuple[str, ...], float] = {}
     for k in range(max_size + 1):
         for subset in itertools.combinations(range(len(axes)), k):

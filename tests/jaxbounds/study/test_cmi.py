@@ -21,11 +21,13 @@ def test_measure_that_rides_on_one_axis_loses_its_information():
     gap = [1.0, 1.5, 3.0, 3.5]
     mu = [1.0, 1.0, 2.0, 2.0]
     c = conditional_mutual_information(mu, gap, configs, ["lr", "bs"])
-    # By hand, unconditional: ordered pairs 12; V_g = sign of gap difference, never 0.
-    # V_mu = 0 on the 4 same-lr pairs (V_g +-1 evenly there), = V_g on the 8 others.
-    # I(V_mu; V_g) = H(V_g) - H(V_g | V_mu) = ln2 - (4/12) ln2 = (2/3) ln 2; H(V_g) = ln 2.
-    assert c.by_size[0] == pytest.approx(2 / 3, abs=1e-12)
-    # Given lr: within U=(a, a) V_mu is constant (I = 0); within U=(1,2) or (2,1) V_g is
+    # By hand, unconditional: 12 ordered pairs; V = +1 iff strictly greater (a tie is -1).
+    # V_mu = +1 on the 4 pairs (lr 2, lr 1), all with V_g = +1; V_mu = -1 on the other 8, with
+    # V_g = +1 on 2 of them (same lr, larger bs). H(V_g) = ln 2,
+    # H(V_g | V_mu) = (8/12) H(1/4), so I / H(V_g) = 1 - (2/3) H(1/4) / ln 2.
+    h = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    assert c.by_size[0] == pytest.approx(1 - (2 / 3) * h / math.log(2), abs=1e-12)
+    # Given lr: within U=(a, a) V_mu is constant -1 (I = 0); within U=(1,2) or (2,1) V_g is
     # constant (H = 0) -> I(V_mu; V_g | U_lr) = 0.
     assert c.per_set[("lr",)] == pytest.approx(0.0, abs=1e-12)
     assert c.by_size[1] == pytest.approx(0.0, abs=1e-12)
