@@ -18,7 +18,9 @@ MNIST = "mnist01"
 FAMILIES = (SPARSE, MNIST)
 
 #: Axis columns of every unit (None where a family has no such axis), in results.csv order.
-AXIS_KEYS = ("width", "num_train", "seq_len", "batch_size", "learning_rate", "max_steps")
+AXIS_KEYS = (
+    "width", "num_train", "seq_len", "batch_size", "learning_rate", "max_steps", "weight_decay",
+)  # fmt: skip
 #: Settings of a family that are not axes (None for the other family).
 FAMILY_KEYS = (
     "num_heads", "sparsity", "token_dim", "train_pool", "num_test", "optimizer",
@@ -76,7 +78,8 @@ SCALES: dict[str, dict[str, Any]] = {
             SPARSE: {
                 "axes": {"learning_rate": [2e-3, 5e-3, 1.2e-2], "batch_size": [32, 64, 128],
                          "width": [8, 12, 16], "num_train": [128, 256, 512],
-                         "seq_len": [10, 20, 40], "max_steps": [4000]},
+                         "seq_len": [10, 20, 40], "max_steps": [4000],
+                         "weight_decay": [0.0, 1e-4, 1e-3]},
                 "crossed": ["learning_rate"],
                 "fixed": {"num_heads": 4, "sparsity": 5, "train_pool": 512, "num_test": 2000,
                           "optimizer": "adam", "loss_threshold": 0.05, "eval_every": 25,
@@ -84,7 +87,8 @@ SCALES: dict[str, dict[str, Any]] = {
             },
             MNIST: {
                 "axes": {"learning_rate": [0.3, 1.0, 3.0], "max_steps": [100, 300, 1000],
-                         "width": [16, 32, 64], "num_train": [100, 200, 400]},
+                         "width": [16, 32, 64], "num_train": [100, 200, 400],
+                         "weight_decay": [0.0, 1e-4, 1e-3]},
                 "crossed": ["learning_rate", "max_steps"],
                 "fixed": {"token_dim": 64, "train_pool": 400, "num_test": 600,
                           "optimizer": "sgd", "loss_threshold": 0.05, "eval_every": 25,
@@ -99,7 +103,8 @@ SCALES: dict[str, dict[str, Any]] = {
             SPARSE: {
                 "axes": {"learning_rate": [1e-3, 3e-3, 1e-2], "batch_size": [32, 64, 128],
                          "width": [16, 32, 64], "num_train": [256, 512, 1024],
-                         "seq_len": [20, 50, 100], "max_steps": [20000]},
+                         "seq_len": [20, 50, 100], "max_steps": [20000],
+                         "weight_decay": [0.0, 1e-4, 1e-3]},
                 "crossed": ["learning_rate", "batch_size", "width", "num_train", "seq_len"],
                 "fixed": {"num_heads": 4, "sparsity": 9, "train_pool": 1024, "num_test": 2000,
                           "optimizer": "adam", "loss_threshold": 0.01, "eval_every": 50,
@@ -107,7 +112,8 @@ SCALES: dict[str, dict[str, Any]] = {
             },
             MNIST: {
                 "axes": {"learning_rate": [0.3, 1.0, 3.0], "max_steps": [300, 1000, 3000],
-                         "width": [64, 256, 1024], "num_train": [100, 200, 400]},
+                         "width": [64, 256, 1024], "num_train": [100, 200, 400],
+                         "weight_decay": [0.0, 1e-4, 1e-3]},
                 "crossed": ["learning_rate", "max_steps", "width", "num_train"],
                 "fixed": {"token_dim": 64, "train_pool": 400, "num_test": 600,
                           "optimizer": "sgd", "loss_threshold": 0.01, "eval_every": 50,
@@ -247,13 +253,17 @@ def family_axes(grid: Mapping[str, Any], family: str) -> list[str]:
     """The axes of ``family`` that take several values at this scale (the statistics' axes).
 
     >>> family_axes(SCALES["cpu"], "mnist01")
-    ['learning_rate', 'max_steps', 'width', 'num_train']
+    ['learning_rate', 'max_steps', 'width', 'num_train', 'weight_decay']
     """
     spec = grid["families"].get(family)
     return [] if spec is None else [a for a, v in spec["axes"].items() if len(v) > 1]
 
 
 def _batch_key(unit: runner.Unit) -> str:
-    """Units of one shape share a batch: equal configuration up to learning rate and budget."""
-    skip = ("learning_rate", "max_steps")
+    """Units of one shape share a batch: equal configuration up to the vmapped hyperparameters.
+
+    The learning rate, the weight decay and the step budget differ from run to run inside one
+    :func:`~jaxbounds.training.train` call.
+    """
+    skip = ("learning_rate", "max_steps", "weight_decay")
     return runner.canonical_json({k: v for k, v in unit.config.items() if k not in skip})

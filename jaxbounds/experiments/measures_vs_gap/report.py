@@ -17,7 +17,7 @@ from jaxbounds.study.report import _plain
 __all__ = ["family_sections", "measures_csv", "public_statistics", "tau_psi_figure"]
 
 _SHORT = {"learning_rate": "lr", "batch_size": "batch", "width": "width", "num_train": "N",
-          "seq_len": "T", "max_steps": "budget"}  # fmt: skip
+          "seq_len": "T", "max_steps": "budget", "weight_decay": "wd"}  # fmt: skip
 
 
 def _f(x: Any, digits: int = 3) -> str:

@@ -28,8 +28,9 @@ from jaxbounds.study import bootstrap, ranking
 
 __all__ = ["RULES", "claim_lines", "run_studies"]
 
-#: The axes of the results (None where a family has no such axis).
-AXES = ("width", "num_train", "seq_len", "batch_size", "learning_rate", "max_steps")
+#: The axes of the results (None where a family has no such axis, or a run predates it).
+AXES = ("width", "num_train", "seq_len", "batch_size", "learning_rate", "max_steps",
+        "weight_decay")  # fmt: skip
 WEAK_TAU = 0.3
 FAIL_ERROR = 0.5
 

@@ -159,7 +159,13 @@ def _init(cfg: Mapping[str, Any], seed: int) -> dict:
     return model.params_dict()
 
 
-_OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
+def sgd_decayed(learning_rate: float, weight_decay: float) -> optax.GradientTransformation:
+    """Plain SGD with decoupled weight decay: ``w <- w - lr (g + weight_decay w)``."""
+    return optax.chain(optax.add_decayed_weights(weight_decay), optax.sgd(learning_rate))
+
+
+#: Optimizer factories with a ``weight_decay`` argument (0 gives the plain optimizer's steps).
+_OPTIMIZERS = {"adam": optax.adamw, "sgd": sgd_decayed}
 
 
 def _stack(trees: Sequence[Any]) -> Any:
@@ -211,7 +217,10 @@ def _train_batch(units: Sequence[runner.Unit]) -> _Trained:
     result = train(
         _family_fns(cfg).loss, _stack(params0), train_data, keys,
         optimizer=_OPTIMIZERS[cfg["optimizer"]],
-        hyperparams={"learning_rate": np.array([u.config["learning_rate"] for u in units])},
+        hyperparams={
+            "learning_rate": np.array([u.config["learning_rate"] for u in units]),
+            "weight_decay": np.array([u.config.get("weight_decay") or 0.0 for u in units]),
+        },
         num_steps=np.array([u.config["max_steps"] for u in units]),
         batch_size=cfg["batch_size"], eval_every=cfg["eval_every"],
         loss_threshold=cfg["loss_threshold"], norms="frobenius" if cfg["family"] == MNIST else None,

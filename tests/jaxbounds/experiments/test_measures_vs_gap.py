@@ -54,8 +54,11 @@ def test_every_axis_has_groups_that_differ_only_in_it(scale):
     units = mvg.plan_units(grid, [0, 1])
     rows = [{**u.config, "seed": u.seed} for u in units]
     for family, want in (
-        (mvg.SPARSE, {"learning_rate", "batch_size", "width", "num_train", "seq_len"}),
-        (mvg.MNIST, {"learning_rate", "max_steps", "width", "num_train"}),
+        (
+            mvg.SPARSE,
+            {"learning_rate", "batch_size", "width", "num_train", "seq_len", "weight_decay"},
+        ),
+        (mvg.MNIST, {"learning_rate", "max_steps", "width", "num_train", "weight_decay"}),
     ):
         sub = [r for r in rows if r["family"] == family]
         axes = [a for a in mvg.AXIS_KEYS if len({r[a] for r in sub}) > 1]
@@ -430,7 +433,7 @@ def test_committed_tau_and_psi_recomputed_from_results_csv():
             if key not in seen:
                 seen.add(key)
                 sub.append(r)
-        axes = [a for a in mvg.AXIS_KEYS if len({r[a] for r in sub}) > 1]
+        axes = [a for a in mvg.AXIS_KEYS if len({r.get(a) for r in sub}) > 1]
         got = {r["measure"]: r for r in table if r["family"] == family}
         gap = [float(r["gap"]) for r in sub]
         for name in names:
