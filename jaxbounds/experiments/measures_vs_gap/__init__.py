@@ -45,14 +45,16 @@ searches, the Rademacher search) ran 3 to 10 times slower at the cpu sizes, more
 compile time saved.
 
 **Scales.** ``smoke``: 4 models, the code path of every measure with a few samples each
-(about 60 CPU-seconds, compilation nearly all of it). ``cpu``: 576 models (8 seeds): for
+(about 60 CPU-seconds, compilation nearly all of it). ``cpu``: 768 models (8 seeds): for
 sparse-majority d in {8, 12, 16}, N in {128, 256, 512}, T in {10, 20, 40}, batch size in
 {32, 64, 128} (a star around d = 12, N = 256, T = 20, batch 64) crossed with 3 Adam learning
 rates, 4 heads, majority of 5 bits, training cross-entropy 0.05 within 4,000 steps, 2,000 test
 sequences; for mnist01 d_m in {16, 32, 64}, N in {100, 200, 400} (a star around 32 and 200)
 crossed with 3 learning rates and 3 step budgets (100, 300, 1000 GD steps), cross-entropy
 0.05, the 600-image test split (``test_fraction`` 0.6 of the digits 0 and 1, the largest that
-leaves the 400 training images the N axis needs). ``paper``: every axis crossed, with 8 seeds,
+leaves the 400 training images the N axis needs); both families add a weight-decay star axis
+(0, 1e-4, 1e-3; AdamW, SGD with decoupled decay), vmapped with the learning rate.
+``paper``: every axis crossed, 7,776 models with 8 seeds,
 wider models, more samples per measure, for a GPU. (The committed cpu run predates this
 design: 4 seeds, 512 and 200 test examples, measure sets of 128 and 100 examples.)
 
