@@ -13,7 +13,7 @@ from typing import Any
 
 from jaxbounds.study.analysis import FamilyResult, MeasureResult, Study
 
-__all__ = ["render_report", "study_json", "study_markdown"]
+__all__ = ["as_json", "render_report", "study_json", "study_markdown"]
 
 
 def _f(x: Any, digits: int = 3) -> str:
@@ -160,24 +160,29 @@ def study_markdown(study: Study, *, title: str = "Measures versus the gap") -> s
     return "\n".join(lines)
 
 
-def _plain(x: Any) -> Any:
+def as_json(x: Any) -> Any:
+    """A study's dataclasses as JSON values (NaN and infinities as None, tuple keys joined).
+
+    >>> as_json({"a": float("nan"), ("x", "y"): (1.0, 2)})
+    {'a': None, 'x,y': [1.0, 2]}
+    """
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
         return {(k if isinstance(k, str) else ",".join(map(str, k)) if isinstance(k, tuple)
-                 else str(k)): _plain(v) for k, v in x.items()}  # fmt: skip
+                 else str(k)): as_json(v) for k, v in x.items()}  # fmt: skip
     if isinstance(x, list | tuple):
-        return [_plain(v) for v in x]
+        return [as_json(v) for v in x]
     if hasattr(x, "__dataclass_fields__"):
-        return {k: _plain(getattr(x, k)) for k in x.__dataclass_fields__}
+        return {k: as_json(getattr(x, k)) for k in x.__dataclass_fields__}
     if hasattr(x, "item"):
-        return _plain(x.item())
+        return as_json(x.item())
     return x
 
 
 def study_json(study: Study) -> str:
     """Every number of the study as JSON (NaN as null)."""
-    return json.dumps(_plain(study), indent=1, sort_keys=True) + "\n"
+    return json.dumps(as_json(study), indent=1, sort_keys=True) + "\n"
 
 
 def _figure(fr: FamilyResult, path: Path) -> bool:

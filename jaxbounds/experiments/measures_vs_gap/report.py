@@ -12,7 +12,7 @@ import numpy as np
 
 from jaxbounds.experiments import runner
 from jaxbounds.experiments.measures_vs_gap import study as _mvg_study
-from jaxbounds.study.report import _plain
+from jaxbounds.study.report import as_json
 
 __all__ = ["family_sections", "measures_csv", "public_statistics", "tau_psi_figure"]
 
@@ -175,7 +175,7 @@ def public_statistics(studies: Mapping[str, Any]) -> dict[str, Any]:
     """The two studies as JSON values, without the per-group taus (measures.csv has the rest)."""
     out = {}
     for key in ("loss", "error"):
-        data = _plain(studies[key])
+        data = as_json(studies[key])
         for fr in data["families"].values():
             for m in fr["measures"].values():
                 m["psi"].pop("group_taus", None)
