@@ -180,8 +180,12 @@ def _family(t: ModelTable, family: str, opts: dict[str, Any]) -> tuple[FamilyRes
 
     env_all = sign_error.environments(configs, list(axes))
     groups_all = ranking.psi_groups(configs, list(kept.seed), list(axes))
-    pairs_all = cmi.pair_codes(configs, list(axes)) if kept.num_rows <= opts["cmi_max_models"] \
-        else None  # fmt: skip
+    pairs_all = None
+    if kept.num_rows <= opts["cmi_max_models"]:
+        pairs_all = cmi.pair_codes(configs, list(axes))
+    else:
+        notes.append(f"CMI skipped: {kept.num_rows} models, more than cmi_max_models = "
+                     f"{opts['cmi_max_models']} (it uses all n(n-1) ordered pairs)")  # fmt: skip
     measures: dict[str, MeasureResult] = {}
     for name, values in kept.measures.items():
         have = np.isfinite(values)

@@ -129,3 +129,10 @@ def test_one_group_kendall_matches_scipy():
 def test_bad_confidence():
     with pytest.raises(ValueError, match="confidence"):
         _study(_rows(), confidence=1.5)
+
+
+def test_cmi_skipped_on_large_families_is_said():
+    f = _study(_rows(), cmi_max_models=5).families["small"]
+    assert f.measures["m"].cmi is None
+    assert any(n.startswith("CMI skipped: 18 models") for n in f.notes)
+    assert _study(_rows()).families["small"].measures["m"].cmi is not None
