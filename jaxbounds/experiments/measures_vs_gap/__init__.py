@@ -56,7 +56,8 @@ leaves the 400 training images the N axis needs); both families add a weight-dec
 (0, 1e-4, 1e-3; AdamW, SGD with decoupled decay), vmapped with the learning rate.
 ``paper``: every axis crossed, 7,776 models with 8 seeds,
 wider models, more samples per measure, for a GPU. (The committed cpu run predates this
-design: 4 seeds, 512 and 200 test examples, measure sets of 128 and 100 examples.)
+design: 4 seeds, 512 and 200 test examples, measure sets of 128 and 100 examples, no logit
+normalisation in adaptive sharpness.)
 
 **Measures** (on the *measure set*: ``measure_examples`` first training examples, or when it is
 None the whole training set up to 1024 examples (SPEC section 8), unless said; Monte Carlo
@@ -71,7 +72,10 @@ ones with their standard error in ``<name>_stderr``):
 - ``worst_adaptive_linf`` / ``worst_adaptive_l2``: $\max_{\|\delta/|\theta|\|_p \le \rho}
   L_B(\theta + \delta) - L_B(\theta)$ by APGD-style ascent (:func:`kernels.worst_case_sharpness`,
   ``worst_steps`` steps), averaged over ``worst_batches`` batches of the measure set (standard
-  error over the batches), as Andriushchenko et al.;
+  error over the batches), as Andriushchenko et al.; the adaptive measures (average and worst
+  case) take the loss of normalised logits, as theirs (``training.normalize_logits``: the
+  batch's scalar logits divided by their root mean square, at the weights evaluated), so
+  scaling a model's readout leaves them unchanged;
 - ``pacbayes_mag_flatness`` $= 1/\sigma'^2$, Jiang et al.'s magnitude-aware PAC-Bayes measure:
   the largest $\sigma'$ such that $u \sim N(0, \sigma'^2 \operatorname{diag}(\theta^2))$ raises
   the training 0-1 error by at most ``sigma_target`` on average

@@ -136,9 +136,11 @@ def _lane_program(name: str, fns: _Fns, cfg_items: tuple) -> Callable:
     if name.startswith(("avg_sharpness_", "adaptive_sharpness_")):
         adaptive = name.startswith("adaptive")
 
+        loss = fns.normalized_loss if adaptive else fns.loss  # Andriushchenko et al.'s logits
+
         def sharp(p, m, k, sigma):
             return _estimate(kernels.average_sharpness(
-                fns.loss, p, m, k, perturbation=P("gaussian", sigma, adaptive=adaptive),
+                loss, p, m, k, perturbation=P("gaussian", sigma, adaptive=adaptive),
                 num_samples=cfg["sharpness_pairs"]))  # fmt: skip
 
         return sharp
@@ -152,7 +154,7 @@ def _lane_program(name: str, fns: _Fns, cfg_items: tuple) -> Callable:
 
             def one(batch, i):
                 return kernels.worst_case_sharpness(
-                    fns.loss, p, batch, jax.random.fold_in(k, i),
+                    fns.normalized_loss, p, batch, jax.random.fold_in(k, i),
                     perturbation=P(kind, jnp.asarray(rho, _dtype(p)), adaptive=True),
                     num_steps=cfg["worst_steps"],
                 ).value  # fmt: skip

@@ -39,6 +39,7 @@ class _Fns:
     error: Callable
     search_apply: Callable
     project: Callable
+    normalized_loss: Callable
 
 
 def _error_of(apply: Callable) -> Callable:
@@ -52,6 +53,58 @@ def _error_of(apply: Callable) -> Callable:
 def _loss_of(apply: Callable) -> Callable:
     def loss(params: Any, batch: Mapping[str, jax.Array]) -> jax.Array:
         return logistic_loss(apply(params, batch["x"]), batch["y"])
+
+    return loss
+
+
+#: The floor of the logits' norm in :func:`normalize_logits` (as Andriushchenko et al.'s code).
+LOGIT_NORM_FLOOR = 1e-10
+
+
+def normalize_logits(scores: jax.Array) -> jax.Array:
+    r"""Logits normalised before the loss of adaptive sharpness (Andriushchenko et al. 2023).
+
+    Class logits $z \in \mathbb R^{n \times K}$, $K \ge 2$: per example, centred over the
+    classes and divided by their Euclidean norm, as ``LogitNormalizationWrapper`` in
+    tml-epfl/sharpness-vs-generalization (``models.py``) does:
+    $\tilde z_i = (z_i - \bar z_i) / \max(\|z_i - \bar z_i\|_2, 10^{-10})$.
+
+    Scalar logits $z \in \mathbb R^n$ of a binary logistic model: per-example normalisation
+    of one logit leaves only its sign (their code's one-logit path even centres it to 0), so
+    the batch's logits are divided by their root mean square over the batch,
+    $\tilde z_i = \sqrt2\, z_i / \max(\sqrt{\tfrac1n \textstyle\sum_j z_j^2}, 10^{-10})$.
+    Like theirs, the loss then depends on the logits' direction only (a model whose logits are
+    all scaled by $c > 0$ has the same normalised loss), and like theirs it is computed at the
+    weights where the loss is evaluated (inside a sharpness measure: the perturbed ones). The
+    factor $\sqrt2$ makes it equal to theirs applied to the two-class logits
+    $(-z_i/2, z_i/2)$ when every $|z_i|$ is the same.
+
+    Args:
+      scores: (n,) scalar logits or (n, K) class logits.
+
+    Returns:
+      The normalised logits, same shape and dtype.
+
+    >>> normalize_logits(jnp.array([3.0, -3.0, 3.0]))  # every |z_i| equal: sqrt(2) sign(z)
+    Array([ 1.4142135, -1.4142135,  1.4142135], dtype=float32)
+    >>> normalize_logits(jnp.array([[1.0, 3.0]]))  # centred (-1, 1), norm sqrt(2)
+    Array([[-0.70710677,  0.70710677]], dtype=float32)
+    """
+    scores = jnp.asarray(scores)
+    floor = jnp.asarray(LOGIT_NORM_FLOOR, scores.dtype)
+    if scores.ndim == 1:
+        rms = jnp.sqrt(jnp.mean(jnp.square(scores)))
+        return math.sqrt(2.0) * scores / jnp.maximum(rms, floor)
+    if scores.ndim != 2 or scores.shape[-1] < 2:
+        raise ValueError(f"scores: expected shape (n,) or (n, K) with K >= 2, got {scores.shape}")
+    centred = scores - jnp.mean(scores, axis=-1, keepdims=True)
+    norms = jnp.linalg.norm(centred, axis=-1, keepdims=True)
+    return centred / jnp.maximum(norms, floor)
+
+
+def _normalized_loss_of(apply: Callable) -> Callable:
+    def loss(params: Any, batch: Mapping[str, jax.Array]) -> jax.Array:
+        return logistic_loss(normalize_logits(apply(params, batch["x"])), batch["y"])
 
     return loss
 
@@ -101,7 +154,8 @@ def _fns(family: str, width: int | None, num_heads: int | None) -> _Fns:
             }  # fmt: skip
             return apply(params, inputs["x"])
 
-        return _Fns(apply, _loss_of(apply), _error_of(apply), search_apply, _project_tt)
+        return _Fns(apply, _loss_of(apply), _error_of(apply), search_apply, _project_tt,
+                    _normalized_loss_of(apply))  # fmt: skip
 
     def shallow_search_apply(theta, inputs):
         params = {k: theta[k] * inputs["radii"][k] for k in PARAM_NAMES}
@@ -109,7 +163,7 @@ def _fns(family: str, width: int | None, num_heads: int | None) -> _Fns:
 
     return _Fns(
         shallow_apply, _loss_of(shallow_apply), _error_of(shallow_apply), shallow_search_apply,
-        _project_frobenius,
+        _project_frobenius, _normalized_loss_of(shallow_apply),
     )  # fmt: skip
 
 

@@ -342,7 +342,7 @@ def test_one_unit_recomputed_by_hand(smoke_run):
         for s in cfg["adaptive_sigmas"]:
             name = f"adaptive_sharpness_{s:g}"
             est = kernels.average_sharpness(
-                fns.loss, params, meas, key(name),
+                fns.normalized_loss, params, meas, key(name),
                 perturbation=P("gaussian", jnp.float32(s), adaptive=True),
                 num_samples=cfg["sharpness_pairs"])  # fmt: skip
             _close(value(name), float(est.mean), 1e-3, 1e-7)
@@ -352,7 +352,7 @@ def test_one_unit_recomputed_by_hand(smoke_run):
             name = f"worst_adaptive_{norm}"
             values = [
                 float(kernels.worst_case_sharpness(
-                    fns.loss, params, jax.tree_util.tree_map(lambda a, i=i: a[i * m // b:
+                    fns.normalized_loss, params, jax.tree_util.tree_map(lambda a, i=i: a[i * m // b:
                                                              (i + 1) * m // b], meas),
                     jax.random.fold_in(key(name), i),
                     perturbation=P(kind, jnp.float32(rho), adaptive=True),
