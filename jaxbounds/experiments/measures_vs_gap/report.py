@@ -17,7 +17,8 @@ from jaxbounds.study.report import as_json
 __all__ = ["family_sections", "measures_csv", "public_statistics", "tau_psi_figure"]
 
 _SHORT = {"learning_rate": "lr", "batch_size": "batch", "width": "width", "num_train": "N",
-          "seq_len": "T", "max_steps": "budget", "weight_decay": "wd"}  # fmt: skip
+          "seq_len": "T", "max_steps": "budget", "weight_decay": "wd", "optimizer": "opt",
+          "lr_scale": "lr"}  # fmt: skip
 
 
 def _f(x: Any, digits: int = 3) -> str:

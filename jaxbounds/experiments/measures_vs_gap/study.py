@@ -28,9 +28,24 @@ from jaxbounds.study import bootstrap, ranking
 
 __all__ = ["RULES", "claim_lines", "run_studies"]
 
-#: The axes of the results (None where a family has no such axis, or a run predates it).
-AXES = ("width", "num_train", "seq_len", "batch_size", "learning_rate", "max_steps",
-        "weight_decay")  # fmt: skip
+#: The axes of the results (None where a family has no such axis, or a run predates it). The
+#: learning-rate axis is ``lr_scale`` (a multiple of each optimizer's base rate, so it is crossed
+#: with ``optimizer``); ``learning_rate`` itself is an axis only of runs that predate it.
+AXES = ("width", "num_train", "seq_len", "batch_size", "optimizer", "lr_scale",
+        "learning_rate", "max_steps", "weight_decay")  # fmt: skip
+
+
+def _axes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """:data:`AXES` for these rows: ``learning_rate`` only when no row has ``lr_scale``."""
+    scaled = any(r.get("lr_scale") not in (None, "") for r in rows)
+    return [a for a in AXES if not (scaled and a == "learning_rate")]
+
+
+def _lr_axis(axes: Sequence[str]) -> str | None:
+    """The learning-rate axis among ``axes``: ``lr_scale``, else ``learning_rate``."""
+    return next((a for a in ("lr_scale", "learning_rate") if a in axes), None)
+
+
 WEAK_TAU = 0.3
 FAIL_ERROR = 0.5
 
@@ -55,9 +70,10 @@ RULES = (
 
 
 def _table(rows: Sequence[Mapping[str, Any]], names: Sequence[str], *, error: bool) -> Any:
+    axes = _axes(rows)
     cols: dict[str, list] = {c: [r.get(c) for r in rows]
-                             for c in ("family", "seed", "reached", "num_test", "num_train",
-                                       *AXES, *names)}  # fmt: skip
+                             for c in dict.fromkeys(("family", "seed", "reached", "num_test",
+                                                     "num_train", *axes, *names))}  # fmt: skip
     if error:
         cols["_gap"] = [r.get("error_gap") for r in rows]
         se = []
@@ -71,7 +87,7 @@ def _table(rows: Sequence[Mapping[str, Any]], names: Sequence[str], *, error: bo
         cols["_se"] = [r.get("gap_stderr") for r in rows]
     cols["reached"] = [bool(v) for v in cols["reached"]]
     return st.load_table(
-        cols, family="family", axes=list(AXES), seed="seed", gap="_gap", measures=list(names),
+        cols, family="family", axes=axes, seed="seed", gap="_gap", measures=list(names),
         converged="reached", gap_stderr="_se", num_test="num_test" if error else None,
         train_size="num_train" if error else None,
     )  # fmt: skip
@@ -191,10 +207,11 @@ def _claim_sharpness_weak(fr, opts, kinds) -> tuple[bool | None, str]:
 
 
 def _claim_learning_rate(fr, opts, kinds, table) -> tuple[bool | None, str]:
-    if "learning_rate" not in fr.axes:
+    axis = _lr_axis(fr.axes)
+    if axis is None:
         return None, "no learning-rate axis"
     idx = np.asarray(fr.rows)
-    lr = np.array([float(table.settings["learning_rate"][i]) for i in idx])
+    lr = np.array([float(table.settings[axis][i]) for i in idx])
     configs = [table.config(int(i)) for i in idx]
     seeds = [table.seed[int(i)] for i in idx]
     votes, parts = [], []
@@ -205,8 +222,8 @@ def _claim_learning_rate(fr, opts, kinds, table) -> tuple[bool | None, str]:
             continue
         cfg = [configs[k] for k in keep]
         sd = [seeds[k] for k in keep]
-        groups = ranking.psi_groups(cfg, sd, list(AXES))
-        only = {"learning_rate": groups["learning_rate"]}
+        groups = ranking.psi_groups(cfg, sd, list(table.axes))
+        only = {axis: groups[axis]}
         with_lr = ranking.granulated_psi(mu[keep], lr[keep], only, sd)
         with_gap = ranking.granulated_psi(mu[keep], table.gap[idx][keep], only, sd)
         iv = _interval(fr, opts, lambda c, a=with_lr, b=with_gap:

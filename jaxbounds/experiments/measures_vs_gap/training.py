@@ -218,8 +218,14 @@ def sgd_decayed(learning_rate: float, weight_decay: float) -> optax.GradientTran
     return optax.chain(optax.add_decayed_weights(weight_decay), optax.sgd(learning_rate))
 
 
+def momentum_decayed(learning_rate: float, weight_decay: float) -> optax.GradientTransformation:
+    """SGD with heavy-ball momentum 0.9 and decoupled weight decay (Jiang et al.'s "momentum")."""
+    return optax.chain(optax.add_decayed_weights(weight_decay),
+                       optax.sgd(learning_rate, momentum=0.9))  # fmt: skip
+
+
 #: Optimizer factories with a ``weight_decay`` argument (0 gives the plain optimizer's steps).
-_OPTIMIZERS = {"adam": optax.adamw, "sgd": sgd_decayed}
+_OPTIMIZERS = {"adam": optax.adamw, "sgd": sgd_decayed, "momentum": momentum_decayed}
 
 
 def _stack(trees: Sequence[Any]) -> Any:

@@ -56,20 +56,68 @@ def test_every_axis_has_groups_that_differ_only_in_it(scale):
     for family, want in (
         (
             mvg.SPARSE,
-            {"learning_rate", "batch_size", "width", "num_train", "seq_len", "weight_decay"},
+            {"optimizer", "lr_scale", "batch_size", "width", "num_train", "seq_len",
+             "weight_decay"},
         ),
-        (mvg.MNIST, {"learning_rate", "max_steps", "width", "num_train", "weight_decay"}),
-    ):
+        (mvg.MNIST, {"optimizer", "lr_scale", "max_steps", "width", "num_train",
+                     "weight_decay"}),
+    ):  # fmt: skip
         sub = [r for r in rows if r["family"] == family]
-        axes = [a for a in mvg.AXIS_KEYS if len({r[a] for r in sub}) > 1]
+        # learning_rate is derived (base rate of the optimizer x lr_scale), not an axis
+        axes = [a for a in mvg.AXIS_KEYS if a != "learning_rate" and len({r[a] for r in sub}) > 1]
         assert set(axes) == want
         assert set(mvg.family_axes(grid, family)) == want
         configs = [tuple(r[a] for a in axes) for r in sub]
         groups = ranking.psi_groups(configs, [r["seed"] for r in sub], axes)
         assert all(len(groups[a]) >= 2 for a in axes)
     for family in mvg.FAMILIES:
-        for values in grid["families"][family]["axes"].values():
-            assert len(values) in (1, 3)
+        for axis, values in grid["families"][family]["axes"].items():
+            assert len(values) == 2 if axis == "optimizer" else len(values) in (1, 3)
+
+
+def _product(values):
+    return math.prod(len(v) for v in values)
+
+
+@pytest.mark.parametrize("scale", ["cpu", "paper"])
+def test_the_optimizer_and_learning_rate_axes_are_crossed(scale):
+    """lr_scale has the same levels for Adam and SGD; the rate is the optimizer's base times it."""
+    grid = mvg.SCALES[scale]
+    units = mvg.plan_units(grid, [0])
+    for family, spec in grid["families"].items():
+        sub = [u.config for u in units if u.config["family"] == family]
+        base = spec["base_learning_rate"]
+        optimizers = spec["axes"]["optimizer"]
+        assert len(optimizers) == 2
+        assert "adam" in optimizers
+        other = next(o for o in optimizers if o != "adam")
+        assert base["adam"] < base[other] / 3  # rates of different scales
+        for c in sub:
+            assert c["learning_rate"] == pytest.approx(base[c["optimizer"]] * c["lr_scale"],
+                                                       rel=1e-12)  # fmt: skip
+        # every optimizer meets every lr_scale, at equal other axes (the centre of the star)
+        others = [a for a in mvg.AXIS_KEYS if a not in ("optimizer", "lr_scale", "learning_rate")]
+        cells = {}
+        for c in sub:
+            cells.setdefault(tuple(c[a] for a in others), set()).add((c["optimizer"],
+                                                                      c["lr_scale"]))  # fmt: skip
+        full = {(o, s) for o in spec["axes"]["optimizer"] for s in spec["axes"]["lr_scale"]}
+        assert full in cells.values()
+        # per optimizer, one rate per level; the same level is a different rate per optimizer
+        for level in spec["axes"]["lr_scale"]:
+            rates = {o: {c["learning_rate"] for c in sub if c["lr_scale"] == level
+                         and c["optimizer"] == o} for o in optimizers}  # fmt: skip
+            assert all(len(r) == 1 for r in rates.values())
+            assert rates["adam"] != rates[other]
+    if scale == "paper":  # every axis crossed: the full factorial per family
+        for family, spec in grid["families"].items():
+            n = sum(u.config["family"] == family for u in units)
+            assert n == _product(spec["axes"].values())
+            assert set(spec["crossed"]) == {a for a, v in spec["axes"].items() if len(v) > 1}
+    else:  # the optimizer is a star arm, crossed with lr_scale (and the step budget)
+        counts = {f: sum(u.config["family"] == f for u in units) for f in mvg.FAMILIES}
+        assert counts == {mvg.SPARSE: (1 + 1 + 2 * 5) * 3, mvg.MNIST: (1 + 1 + 2 * 3) * 3 * 3}
+        assert len(mvg.plan_units(grid, range(8))) == 864
 
 
 def test_batches_share_their_shape_and_are_cut_at_16():
@@ -81,7 +129,10 @@ def test_batches_share_their_shape_and_are_cut_at_16():
         for key in ("family", "width", "num_train", "seq_len", "batch_size"):
             assert len({c[key] for c in configs}) == 1
     shapes = {mvg._batch_key(u) for u in units}
-    assert len(shapes) == 9 + 5  # star designs: 1 + 2 x 4 and 1 + 2 x 2 shapes
+    # star designs: 1 + 2 x 4 and 1 + 2 x 2 shapes, and one batch per other optimizer
+    assert len(shapes) == (9 + 1) + (5 + 1)
+    for group in groups:
+        assert len({u.config["optimizer"] for _, u in group}) == 1
 
 
 def test_star_design_points():
@@ -108,6 +159,16 @@ def _bad(mutate):
         (lambda g: g["families"]["mnist01"]["fixed"].update(measure_examples=40), "measure_ex"),
         (lambda g: g.update(worst_batches=5), "worst_batches"),
         (lambda g: g.update(measure_lanes=0), "measure_lanes"),
+        (lambda g: g["families"]["mnist01"]["axes"].update(learning_rate=[1.0]), "lr_scale"),
+        (lambda g: g["families"]["mnist01"]["axes"].pop("optimizer"), "lr_scale"),
+        (
+            lambda g: g["families"]["mnist01"]["axes"].update(optimizer=["sgd", "momentum"]),
+            "base_learning_rate",
+        ),
+        (
+            lambda g: g["families"]["mnist01"]["base_learning_rate"].update(sgd=0.0),
+            "base_learning_rate",
+        ),
     ],
 )
 def test_bad_grids_raise(mutate, message):
@@ -126,8 +187,8 @@ def _synthetic_rows():
     grid = copy.deepcopy(mvg.SCALES["cpu"])
     for spec in grid["families"].values():
         for axis, values in spec["axes"].items():
-            if axis not in ("learning_rate", "width"):
-                spec["axes"][axis] = values[1:2] if len(values) == 3 else values
+            if axis not in ("lr_scale", "width"):
+                spec["axes"][axis] = values[len(values) // 2 : len(values) // 2 + 1]
     units = mvg.plan_units(grid, range(2))
     rng = np.random.default_rng(1)
     rows = []
