@@ -28,6 +28,7 @@ from jaxbounds.experiments import measures_vs_gap as mvg
 from jaxbounds.experiments import runner
 from jaxbounds.experiments._output import csv_text
 from jaxbounds.experiments.measures_vs_gap import rendering as mvg_rendering
+from jaxbounds.experiments.measures_vs_gap import study as mvg_study
 from jaxbounds.models import scalar_quantities
 from jaxbounds.study import ranking
 from tests.helpers import run_smoke
@@ -118,6 +119,18 @@ def test_the_optimizer_and_learning_rate_axes_are_crossed(scale):
         counts = {f: sum(u.config["family"] == f for u in units) for f in mvg.FAMILIES}
         assert counts == {mvg.SPARSE: (1 + 1 + 2 * 5) * 3, mvg.MNIST: (1 + 1 + 2 * 3) * 3 * 3}
         assert len(mvg.plan_units(grid, range(8))) == 864
+
+
+def test_the_statistics_take_lr_scale_as_the_learning_rate_axis():
+    """With lr_scale the absolute rate (tied to the optimizer) is no axis; without, it is."""
+    new = [{"lr_scale": 1.0, "learning_rate": 0.02}, {"lr_scale": 0.4, "learning_rate": 0.002}]
+    old = [{"learning_rate": 0.02}, {"learning_rate": 0.002, "lr_scale": ""}]
+    assert "learning_rate" not in mvg_study._axes(new)
+    assert {"optimizer", "lr_scale"} <= set(mvg_study._axes(new))
+    assert "learning_rate" in mvg_study._axes(old)
+    assert mvg_study._lr_axis(mvg_study._axes(new)) == "lr_scale"
+    assert mvg_study._lr_axis(["width", "learning_rate"]) == "learning_rate"
+    assert mvg_study._lr_axis(["width"]) is None
 
 
 def test_batches_share_their_shape_and_are_cut_at_16():
