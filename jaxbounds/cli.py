@@ -102,6 +102,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxbounds import __version__, cli_rademacher
+from jaxbounds.study import _cli as study_cli
 
 __all__ = ["main"]
 
@@ -232,6 +233,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _estimate_parser(commands, common)
     _reproduce_parser(commands, common)
+    study_cli.add_parser(commands, common)
     cli_rademacher.add_parser(commands, common)
     return parser
 
@@ -856,10 +858,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "estimate":
             return _estimate(args)
+        if args.command == "study":
+            return study_cli.run(args)
         if args.command == "rademacher":
             return cli_rademacher.run(args)
         return _reproduce(args)
-    except _UsageError as err:
+    except (_UsageError, study_cli.StudyUsageError) as err:
         _err(f"jaxbounds {args.command}: error: {err}")
         return 2
     except _StartError as err:

@@ -292,6 +292,9 @@ class ExperimentRegistry:
 
     def __init__(self, entries: Iterable[Experiment | tuple[str, str, str]] = ()) -> None:
         self._entries: dict[str, Experiment | tuple[str, str]] = {}
+        # Lazy entries once imported; kept apart from the table so that the listing and the
+        # descriptions never depend on which experiments a process has already run.
+        self._loaded: dict[str, Experiment] = {}
         for entry in entries:
             name, value = self._entry(entry)
             if name in self._entries:
@@ -321,7 +324,10 @@ class ExperimentRegistry:
         return tuple(self._entries)
 
     def description(self, name: str) -> str:
-        """One-line description of ``name`` (without importing a lazy entry)."""
+        """One-line description of ``name`` (without importing a lazy entry).
+
+        A lazy entry keeps its table description after :meth:`get` has imported it.
+        """
         entry = self._entries[self._known(name)]
         return entry.description if isinstance(entry, Experiment) else entry[1]
 
@@ -354,12 +360,14 @@ class ExperimentRegistry:
         entry = self._entries[self._known(name)]
         if isinstance(entry, Experiment):
             return entry
+        if name in self._loaded:
+            return self._loaded[name]
         module, _, attribute = entry[0].partition(":")
         value = getattr(importlib.import_module(module), attribute)
         experiment = value() if callable(value) and not isinstance(value, Experiment) else value
         if not isinstance(experiment, Experiment) or experiment.name != name:
             raise ValueError(f"ExperimentRegistry: {entry[0]} is not the experiment {name!r}")
-        self._entries[name] = experiment
+        self._loaded[name] = experiment
         return experiment
 
     def _known(self, name: str) -> str:

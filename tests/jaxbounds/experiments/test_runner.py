@@ -444,7 +444,8 @@ def test_registry_is_explicit_ordered_and_lazy(tmp_path, monkeypatch):
     (tmp_path / "lazy_toy_module.py").write_text(
         "from jaxbounds.experiments.runner import Experiment\n"
         "def make():\n"
-        "    return Experiment('lazy', 'lazy toy', '', {'cpu': {'n': [1]}}, lambda u: {})\n"
+        "    return Experiment('lazy', 'its own longer text', '', {'cpu': {'n': [1]}},\n"
+        "                      lambda u: {})\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     toy = make_toy()
@@ -453,8 +454,13 @@ def test_registry_is_explicit_ordered_and_lazy(tmp_path, monkeypatch):
     assert len(registry) == 2
     assert "lazy_toy_module" not in sys.modules
     assert registry.listing().splitlines()[0].split() == ["lazy", "lazy", "toy"]
+    listing = registry.listing()
     assert registry.get("lazy").name == "lazy"
+    assert registry.get("lazy") is registry.get("lazy")
     assert registry.get("toy") is toy
+    # Importing a lazy entry changes neither its table description nor the listing.
+    assert registry.description("lazy") == "lazy toy"
+    assert registry.listing() == listing
     with pytest.raises(ValueError, match="unknown experiment 'x'; known: lazy, toy"):
         registry.get("x")
     with pytest.raises(ValueError, match="twice"):
