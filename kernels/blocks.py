@@ -61,7 +61,23 @@ _KERNELS = {
     "mc_fisher_trace": "num_samples",
     "average_sharpness": "num_samples",
     "sharpness_decomposition": "num_samples",
+    "perturbed_hessian_traces": "num_samples",
+    "slq_nodes": "num_samples",
+    "spectral_density": "num_samples",
 }
+# kernels without a sample stream that blocks could split, and why
+_NO_STREAM = {
+    "hutchpp_trace": (
+        "Hutch++'s sketch of the top subspace depends on its whole budget of products "
+        "(num_matvecs), so its samples are no stream of independent draws that blocks could "
+        "split; use hutchinson_trace (or method='hutchinson' of hessian_trace / ggn_trace)"
+    ),
+    "empirical_fisher_trace": "it is exact (a sum over the batch, no Monte Carlo samples)",
+}
+_HUTCHPP_WHY = (
+    "Hutch++'s sketch of the top subspace depends on its whole budget of products, so its "
+    "samples cannot be split into blocks; use method='hutchinson'"
+)
 _COUNT_NAMES = ("num_samples", "num_draws", "num_probes", "num_matvecs")
 # options that do not change the result (up to reassociation): not part of the fingerprint
 _FREE_OPTIONS = ("chunk_size",)
@@ -172,6 +188,124 @@ def _run_window(kernel: Callable, start: jax.Array, args: tuple, kwargs: dict) -
     return window.recorded
 
 
+@dataclasses.dataclass(frozen=True)
+class _Kept:
+    """How blocks run a kernel that keeps one output per sample, indexed by the sample.
+
+    ``block(*args, start=, count=, **kwargs)`` returns the block's kept outputs (a tuple of
+    arrays with one row per sample), ``stream(kept)`` the values whose sums the state carries
+    (one scalar per sample), ``finish(kept, kwargs)`` the kernel's result from the rows of
+    ``[0, K)``; ``max_stop`` bounds the sample indices.
+    """
+
+    block: Callable
+    stream: Callable
+    finish: Callable
+    max_stop: int
+    what: str
+
+
+def _first_row_values(kept: tuple) -> jax.Array:
+    """The stream of ``perturbed_hessian_traces``: each perturbation's trace estimate."""
+    return kept[0]
+
+
+def _rayleigh(kept: tuple) -> jax.Array:
+    r"""The stream of SLQ: probe $p$'s $\sum_j 	au_{pj}	heta_{pj} = v_p^\top A v_p/\|v_p\|^2$."""
+    nodes, weights = kept
+    return jnp.sum(nodes * weights, axis=1)
+
+
+def _kept_spec(name: str) -> _Kept | None:
+    """The :class:`_Kept` of a kernel that keeps per-sample outputs (None for the others)."""
+    if name == "perturbed_hessian_traces":
+        from kernels import sharpness
+
+        return _Kept(
+            block=sharpness._perturbed_block,
+            stream=_first_row_values,
+            finish=lambda kept, kw: sharpness._perturbed_finish(
+                kept[0], kept[1], kw.get("num_probes")
+            ),
+            max_stop=2**31 - 3,
+            what="perturbation",
+        )
+    if name in ("slq_nodes", "spectral_density"):
+        from kernels import curvature
+
+        if name == "slq_nodes":
+
+            def finish(kept: tuple, kw: dict) -> Any:
+                return curvature.QuadratureNodes(nodes=kept[0], weights=kept[1])
+
+        else:
+
+            def finish(kept: tuple, kw: dict) -> Any:
+                return curvature._density_finish(
+                    kept[0], kept[1], kw.get("num_grid", 1024), kw.get("bandwidth")
+                )
+
+        return _Kept(
+            block=curvature._slq_block,
+            stream=_rayleigh,
+            finish=finish,
+            max_stop=2**31 - 1,
+            what="probe",
+        )
+    return None
+
+
+def _block_sums(values: jax.Array) -> Sums:
+    """Shifted double-word sums of a block's scalar samples (shift: its first sample)."""
+    shift = values[0]
+    d = values - shift
+    zero = dw.of(jnp.zeros((), values.dtype))
+
+    def add(carry: tuple, x: jax.Array) -> tuple:
+        s1, s2 = carry
+        return (dw.add_float(s1, x), dw.add_float(s2, x * x)), None
+
+    (s1, s2), _ = jax.lax.scan(add, (zero, zero), d)
+    bad = jnp.sum(jnp.logical_not(jnp.isfinite(values))).astype(jnp.int32)
+    return Sums(shift, s1, s2, bad, values.shape[0])
+
+
+@compile_once
+def _run_kept(
+    block: Callable,
+    stream: Callable,
+    start: jax.Array,
+    count: int,
+    args: tuple,
+    kwargs: dict,
+) -> tuple[Sums, tuple]:
+    """Samples ``[start, start + count)`` of a kernel that keeps them: sums and kept rows."""
+    kept = tuple(block(*args, start=start, count=count, **kwargs))
+    return _block_sums(stream(kept)), kept
+
+
+def _kept_segments(state: MonteCarloState) -> list[tuple[tuple[int, int], tuple]]:
+    """``state``'s kept rows split by its ranges: ``[((start, stop), rows), ...]``."""
+    out = []
+    offset = 0
+    for lo, hi in state.ranges:
+        out.append(((lo, hi), tuple(x[offset : offset + hi - lo] for x in state.kept)))
+        offset += hi - lo
+    return out
+
+
+def _merge_kept(states: Sequence[MonteCarloState]) -> tuple | None:
+    """The kept rows of ``states`` (disjoint ranges) concatenated in order of sample index."""
+    kept = [s.kept is not None for s in states]
+    if not any(kept):
+        return None
+    if not all(kept):
+        raise ValueError("states: some states keep per-sample outputs and others do not")
+    segments = sorted((seg for s in states for seg in _kept_segments(s)), key=lambda t: t[0])
+    parts = list(zip(*(rows for _, rows in segments), strict=True))
+    return tuple(jnp.concatenate(p) if len(p) > 1 else p[0] for p in parts)
+
+
 @compile_once
 def _replay(kernel: Callable, sums: Sums, args: tuple, kwargs: dict) -> Any:
     """The kernel's result with its sample stream's statistics taken from ``sums``."""
@@ -238,6 +372,10 @@ class MonteCarloState:
       kernel: the kernel's name (static).
       fingerprint: hash of the kernel's name, options, input shapes/dtypes and contents and
         key (static): states of different problems never merge.
+      kept: for a kernel whose result keeps one output per sample (``perturbed_hessian_traces``'
+        per-perturbation traces, SLQ's per-probe nodes and weights), those outputs as a tuple of
+        arrays with one row per sample covered, in order of sample index (so its memory grows
+        with the samples covered, as the one-call result's does); ``None`` for the others.
     """
 
     shift: Any
@@ -248,6 +386,7 @@ class MonteCarloState:
     ranges: tuple[tuple[int, int], ...] = dataclasses.field(metadata={"static": True})
     kernel: str = dataclasses.field(metadata={"static": True})
     fingerprint: str = dataclasses.field(metadata={"static": True})
+    kept: Any = None
 
     def sums(self) -> Sums:
         """The running sums as :class:`kernels.parallel.Sums`."""
@@ -293,6 +432,12 @@ class MonteCarloState:
             "s1": [enc(self.s1[0]), enc(self.s1[1])],
             "s2": [enc(self.s2[0]), enc(self.s2[1])],
             "num_nonfinite": int(self.num_nonfinite),
+            "kept": None
+            if self.kept is None
+            else [
+                {"dtype": str(np.asarray(x).dtype), "shape": list(np.shape(x)), "values": enc(x)}
+                for x in self.kept
+            ],
         }
 
     @classmethod
@@ -313,6 +458,18 @@ class MonteCarloState:
 
             ranges = tuple((int(a), int(b)) for a, b in data["ranges"])
             count = int(data["count"])
+            kept = data.get("kept")
+            if kept is not None:
+                kept = tuple(
+                    jnp.asarray(
+                        np.asarray(k["values"], np.float64)
+                        .astype(np.dtype(k["dtype"]))
+                        .reshape(tuple(k["shape"]))
+                    )
+                    for k in kept
+                )
+                if any(np.shape(x)[:1] != (count,) for x in kept):
+                    raise ValueError("the kept outputs do not have one row per sample")
             state = cls(
                 shift=dec(data["shift"]),
                 s1=(dec(data["s1"][0]), dec(data["s1"][1])),
@@ -322,6 +479,7 @@ class MonteCarloState:
                 ranges=ranges,
                 kernel=str(data["kernel"]),
                 fingerprint=str(data["fingerprint"]),
+                kept=kept,
             )
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"data: not a Monte Carlo state record ({err})") from None
@@ -371,6 +529,7 @@ def merge_states(*states: MonteCarloState) -> MonteCarloState:
     ranges = _merge_ranges([r for s in ordered for r in s.ranges])
     if len(ordered) == 1:
         return first
+    kept = _merge_kept(ordered)
     dtype = np.asarray(first.shift).dtype
     acc = (ordered[0].shift, ordered[0].s1, ordered[0].s2, ordered[0].num_nonfinite)
     for s in ordered[1:]:
@@ -385,6 +544,7 @@ def merge_states(*states: MonteCarloState) -> MonteCarloState:
         ranges=ranges,
         kernel=first.kernel,
         fingerprint=first.fingerprint,
+        kept=kept,
     )
 
 
@@ -425,13 +585,15 @@ class MonteCarloBlocks:
 
     def __init__(self, kernel: Callable, *args: Any, **kwargs: Any) -> None:
         name = getattr(_raw(kernel), "__name__", repr(kernel))
+        if name in _NO_STREAM:
+            raise ValueError(f"kernel: {name!r} has no block stream: {_NO_STREAM[name]}")
         if name not in _KERNELS:
             raise ValueError(
                 f"kernel: {name!r} has no block stream; expected one of {sorted(_KERNELS)}"
             )
         count = _count_name(kernel, name)
         given = [k for k in _COUNT_NAMES if k in kwargs]
-        if name in ("sharpness_decomposition",):
+        if name in ("sharpness_decomposition", "perturbed_hessian_traces"):
             given = [k for k in given if k != "num_probes"]
         if given:
             raise ValueError(
@@ -439,7 +601,16 @@ class MonteCarloBlocks:
                 "passed to MonteCarloBlocks"
             )
         if kwargs.get("method", "hutchinson") != "hutchinson":
-            raise ValueError(f"method: blocks need the Hutchinson method, got {kwargs['method']!r}")
+            raise ValueError(
+                f"method: blocks need the Hutchinson method, got {kwargs['method']!r}: "
+                f"{_HUTCHPP_WHY}"
+            )
+        self._kept = _kept_spec(name)
+        if self._kept is not None:
+            known = inspect.signature(_raw(kernel)).parameters
+            for option in kwargs:
+                if option not in known:
+                    raise ValueError(f"{option}: not an option of {name}")
         self.kernel = kernel
         self.name = name
         self.count_name = count
@@ -458,6 +629,8 @@ class MonteCarloBlocks:
             (runtime checks of the block's samples included).
         """
         start, stop = _check_range(start, stop)
+        if self._kept is not None:
+            return self._run_kept_block(start, stop)
         words = jnp.asarray(np.asarray([start // 2**32, start % 2**32], np.uint32))
         sums = _run_window(self.kernel, words, self.args, self._call_kwargs(stop - start))
         return MonteCarloState(
@@ -469,6 +642,27 @@ class MonteCarloBlocks:
             ranges=((start, stop),),
             kernel=self.name,
             fingerprint=self.fingerprint,
+        )
+
+    def _run_kept_block(self, start: int, stop: int) -> MonteCarloState:
+        spec = self._kept
+        if stop > spec.max_stop:
+            raise ValueError(
+                f"stop: at most {spec.max_stop} for {self.name} (every {spec.what}'s output is "
+                f"kept, one row each), got {stop}"
+            )
+        first = jnp.asarray(np.uint32(start))
+        sums, kept = _run_kept(spec.block, spec.stream, first, stop - start, self.args, self.kwargs)
+        return MonteCarloState(
+            shift=sums.shift,
+            s1=sums.s1,
+            s2=sums.s2,
+            num_nonfinite=sums.num_nonfinite,
+            count=stop - start,
+            ranges=((start, stop),),
+            kernel=self.name,
+            fingerprint=self.fingerprint,
+            kept=kept,
         )
 
     def run_range(
@@ -530,6 +724,10 @@ class MonteCarloBlocks:
           ValueError: if ``state`` belongs to another problem.
         """
         self.check(state)
+        if self._kept is not None:
+            if state.kept is None:
+                raise ValueError(f"state: it holds no per-sample outputs of {self.name}")
+            return self._kept.finish(state.kept, self.kwargs)
         return _replay(self.kernel, state.sums(), self.args, self._call_kwargs(state.count))
 
 

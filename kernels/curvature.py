@@ -1465,9 +1465,14 @@ def _slq(
     chunk_size: Any,
     basis_dtype: Any = None,
     linearize: bool = True,
+    start: jax.Array | None = None,
 ) -> QuadratureNodes:
+    """Nodes and weights of probes ``0 .. num_samples - 1`` (from ``start`` where given)."""
     key = check_key(key, "key")
     _check_kept_count(num_samples, "num_samples")
+    indices = _indices(num_samples)
+    if start is not None:  # a block of the probe stream (kernels.blocks): a traced uint32 start
+        indices = start + indices
     chunk = _auto_chunk(chunk_size)
     flat = _setup(matvec, like, linearize=linearize)
     _check_steps(num_steps, flat.size)
@@ -1478,9 +1483,67 @@ def _slq(
         evals, evecs = jnp.linalg.eigh(_tridiagonal_matrix(alphas, betas))
         return evals, evecs[0] ** 2
 
-    nodes, weights = map_samples(one, _indices(num_samples), chunk_size=chunk, key=key)
+    nodes, weights = map_samples(one, indices, chunk_size=chunk, key=key)
     flat.check_products(_num_bad_rows(nodes, weights), num_samples, "probes")
     return QuadratureNodes(nodes=nodes, weights=weights)
+
+
+@compile_once
+def _slq_block(
+    matvec: Matvec,
+    like: Any,
+    key: jax.Array,
+    start: jax.Array,
+    count: int,
+    *,
+    num_steps: int,
+    chunk_size: int | Literal["auto"] | None = None,
+    basis_dtype: Any = None,
+    linearize: bool = True,
+    num_grid: int = 1024,
+    bandwidth: Any = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Nodes and weights of probes ``start .. start + count - 1`` of :func:`slq_nodes`.
+
+    ``start`` is a traced uint32 scalar (one program per ``count``); probe $p$ has the key it
+    has in the one call (also of :func:`spectral_density`). ``num_grid`` and ``bandwidth`` are
+    checked as
+    :func:`spectral_density` does and otherwise unused. Private machinery of
+    :mod:`kernels.blocks`.
+    """
+    _check_density_options(num_grid, bandwidth)
+    q = _slq(matvec, like, key, count, num_steps, chunk_size, basis_dtype, linearize, start=start)
+    return q.nodes, q.weights
+
+
+def _check_density_options(num_grid: Any, bandwidth: Any) -> None:
+    check_positive_int(num_grid, "num_grid", minimum=2)
+    if bandwidth is not None:
+        check_positive(bandwidth, "bandwidth")
+
+
+def _density(
+    nodes: jax.Array, weights: jax.Array, num_grid: int, bandwidth: Any
+) -> SpectralDensity:
+    """The smoothed density of :func:`spectral_density` from the nodes and weights (P, k)."""
+    num_samples = nodes.shape[0]
+    lo, hi = jnp.min(nodes), jnp.max(nodes)
+    width = jnp.maximum(hi - lo, jnp.maximum(jnp.abs(hi), 1.0) * 1e-6)
+    sigma = 0.01 * width if bandwidth is None else jnp.asarray(bandwidth, nodes.dtype)
+    grid = jnp.linspace(lo - 5 * sigma, hi + 5 * sigma, num_grid, dtype=nodes.dtype)
+    z = (grid[:, None] - nodes.reshape(-1)[None, :]) / sigma
+    kernel = jnp.exp(-0.5 * z**2) / (jnp.sqrt(2 * jnp.pi).astype(nodes.dtype) * sigma)
+    density = kernel @ weights.reshape(-1) / num_samples
+    return SpectralDensity(grid=grid, density=density)
+
+
+@compile_once
+def _density_finish(
+    nodes: jax.Array, weights: jax.Array, num_grid: int = 1024, bandwidth: Any = None
+) -> SpectralDensity:
+    """:func:`_density` as one program (for :mod:`kernels.blocks`)."""
+    _check_density_options(num_grid, bandwidth)
+    return _density(nodes, weights, num_grid, bandwidth)
 
 
 @renamed_kwargs(num_probes="num_samples")
@@ -1608,16 +1671,6 @@ def spectral_density(
     >>> jnp.round(s.grid, 6)
     Array([-4., -1.,  2.,  5.,  8.], dtype=float32)
     """
-    check_positive_int(num_grid, "num_grid", minimum=2)
-    if bandwidth is not None:
-        check_positive(bandwidth, "bandwidth")
+    _check_density_options(num_grid, bandwidth)
     q = _slq(matvec, like, key, num_samples, num_steps, chunk_size, basis_dtype, linearize)
-    nodes, weights = q.nodes, q.weights
-    lo, hi = jnp.min(nodes), jnp.max(nodes)
-    width = jnp.maximum(hi - lo, jnp.maximum(jnp.abs(hi), 1.0) * 1e-6)
-    sigma = 0.01 * width if bandwidth is None else jnp.asarray(bandwidth, nodes.dtype)
-    grid = jnp.linspace(lo - 5 * sigma, hi + 5 * sigma, num_grid, dtype=nodes.dtype)
-    z = (grid[:, None] - nodes.reshape(-1)[None, :]) / sigma
-    kernel = jnp.exp(-0.5 * z**2) / (jnp.sqrt(2 * jnp.pi).astype(nodes.dtype) * sigma)
-    density = kernel @ weights.reshape(-1) / num_samples
-    return SpectralDensity(grid=grid, density=density)
+    return _density(q.nodes, q.weights, num_grid, bandwidth)

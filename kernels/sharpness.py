@@ -911,6 +911,24 @@ def perturbed_hessian_traces(
     ([8.0, 8.0, 8.0], 8.0, 0.0)
     """
     num = _check_count(num_samples, "num_samples", minimum=2, why=_KEPT)
+    indices = jnp.arange(num, dtype=jnp.uint32)
+    means, stderrs = _perturbed_samples(
+        loss_fn, params, batch, key, perturbation, num_probes, chunk_size, indices
+    )
+    return _perturbed_result(means, stderrs, num_probes)
+
+
+def _perturbed_samples(
+    loss_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    batch: Any,
+    key: jax.Array,
+    perturbation: Perturbation,
+    num_probes: int,
+    chunk_size: Any,
+    indices: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """Trace estimates and their probe stderrs at the perturbations ``indices`` (uint32)."""
     num_probes = check_num_samples(num_probes, "num_probes", minimum=2)
     chunk_size = _check_chunk(chunk_size, params)
     prob = _setup(loss_fn, params, batch, key, perturbation)
@@ -918,11 +936,17 @@ def perturbed_hessian_traces(
     one = _trace_at(prob, draw, key, num_probes)
     means, stderrs, bad = map_samples(
         one,
-        jnp.arange(num, dtype=jnp.uint32),
+        indices,
         chunk_size=1 if chunk_size is None else chunk_size,
         key=key,  # an rbg key's draws change under vmap: such a map runs one at a time
     )
-    _check_samples(jnp.sum(bad.astype(jnp.int32)), prob.ok, f"{num} perturbed points")
+    _check_samples(jnp.sum(bad.astype(jnp.int32)), prob.ok, f"{indices.shape[0]} perturbed points")
+    return means, stderrs
+
+
+def _perturbed_result(means: jax.Array, stderrs: jax.Array, num_probes: int) -> PerturbedTraces:
+    """The :class:`PerturbedTraces` of the per-perturbation estimates (J >= 2 of them)."""
+    num = means.shape[0]
     mean_est = estimate_from_samples(means)
     return PerturbedTraces(
         traces=Estimate(mean=means, stderr=stderrs, num_samples=num_probes),
@@ -933,6 +957,38 @@ def perturbed_hessian_traces(
             num_evaluations=num * num_probes,
         ),
     )
+
+
+@compile_once
+def _perturbed_block(
+    loss_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    batch: Any,
+    key: jax.Array,
+    start: jax.Array,
+    count: int,
+    *,
+    perturbation: Perturbation,
+    num_probes: int,
+    chunk_size: int | Literal["auto"] | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Perturbations ``start .. start + count - 1`` of :func:`perturbed_hessian_traces`.
+
+    ``start`` is a traced uint32 scalar (one program per ``count``); perturbation $j$ has the
+    keys it has in the one call. Private machinery of :mod:`kernels.blocks`.
+    """
+    indices = start + jnp.arange(count, dtype=jnp.uint32)
+    return _perturbed_samples(
+        loss_fn, params, batch, key, perturbation, num_probes, chunk_size, indices
+    )
+
+
+@compile_once
+def _perturbed_finish(means: jax.Array, stderrs: jax.Array, num_probes: int) -> PerturbedTraces:
+    """:func:`_perturbed_result` as one program (for :mod:`kernels.blocks`)."""
+    num_probes = check_num_samples(num_probes, "num_probes", minimum=2)
+    _check_count(means.shape[0], "num_samples", minimum=2, why=_KEPT)
+    return _perturbed_result(means, stderrs, num_probes)
 
 
 # --------------------------------------------------------------------------------------------
