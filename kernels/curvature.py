@@ -1507,8 +1507,7 @@ def _slq_block(
 
     ``start`` is a traced uint32 scalar (one program per ``count``); probe $p$ has the key it
     has in the one call (also of :func:`spectral_density`). ``num_grid`` and ``bandwidth`` are
-    checked as
-    :func:`spectral_density` does and otherwise unused. Private machinery of
+    checked as :func:`spectral_density` does and otherwise unused. Private machinery of
     :mod:`kernels.blocks`.
     """
     _check_density_options(num_grid, bandwidth)

@@ -94,6 +94,17 @@ def _problem(name, dtype, seed=0):
             (_quad_loss, w, batch, key),
             dict(perturbation=Perturbation("gaussian", 0.1), num_probes=3),
         ),
+        "perturbed_hessian_traces": (
+            kernels.perturbed_hessian_traces,
+            (_quad_loss, w, batch, key),
+            dict(perturbation=Perturbation("gaussian", 0.1), num_probes=3),
+        ),
+        "slq_nodes": (kernels.slq_nodes, (_matvec_of(batch[0]), w, key), dict(num_steps=3)),
+        "spectral_density": (
+            kernels.spectral_density,
+            (_matvec_of(batch[0]), w, key),
+            dict(num_steps=3, num_grid=16),
+        ),
     }
     return table[name]
 
@@ -109,6 +120,9 @@ KERNELS = [
     "mc_fisher_trace",
     "average_sharpness",
     "sharpness_decomposition",
+    "perturbed_hessian_traces",
+    "slq_nodes",
+    "spectral_density",
 ]
 
 
@@ -289,3 +303,89 @@ def test_blocks_sharded_over_devices_equal_one_device():
     assert (n1, n3) == (1, 3)
     for value in (est1, one1, est3, one3, mean3):
         np.testing.assert_allclose(value, mean1, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_a_block_keeps_the_one_call_rows_of_its_samples(dtype):
+    kernel, args, kwargs = _problem("perturbed_hessian_traces", dtype)
+    blocks = MonteCarloBlocks(kernel, *args, **kwargs)
+    want = kernel(*args, **kwargs, num_samples=12)
+    state = blocks.run(7, 12)  # perturbation j of the block is perturbation j of the one call
+    means, stderrs = state.kept
+    np.testing.assert_array_equal(np.asarray(means), np.asarray(want.traces.mean)[7:12])
+    np.testing.assert_array_equal(np.asarray(stderrs), np.asarray(want.traces.stderr)[7:12])
+    rows = np.asarray(want.traces.mean, np.float64)[7:12]
+    rtol = 1e-12 if dtype == jnp.float64 else 2e-6
+    np.testing.assert_allclose(float(state.mean), rows.mean(), rtol=rtol)
+    np.testing.assert_allclose(
+        float(state.stderr), rows.std(ddof=1) / np.sqrt(5), rtol=1e-9 if rtol < 1e-6 else 1e-4
+    )
+    # SLQ: probe p's nodes and weights, and its stream value sum_j tau_pj theta_pj
+    kernel, args, kwargs = _problem("slq_nodes", dtype)
+    blocks = MonteCarloBlocks(kernel, *args, **kwargs)
+    want = kernel(*args, **kwargs, num_samples=9)
+    state = blocks.run(4, 9)
+    np.testing.assert_array_equal(np.asarray(state.kept[0]), np.asarray(want.nodes)[4:9])
+    np.testing.assert_array_equal(np.asarray(state.kept[1]), np.asarray(want.weights)[4:9])
+    rayleigh = np.sum(np.asarray(want.nodes, np.float64) * np.asarray(want.weights), axis=1)
+    np.testing.assert_allclose(float(state.mean), rayleigh[4:9].mean(), rtol=rtol)
+
+
+def test_kept_outputs_round_trip_through_json_and_merge_by_index():
+    kernel, args, kwargs = _problem("perturbed_hessian_traces", jnp.float32)
+    blocks = MonteCarloBlocks(kernel, *args, **kwargs)
+    gappy = merge_states(blocks.run(6, 9), blocks.run(0, 3))
+    assert gappy.ranges == ((0, 3), (6, 9))
+    back = MonteCarloState.from_json(json.loads(json.dumps(gappy.to_json())))
+    for a, b in zip(jax.tree_util.tree_leaves(gappy), jax.tree_util.tree_leaves(back), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert np.asarray(a).dtype == np.asarray(b).dtype
+    merged = merge_states(blocks.run(3, 6), back)
+    got = blocks.estimate(merged)
+    want = kernel(*args, **kwargs, num_samples=9)
+    np.testing.assert_array_equal(np.asarray(got.traces.mean), np.asarray(want.traces.mean))
+    np.testing.assert_array_equal(np.asarray(got.traces.stderr), np.asarray(want.traces.stderr))
+    np.testing.assert_allclose(float(got.average.mean), float(want.average.mean), rtol=2e-6)
+    assert (got.average.num_samples, got.average.num_evaluations) == (9, 27)
+    record = gappy.to_json()
+    record["kept"][0]["values"] = record["kept"][0]["values"][:-1]
+    record["kept"][0]["shape"] = [5]
+    with pytest.raises(ValueError, match="data"):
+        MonteCarloState.from_json(record)
+
+
+def test_kept_streams_refuse_other_problems_and_bad_ranges():
+    kernel, args, kwargs = _problem("perturbed_hessian_traces", jnp.float64)
+    blocks = MonteCarloBlocks(kernel, *args, **kwargs)
+    state = blocks.run(0, 4)
+    loss, w, batch, _ = args
+    other_key = MonteCarloBlocks(kernel, loss, w, batch, jax.random.key(999), **kwargs)
+    with pytest.raises(ValueError, match="different problems"):
+        merge_states(state, other_key.run(4, 8))
+    other_probes = MonteCarloBlocks(kernel, *args, **{**kwargs, "num_probes": 4})
+    with pytest.raises(ValueError, match="different problems"):
+        merge_states(state, other_probes.run(4, 8))
+    k2, a2, kw2 = _problem("slq_nodes", jnp.float64)
+    with pytest.raises(ValueError, match="kernel 'slq_nodes'"):
+        merge_states(state, MonteCarloBlocks(k2, *a2, **kw2).run(4, 8))
+    with pytest.raises(ValueError, match="overlap"):
+        merge_states(state, blocks.run(3, 6))
+    with pytest.raises(ValueError, match="num_samples"):
+        blocks.estimate(blocks.run(4, 5))  # the kernel needs J >= 2 perturbations
+    with pytest.raises(ValueError, match=r"stop: at most 2147483645"):
+        blocks.run(2**31 - 4, 2**31)
+    with pytest.raises(ValueError, match="num_grid: not an option of slq_nodes"):
+        MonteCarloBlocks(k2, *a2, num_grid=8, **kw2)
+    k3, a3, kw3 = _problem("spectral_density", jnp.float64)
+    with pytest.raises(ValueError, match="num_grid"):
+        MonteCarloBlocks(k3, *a3, **{**kw3, "num_grid": 1}).run(0, 2)
+
+
+def test_kernels_without_a_stream_are_refused_with_the_reason():
+    k, (_, w, batch, key), kw = _problem("hessian_trace", jnp.float64)
+    with pytest.raises(ValueError, match=r"Hutch\+\+.*whole budget.*hutchinson_trace"):
+        MonteCarloBlocks(kernels.hutchpp_trace, lambda v: v, w, key)
+    with pytest.raises(ValueError, match=r"method: .*'hutchpp'.*whole budget.*'hutchinson'"):
+        MonteCarloBlocks(k, _quad_loss, w, batch, key, method="hutchpp", **kw)
+    with pytest.raises(ValueError, match=r"empirical_fisher_trace.*exact"):
+        MonteCarloBlocks(kernels.empirical_fisher_trace, _apply, {}, batch)
