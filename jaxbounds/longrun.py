@@ -171,11 +171,16 @@ def _raw_stream(state: MonteCarloState) -> tuple[float, float]:
     return mean, math.sqrt(m2 / (state.count - 1) / state.count)
 
 
-def _primary(result: Any) -> tuple[float, float]:
-    """Mean and standard error (first element) of a kernel's Estimate (or of its ``average``)."""
+def _primary(result: Any, state: MonteCarloState) -> tuple[float, float]:
+    r"""Mean and standard error (first element) of a kernel's Estimate (or of its ``average``).
+
+    A result without one (SLQ's nodes, a spectral density) reports the stream's own mean and
+    standard error (for SLQ each probe's $v^\top A v / \|v\|^2$, an estimate of
+    $\operatorname{tr} A / n$).
+    """
     est = result if isinstance(result, Estimate) else getattr(result, "average", None)
     if not isinstance(est, Estimate):
-        raise ValueError(f"blocks: the kernel's result {type(result).__name__} has no Estimate")
+        return _raw_stream(state)
     mean = float(np.reshape(np.asarray(est.mean), (-1,))[0])
     return mean, float(np.reshape(np.asarray(est.stderr), (-1,))[0])
 
@@ -188,7 +193,7 @@ def _estimate_map(blocks: MonteCarloBlocks, state: MonteCarloState) -> tuple[flo
     own estimate of one state (one program), so progress and the stopping rule speak the
     estimate's units.
     """
-    mean, stderr = _primary(blocks.estimate(state))
+    mean, stderr = _primary(blocks.estimate(state), state)
     raw_mean, raw_stderr = _raw_stream(state)
     if math.isfinite(raw_stderr) and raw_stderr > 0 and math.isfinite(stderr):
         a = stderr / raw_stderr
@@ -286,7 +291,7 @@ def run_processes(
     state = merge_states(*[MonteCarloState.from_json(part["state"]) for part in parts])
     with kernels.using_devices(jax.local_devices()):
         estimate = blocks.estimate(state)
-    mean, stderr = _primary(estimate)
+    mean, stderr = _primary(estimate, state)
     return dataclasses.replace(
         mine, estimate=estimate, state=state, mean=mean, stderr=stderr,
         num_samples=state.count, seconds=max(part["seconds"] for part in parts),
@@ -568,7 +573,7 @@ def run_blocks(
     if path is not None:
         _save(path, state, **info(), reason=reason)
     estimate = blocks.estimate(state)  # any set of samples: i.i.d. draws of the stream
-    mean, stderr = _primary(estimate)
+    mean, stderr = _primary(estimate, state)
     return LongRun(
         estimate=estimate,
         state=state,

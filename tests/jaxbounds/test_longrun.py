@@ -23,6 +23,7 @@ from jaxbounds.longrun import (
     run_blocks,
     target_reached,
 )
+from kernels._random import sign_vector
 from kernels.blocks import MonteCarloBlocks, merge_states
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -330,3 +331,66 @@ def test_a_signal_stops_between_blocks_and_saves(tmp_path, signum):
     assert (resumed.reason, resumed.num_samples, resumed.signal) == ("max_samples", 128, None)
     one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_samples=128)
     np.testing.assert_allclose(float(resumed.estimate.mean), float(one.mean), rtol=1e-12)
+
+
+def _quartic_loss(w, batch):
+    a, b = batch
+    return 0.5 * w @ (a @ w) + b @ w + 0.25 * jnp.sum(w**4)
+
+
+def test_perturbed_traces_run_to_a_target_and_resume(tmp_path):
+    """The driver stops on the average over perturbations and keeps every perturbation's trace."""
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(3, 3))
+    batch = (jnp.asarray(a @ a.T / 3 + np.eye(3)), jnp.asarray(rng.normal(size=3)))
+    w = jnp.asarray(rng.normal(size=3) * 0.5)
+    args = (_quartic_loss, w, batch, jax.random.key(2))
+    opts = dict(perturbation=kernels.Perturbation("gaussian", 0.5), num_probes=2)
+    blocks = MonteCarloBlocks(kernels.perturbed_hessian_traces, *args, **opts)
+    ck = tmp_path / "traces.json"
+    first = run_blocks(blocks, max_samples=40, block_size=16, checkpoint=ck, handle_signals=False)
+    assert (first.reason, first.num_samples) == ("max_samples", 40)
+    assert load_checkpoint(ck)["state"].kept[0].shape == (40,)
+    one = kernels.perturbed_hessian_traces(*args, **opts, num_samples=first.num_samples)
+    np.testing.assert_allclose(first.stderr, float(one.average.stderr), rtol=1e-9)
+    target = 0.6 * first.stderr  # about (1 / 0.6)^2 times the samples: a few more blocks
+    resumed = run_blocks(blocks, target_stderr=target, min_samples=48, block_size=16,
+                         checkpoint=ck, handle_signals=False)  # fmt: skip
+    assert resumed.reason == "target"
+    assert (resumed.num_samples - 40) % 16 == 0
+    assert resumed.num_samples > 48
+    assert resumed.stderr <= target
+    one = kernels.perturbed_hessian_traces(*args, **opts, num_samples=resumed.num_samples)
+    got = resumed.estimate
+    np.testing.assert_array_equal(np.asarray(got.traces.mean), np.asarray(one.traces.mean))
+    np.testing.assert_array_equal(np.asarray(got.traces.stderr), np.asarray(one.traces.stderr))
+    for value in (float(got.average.mean), resumed.mean):
+        np.testing.assert_allclose(value, float(one.average.mean), rtol=1e-12)
+    for value in (float(got.average.stderr), resumed.stderr):
+        np.testing.assert_allclose(value, float(one.average.stderr), rtol=1e-9)
+
+
+def test_slq_nodes_run_on_the_stream_of_rayleigh_quotients():
+    """A result without an Estimate: the run reports the stream's mean, an estimate of tr A / n."""
+    rng = np.random.default_rng(5)
+    m = rng.normal(size=(5, 5))
+    a = jnp.asarray(m @ m.T)
+    blocks = MonteCarloBlocks(kernels.slq_nodes, lambda v: a @ v, 5, jax.random.key(1),
+                              num_steps=5)  # fmt: skip
+    run = run_blocks(blocks, max_samples=48, block_size=16, handle_signals=False)
+    one = kernels.slq_nodes(lambda v: a @ v, 5, jax.random.key(1), num_samples=48, num_steps=5)
+    np.testing.assert_array_equal(np.asarray(run.estimate.nodes), np.asarray(one.nodes))
+    np.testing.assert_array_equal(np.asarray(run.estimate.weights), np.asarray(one.weights))
+    rayleigh = np.sum(np.asarray(one.nodes) * np.asarray(one.weights), axis=1)
+    np.testing.assert_allclose(run.mean, rayleigh.mean(), rtol=1e-12)
+    np.testing.assert_allclose(run.stderr, rayleigh.std(ddof=1) / np.sqrt(48), rtol=1e-9)
+
+    # probe p's v^T A v / |v|^2, v the Rademacher start of its Lanczos run (the first half of
+    # the split of sample_key(key, p))
+    def start(p):
+        k = jax.random.split(kernels.parallel.sample_key(jax.random.key(1), p))[0]
+        return np.asarray(sign_vector(k, 5, jnp.float64))
+
+    signs = [start(p) for p in range(48)]
+    want = [s @ np.asarray(a) @ s / 5 for s in signs]
+    np.testing.assert_allclose(rayleigh, want, rtol=1e-9)
