@@ -23,7 +23,16 @@ The kernels with a block stream: ``rademacher_linear``, ``rademacher_finite``,
 ``rademacher_search``, ``rademacher_readout_search``, ``hutchinson_trace``, ``hessian_trace``
 and ``ggn_trace`` (Hutchinson method), ``mc_fisher_trace``, ``average_sharpness`` and
 ``sharpness_decomposition`` (its stream is the perturbation pairs; the Hutchinson term of a
-fixed ``num_probes`` is recomputed by :meth:`MonteCarloBlocks.estimate`).
+fixed ``num_probes`` is recomputed by :meth:`MonteCarloBlocks.estimate`); and the kernels whose
+result keeps one output per sample, ``perturbed_hessian_traces`` (each perturbation's trace
+estimate and its probe standard error) and ``slq_nodes`` / ``spectral_density`` (each probe's
+nodes and weights). Sample $j$ of their blocks is sample $j$ of the one call; their states keep
+those outputs in :attr:`MonteCarloState.kept` (memory grows with the samples a state covers, as
+the one-call result's does) beside the sums of one scalar per sample (the perturbation's trace
+estimate; the probe's $\sum_j \tau_{pj}\theta_{pj} = v_p^\top A v_p/\|v_p\|^2$), and
+:func:`merge_states` concatenates them by sample index. Hutch++ (``hutchpp_trace``,
+``method="hutchpp"``) has no stream (its sketch depends on its whole budget: use the Hutchinson
+method) and ``empirical_fisher_trace`` is exact: both are refused.
 """
 
 from __future__ import annotations
@@ -566,8 +575,10 @@ class MonteCarloBlocks:
       **kwargs: its keyword options, without the sample count.
 
     Raises:
-      ValueError: for a kernel without a block stream, a sample count among ``kwargs``, or
-        ``method="hutchpp"``.
+      ValueError: for a kernel without a block stream (``hutchpp_trace``,
+        ``empirical_fisher_trace``: the message says why), a sample count among ``kwargs``,
+        ``method="hutchpp"``, or (kernels that keep per-sample outputs) an option the kernel
+        does not take.
 
     >>> import jax, jax.numpy as jnp, kernels
     >>> x = jnp.eye(4)
@@ -625,8 +636,9 @@ class MonteCarloBlocks:
         """Compute samples ``[start, stop)`` of the stream (one program per block size).
 
         Raises:
-          ValueError: if not ``0 <= start < stop <= 2**53``, or as the kernel for its inputs
-            (runtime checks of the block's samples included).
+          ValueError: if not ``0 <= start < stop <= 2**53`` (``stop <= 2**31 - 3`` for
+            ``perturbed_hessian_traces``, ``2**31 - 1`` for SLQ, whose outputs are kept), or as
+            the kernel for its inputs (runtime checks of the block's samples included).
         """
         start, stop = _check_range(start, stop)
         if self._kept is not None:
@@ -718,10 +730,12 @@ class MonteCarloBlocks:
         """The kernel's result (an Estimate or the kernel's result type) for ``state``'s samples.
 
         Equal, up to reassociation, to the one-call kernel with ``num_samples = state.count``
-        when the state covers ``[0, state.count)``.
+        when the state covers ``[0, state.count)``. For a kernel that keeps per-sample outputs
+        the result is built from :attr:`MonteCarloState.kept` (rows in order of sample index).
 
         Raises:
-          ValueError: if ``state`` belongs to another problem.
+          ValueError: if ``state`` belongs to another problem, or as the kernel for its count
+            (``perturbed_hessian_traces`` needs at least 2 perturbations).
         """
         self.check(state)
         if self._kept is not None:

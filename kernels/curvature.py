@@ -1567,6 +1567,8 @@ def slq_nodes(
     polynomials of degree < 2k), so $\frac{1}{P}\sum_p \sum_j \tau_{pj} f(\theta_{pj})$ is an
     unbiased estimate of $\frac1n \operatorname{tr} f(A)$ for such $f$. The output holds
     $P \times k$ nodes; the work memory is that of ``chunk_size`` probes' Lanczos bases.
+    :class:`kernels.blocks.MonteCarloBlocks` computes probes ``[start, stop)`` (each as in this
+    call) and merges them into this result (also of :func:`spectral_density`).
 
     Args:
       matvec: ``v -> A v`` (A symmetric).

@@ -878,6 +878,8 @@ def perturbed_hessian_traces(
     of noisy estimates is biased upwards by their Hutchinson noise); ``average`` estimates
     $\mathbb E_u \operatorname{tr} H(\theta+u)$ with its standard error over perturbations.
     Memory: ``chunk_size`` linearisations at once plus the $J$ results.
+    :class:`kernels.blocks.MonteCarloBlocks` computes perturbations ``[start, stop)`` (each as
+    in this call) and merges them into this result.
 
     Args:
       loss_fn: ``(params, batch) -> scalar`` (twice differentiable). Static (by identity).
