@@ -25,6 +25,7 @@ raises it after the program ran.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -94,6 +95,31 @@ def _concrete(leaves: list[Any]) -> bool:
     return not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
 
 
+def _layout(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> Any:
+    """The sample layout of a kernel called with these arguments (see ``_devices``).
+
+    A kernel called inside another kernel's trace keeps the caller's layout; otherwise the
+    layout is read from the shardings of the arguments' array leaves, those of the data
+    arguments (``batch``, ``inputs``, keys) naming the mesh without claiming its axes.
+    """
+    outer = _devices.sample_layout()
+    if outer is not None and _checks.under_trace():
+        return outer
+    params: list[Any] = []
+    data: list[Any] = []
+    try:
+        bound = signature.bind(*args, **kwargs) if signature is not None else None
+    except TypeError:
+        bound = None
+    if bound is None:
+        params = jax.tree_util.tree_leaves((args, kwargs))
+    else:
+        for name, value in bound.arguments.items():
+            leaves = jax.tree_util.tree_leaves(value)
+            (data if name in _devices.DATA_ARGUMENTS else params).extend(leaves)
+    return _devices.resolve_layout(params, data)
+
+
 def compile_once(fn: F) -> F:
     """Wrap a kernel so it is compiled once per (callables, static options, shapes and dtypes).
 
@@ -102,8 +128,18 @@ def compile_once(fn: F) -> F:
     kernel traced them (see :mod:`kernels._checks`).
     """
 
+    try:
+        signature: inspect.Signature | None = inspect.signature(fn)
+    except (TypeError, ValueError):  # pragma: no cover - a callable without a signature
+        signature = None
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        layout = _layout(signature, args, kwargs)
+        with _devices.tracing_layout(layout):
+            return call(layout, *args, **kwargs)
+
+    def call(layout: Any, *args: Any, **kwargs: Any) -> Any:
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         mask = tuple(_is_dynamic(leaf) for leaf in leaves)
         dynamic = [leaf for leaf, is_dyn in zip(leaves, mask, strict=True) if is_dyn]
@@ -115,6 +151,7 @@ def compile_once(fn: F) -> F:
             enabled,
             enabled and _checks.host_callbacks_raise(),
             _devices.devices_cache_key(),
+            layout,
         )
         if not _concrete(dynamic) or _checks.under_trace():
             # inside a trace (also with concrete arguments the traced function closes over):
