@@ -123,7 +123,9 @@ def _axis_names(samples: Any) -> tuple[str, ...]:
     if isinstance(samples, str):
         return (samples,)
     if not isinstance(samples, Sequence) or not all(isinstance(a, str) for a in samples):
-        raise ValueError(f"samples: expected a mesh axis name or a sequence of them, got {samples!r}")
+        raise ValueError(
+            f"samples: expected a mesh axis name or a sequence of them, got {samples!r}"
+        )
     names = tuple(samples)
     if len(set(names)) != len(names):
         raise ValueError(f"samples: an axis is named twice in {list(names)}")
@@ -208,16 +210,14 @@ def _leaf_mesh(leaf: Any) -> tuple[Any, set[str]] | None:
         used = (set(mesh.axis_names) - explicit) | (_spec_axes(sharding.spec) & explicit)
         return mesh, used - set(mesh.manual_axes)
     sharding = getattr(leaf, "sharding", None)
-    if isinstance(leaf, jax.Array) and isinstance(sharding, NamedSharding):
-        if sharding.mesh.size > 1:
-            return sharding.mesh, _spec_axes(sharding.spec)
+    placed = isinstance(leaf, jax.Array) and isinstance(sharding, NamedSharding)
+    if placed and sharding.mesh.size > 1:
+        return sharding.mesh, _spec_axes(sharding.spec)
     return None
 
 
 def _same_mesh(a: Any, b: Any) -> bool:
-    return tuple(a.axis_names) == tuple(b.axis_names) and tuple(a.axis_sizes) == tuple(
-        b.axis_sizes
-    )
+    return tuple(a.axis_names) == tuple(b.axis_names) and tuple(a.axis_sizes) == tuple(b.axis_sizes)
 
 
 def resolve_layout(params: Sequence[Any], data: Sequence[Any]) -> SampleLayout | None:
@@ -307,3 +307,58 @@ def layout_cache_key() -> Any:
     """The :func:`using_mesh` scope, part of the kernels' compilation cache key."""
     scope = _MESH_SCOPE.get()
     return None if scope is None else (scope[0], scope[1])
+
+
+_INPUT_SHARDINGS: contextvars.ContextVar[dict[int, Any] | None] = contextvars.ContextVar(
+    "kernels_input_shardings", default=None
+)
+
+
+@contextlib.contextmanager
+def tracing_inputs(tracers: Sequence[Any], shardings: Sequence[Any]) -> Iterator[None]:
+    """Scope the concrete shardings of an eager kernel call's traced array arguments."""
+    known = {id(t): s for t, s in zip(tracers, shardings, strict=True) if s is not None}
+    token = _INPUT_SHARDINGS.set(known or None)
+    try:
+        yield
+    finally:
+        _INPUT_SHARDINGS.reset(token)
+
+
+def input_sharding(leaf: Any) -> Any:
+    """The ``NamedSharding`` of a placed leaf, else None.
+
+    Known for a concrete array and for an argument of the eager kernel call being traced.
+    """
+    if not isinstance(leaf, jax.core.Tracer):
+        sharding = getattr(leaf, "sharding", None)
+        return sharding if isinstance(sharding, NamedSharding) else None
+    known = _INPUT_SHARDINGS.get()
+    if known is not None and id(leaf) in known:
+        return known[id(leaf)]
+    return None
+
+
+def keep_sharding(tree: Any, like: Any) -> Any:
+    """``tree`` (shaped like ``like``) constrained to the shardings of ``like``'s leaves.
+
+    A parameter-shaped output of a kernel (a perturbation, a projection) keeps the sharding of
+    the parameters it was computed from when that sharding is known while tracing (an eager
+    call on placed arrays); otherwise ``tree`` is returned unchanged and JAX's partitioner
+    chooses. Leaves whose shapes differ are left alone.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    like_leaves = jax.tree_util.tree_leaves(like)
+    if len(like_leaves) != len(leaves):
+        return tree
+    out = []
+    for leaf, ref in zip(leaves, like_leaves, strict=True):
+        sharding = input_sharding(ref)
+        if sharding is not None and jnp_shape(leaf) == jnp_shape(ref):
+            leaf = jax.lax.with_sharding_constraint(leaf, sharding)
+        out.append(leaf)
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def jnp_shape(leaf: Any) -> tuple[int, ...]:
+    return tuple(np.shape(leaf))

@@ -79,7 +79,14 @@ def _run(
     collect: bool,
     dynamic: list,
 ):
-    del checks  # cache key only: the checks and the device scope are read while tracing
+    # cache key: the checks, device scope and layout are read while tracing; the last entry holds
+    # the shardings of an eager call's placed arrays (parameter-shaped outputs keep them)
+    shardings = checks[-1] or (None,) * len(dynamic)
+    with _devices.tracing_inputs(dynamic, shardings):
+        return _call(fn, treedef, mask, static, collect, dynamic)
+
+
+def _call(fn, treedef, mask, static, collect, dynamic):
     dyn = iter(dynamic)
     stat = iter(static)
     leaves = [next(dyn) if is_dyn else next(stat).value for is_dyn in mask]
@@ -89,6 +96,14 @@ def _run(
     with _checks.collecting() as collector:
         out = fn(*args, **kwargs)
     return out, collector.failures()
+
+
+def _placed(leaves: list[Any]) -> tuple | None:
+    """The NamedShardings of concrete placed array leaves (None where there is none)."""
+    if not _concrete(leaves):
+        return None
+    shardings = tuple(_devices.input_sharding(leaf) for leaf in leaves)
+    return shardings if any(s is not None for s in shardings) else None
 
 
 def _concrete(leaves: list[Any]) -> bool:
@@ -127,7 +142,6 @@ def compile_once(fn: F) -> F:
     runtime checks fail raise the ``ValueError`` of the first failed check, in the order the
     kernel traced them (see :mod:`kernels._checks`).
     """
-
     try:
         signature: inspect.Signature | None = inspect.signature(fn)
     except (TypeError, ValueError):  # pragma: no cover - a callable without a signature
@@ -152,6 +166,7 @@ def compile_once(fn: F) -> F:
             enabled and _checks.host_callbacks_raise(),
             _devices.devices_cache_key(),
             layout,
+            _placed(dynamic) if layout is not None else None,
         )
         if not _concrete(dynamic) or _checks.under_trace():
             # inside a trace (also with concrete arguments the traced function closes over):

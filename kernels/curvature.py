@@ -100,9 +100,9 @@ from kernels.parallel import (
     check_num_samples,
     map_samples,
     num_leading,
-    sample_devices,
     sample_key,
     sample_statistics,
+    splits_user_mesh,
 )
 
 __all__ = [
@@ -913,13 +913,12 @@ def hutchpp_memory_bytes(num_matvecs: int, size: int, dtype: Any) -> int:
     return 3 * num_sketch * int(size) * np.dtype(dtype).itemsize
 
 
-def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int, devices: list):
+def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int):
     """Orthonormal basis Q of A S (S Rademacher, row j from fold_in(key, j)) and tr(Q'AQ) terms."""
     images = map_samples(
         lambda j: flat.matvec(flat.probe(sample_key(key, j))),
         _indices(num_sketch),
         chunk_size=chunk,
-        devices=devices,
         key=key,  # an rbg key's draws change under vmap: such a map runs one at a time
     )  # (s, n): rows A s_j
     basis = jnp.linalg.qr(images.T)[0]  # (n, s)
@@ -928,7 +927,7 @@ def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int, devi
         q = basis[:, j]
         return jnp.vdot(q, flat.matvec(q))
 
-    quad = map_samples(column, _indices(num_sketch), chunk_size=chunk, devices=devices)
+    quad = map_samples(column, _indices(num_sketch), chunk_size=chunk)
     return basis, quad, _num_bad_rows(images) + _num_bad_rows(quad)
 
 
@@ -938,7 +937,8 @@ def _hutchpp(
     key = check_key(key, "key")
     check_num_samples(num_matvecs, "num_matvecs", minimum=4)
     chunk = _chunk(chunk_size)
-    flat = _setup(matvec, like)
+    # on a user's mesh the products run inside shard_maps: recomputed there (splits_user_mesh)
+    flat = _setup(matvec, like, linearize=not splits_user_mesh())
     num_sketch = min(num_matvecs // 3, flat.size)
     if num_sketch > _MAX_KEPT:
         raise ValueError(
@@ -949,18 +949,16 @@ def _hutchpp(
     key_sketch, key_hutch = jax.random.split(key)
     # one program may not mix shard_maps over different device sets, and in a multi-process
     # program a subset such as jax.devices()[:k] may leave out every device of some process
-    # (whose result would then not be addressable there): use all devices throughout
-    devices = sample_devices()
-    basis, quad, bad = _sketch_basis(flat, key_sketch, num_sketch, chunk, devices)
+    # (whose result would then not be addressable there): every map and statistic below uses
+    # the kernel's one placement (all devices, or the parameters' mesh)
+    basis, quad, bad = _sketch_basis(flat, key_sketch, num_sketch, chunk)
 
     def one(k: jax.Array) -> jax.Array:
         g = flat.probe(k)
         g = g - basis @ (basis.T @ g)
         return jnp.vdot(g, flat.matvec(g))
 
-    stats = sample_statistics(
-        one, key_hutch, num_samples=num_hutch, chunk_size=chunk, devices=devices
-    )
+    stats = sample_statistics(one, key_hutch, num_samples=num_hutch, chunk_size=chunk)
     flat.check_products(bad + stats.num_nonfinite, num_matvecs, "products")
     rest = stats.estimate(num_evaluations=num_matvecs)
     return dataclasses.replace(rest, mean=jnp.sum(quad) + rest.mean)

@@ -400,6 +400,17 @@ def _placement(devices: Sequence[jax.Device] | None) -> _Placement:
     return _Placement(Mesh(np.asarray(devices), ("samples",)), ("samples",), len(devices))
 
 
+def splits_user_mesh() -> bool:
+    """Whether samples traced now run in a ``shard_map`` over axes of the user's mesh.
+
+    A product linearised outside such a ``shard_map`` (``jax.linearize``) cannot be evaluated
+    inside it in JAX 0.10 (its residuals keep the mesh's automatic axis types): a kernel then
+    recomputes its products inside each share instead.
+    """
+    place = _placement(None)
+    return place.mesh is not None and sample_layout() is not None
+
+
 def map_samples(
     fn: Callable[[Any], Any],
     xs: Any,
@@ -647,9 +658,9 @@ def _sharded(
     """
     if place.mesh is None:
         return Sums(*run_share(jnp.asarray(starts[0])), count=counts[0])
-    parts = place.shard_map(
-        lambda s: jax.tree_util.tree_map(lambda x: x[None], run_share(s[0]))
-    )(jnp.asarray(starts))
+    parts = place.shard_map(lambda s: jax.tree_util.tree_map(lambda x: x[None], run_share(s[0])))(
+        jnp.asarray(starts)
+    )
     shares = [
         Sums(*jax.tree_util.tree_map(lambda x, d=d: x[d], parts), count=counts[d])
         for d in range(place.num_shares)

@@ -8,6 +8,7 @@ leaves and the shardings of parameter-shaped outputs. ``tests/kernels/test_shard
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -28,6 +29,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 import kernels  # noqa: E402
 from kernels import curvature, gauss_newton, norms, sharpness  # noqa: E402
 from kernels import rademacher as rad  # noqa: E402
+from kernels._devices import resolve_layout  # noqa: E402
 
 MULTI = jax.process_count() > 1
 
@@ -69,47 +71,92 @@ def calls():
     ball = sharpness.Perturbation("l2_ball", 0.2)
     return {
         "hessian_trace_hutchinson": lambda p, b, k: curvature.hessian_trace(
-            loss, p, b, k, num_matvecs=11, chunk_size=3),
+            loss, p, b, k, num_matvecs=11, chunk_size=3
+        ),
         "hessian_trace_hutchpp": lambda p, b, k: curvature.hessian_trace(
-            loss, p, b, k, num_matvecs=13, method="hutchpp", chunk_size=3),
+            loss, p, b, k, num_matvecs=13, method="hutchpp", chunk_size=3
+        ),
         "hutchinson_dataset": lambda p, b, k: curvature.hutchinson_trace(
-            curvature.dataset_hvp(loss, p, jax.tree_util.tree_map(
-                lambda a: a.reshape(2, 8, *a.shape[1:]), b)),
-            p, k, num_probes=9, chunk_size=2),
+            curvature.dataset_hvp(
+                loss, p, jax.tree_util.tree_map(lambda a: a.reshape(2, 8, *a.shape[1:]), b)
+            ),
+            p,
+            k,
+            num_probes=9,
+            chunk_size=2,
+        ),
         "top_eigenvalues": lambda p, b, k: curvature.top_eigenvalues(
-            curvature.hvp(loss, p, b), p, k, k=2, num_steps=12),
+            curvature.hvp(loss, p, b), p, k, k=2, num_steps=12
+        ),
         "top_eigenvalues_recomputed": lambda p, b, k: curvature.top_eigenvalues(
-            curvature.hvp(loss, p, b), p, k, k=2, num_steps=12, linearize=False),
+            curvature.hvp(loss, p, b), p, k, k=2, num_steps=12, linearize=False
+        ),
         "slq_nodes": lambda p, b, k: curvature.slq_nodes(
-            curvature.hvp(loss, p, b), p, k, num_probes=5, num_steps=6, chunk_size=2),
+            curvature.hvp(loss, p, b), p, k, num_probes=5, num_steps=6, chunk_size=2
+        ),
         "ggn_trace": lambda p, b, k: gauss_newton.ggn_trace(
-            apply, p, b, k, loss="cross_entropy", num_matvecs=11, chunk_size=3),
+            apply, p, b, k, loss="cross_entropy", num_matvecs=11, chunk_size=3
+        ),
         "mc_fisher_trace": lambda p, b, k: gauss_newton.mc_fisher_trace(
-            apply, p, b, k, loss="cross_entropy", num_samples=7, chunk_size=2),
+            apply, p, b, k, loss="cross_entropy", num_samples=7, chunk_size=2
+        ),
         "empirical_fisher_trace": lambda p, b, k: gauss_newton.empirical_fisher_trace(
-            apply, p, b, loss="cross_entropy", example_chunk_size=4),
+            apply, p, b, loss="cross_entropy", example_chunk_size=4
+        ),
         "average_sharpness": lambda p, b, k: sharpness.average_sharpness(
-            loss, p, b, k, perturbation=gauss, num_samples=13, chunk_size=2),
+            loss, p, b, k, perturbation=gauss, num_samples=13, chunk_size=2
+        ),
         "worst_case_sharpness": lambda p, b, k: sharpness.worst_case_sharpness(
-            loss, p, b, k, perturbation=ball, num_steps=5, num_restarts=3),
+            loss, p, b, k, perturbation=ball, num_steps=5, num_restarts=3
+        ),
         "sigma_search": lambda p, b, k: sharpness.sigma_search(
-            loss, p, b, k, perturbation=gauss, target_increase=0.01, num_samples=6,
-            num_steps=6, chunk_size=2),
+            loss,
+            p,
+            b,
+            k,
+            perturbation=gauss,
+            target_increase=0.01,
+            num_samples=6,
+            num_steps=6,
+            chunk_size=2,
+        ),
         "perturbed_hessian_traces": lambda p, b, k: sharpness.perturbed_hessian_traces(
-            loss, p, b, k, perturbation=gauss, num_samples=5, num_probes=3, chunk_size=2),
+            loss, p, b, k, perturbation=gauss, num_samples=5, num_probes=3, chunk_size=2
+        ),
         "sharpness_decomposition": lambda p, b, k: sharpness.sharpness_decomposition(
-            loss, p, b, k, perturbation=gauss, num_samples=5, num_probes=4, chunk_size=2),
+            loss, p, b, k, perturbation=gauss, num_samples=5, num_probes=4, chunk_size=2
+        ),
         "rademacher_linear": lambda p, b, k: rad.rademacher_linear(
-            b[0], k, norm=2, radius=1.0, num_draws=21, chunk_size=4),
+            b[0], k, norm=2, radius=1.0, num_draws=21, chunk_size=4
+        ),
         "rademacher_finite": lambda p, b, k: rad.rademacher_finite(
-            lambda i, w: apply(w, b[0])[:, i], p, k, num_draws=9, num_members=4, chunk_size=2),
+            lambda i, w: apply(w, b[0]).T[i], p, k, num_draws=9, num_members=4, chunk_size=2
+        ),
         "rademacher_search": lambda p, b, k: rad.rademacher_search(
-            scalar_apply, p, b[0], k, project=project, num_draws=6, num_steps=3,
-            step_size=0.5, num_restarts=2, chunk_size=2),
+            scalar_apply,
+            p,
+            b[0],
+            k,
+            project=project,
+            num_draws=6,
+            num_steps=3,
+            step_size=0.5,
+            num_restarts=2,
+            chunk_size=2,
+        ),
         "rademacher_readout_search": lambda p, b, k: rad.rademacher_readout_search(
-            lambda w, xs: jnp.tanh(xs @ w["w1"] + w["b1"]), p, b[0], k, project=project,
-            readout_norm=2, readout_radius=1.0, num_draws=6, num_steps=3, step_size=0.5,
-            chunk_size=2),
+            lambda w, xs: jnp.tanh(xs @ w["w1"] + w["b1"]),
+            p,
+            b[0],
+            k,
+            project=project,
+            readout_norm=2,
+            readout_radius=1.0,
+            num_draws=6,
+            num_steps=3,
+            step_size=0.5,
+            chunk_size=2,
+        ),
         "tree_project_lp_ball": lambda p, b, k: norms.tree_project_lp_ball(p, p=2, radius=0.5),
         "empirical_ntk": lambda p, b, k: _ntk(p, b),
     }
@@ -122,17 +169,48 @@ def _ntk(p, b):
 
 
 # configurations: mesh shape and axes, specs of w1/b1/w2, spec of the batch, samples scope
-CONFIGS = {
+ALL_CONFIGS = {
     "tp_8": ((8,), ("model",), (P(None, "model"), P("model"), P("model", None)), P(), None),
     "fsdp_8": ((8,), ("fsdp",), (P(None, "fsdp"), P("fsdp"), P("fsdp", None)), P(), None),
-    "tp_2x4": ((2, 4), ("data", "model"),
-               (P(None, "model"), P("model"), P("model", None)), P("data"), None),
-    "fsdp_2x4": ((2, 4), ("data", "fsdp"),
-                 (P(None, "fsdp"), P("fsdp"), P("fsdp", None)), P("data"), None),
-    "tp_2x4_named": ((2, 4), ("data", "model"),
-                     (P(None, "model"), P("model"), P("model", None)), P("data"), ("data",)),
+    "tp_2x4": (
+        (2, 4),
+        ("data", "model"),
+        (P(None, "model"), P("model"), P("model", None)),
+        P("data"),
+        None,
+    ),
+    "fsdp_2x4": (
+        (2, 4),
+        ("data", "fsdp"),
+        (P(None, "fsdp"), P("fsdp"), P("fsdp", None)),
+        P("data"),
+        None,
+    ),
+    "tp_2x4_named": (
+        (2, 4),
+        ("data", "model"),
+        (P(None, "model"), P("model"), P("model", None)),
+        P("data"),
+        ("data",),
+    ),
     "replicated_2x4": ((2, 4), ("data", "model"), (P(), P(), P()), P("data"), None),
 }
+
+
+CONFIGS = {
+    k: ALL_CONFIGS[k] for k in os.environ.get("SHARDED_CONFIGS", ",".join(ALL_CONFIGS)).split(",")
+}
+# every family on the (2, 4) tensor-parallel mesh; these on the others (SHARDED_FULL=1: all)
+CORE = (
+    "hessian_trace_hutchinson",
+    "ggn_trace",
+    "average_sharpness",
+    "worst_case_sharpness",
+    "top_eigenvalues",
+    "rademacher_search",
+    "tree_project_lp_ball",
+)
+FULL_CONFIG = "tp_2x4"
 
 
 def value(leaf):
@@ -140,8 +218,11 @@ def value(leaf):
     leaf = jnp.asarray(leaf)
     if MULTI:
         if leaf.is_fully_addressable or leaf.sharding.is_fully_replicated:
-            return np.asarray(leaf.addressable_data(0)).tolist() if not \
-                leaf.is_fully_addressable else np.asarray(leaf).tolist()
+            return (
+                np.asarray(leaf.addressable_data(0)).tolist()
+                if not leaf.is_fully_addressable
+                else np.asarray(leaf).tolist()
+            )
         gathered = jax.experimental.multihost_utils.process_allgather(leaf, tiled=True)
         return np.asarray(gathered).tolist()
     return np.asarray(leaf).tolist()
@@ -151,17 +232,19 @@ def leaves(result):
     return [value(leaf) for leaf in jax.tree_util.tree_leaves(result)]
 
 
-def spec_of(leaf):
-    sharding = getattr(leaf, "sharding", None)
-    return str(tuple(sharding.spec)) if isinstance(sharding, NamedSharding) else str(sharding)
+def same_sharding(leaf, like):
+    """Whether ``leaf`` is laid out as ``like`` (equivalent shardings)."""
+    return bool(leaf.sharding.is_equivalent_to(like.sharding, leaf.ndim))
 
 
 def place(mesh, params, specs, x, labels, batch_spec):
     named = dict(zip(("w1", "b1", "w2"), specs, strict=True))
-    sharded = {k: jax.device_put(jnp.asarray(v), NamedSharding(mesh, named[k]))
-               for k, v in params.items()}
-    batch = tuple(jax.device_put(jnp.asarray(a), NamedSharding(mesh, batch_spec))
-                  for a in (x, labels))
+    sharded = {
+        k: jax.device_put(jnp.asarray(v), NamedSharding(mesh, named[k])) for k, v in params.items()
+    }
+    batch = tuple(
+        jax.device_put(jnp.asarray(a), NamedSharding(mesh, batch_spec)) for a in (x, labels)
+    )
     return sharded, batch
 
 
@@ -171,10 +254,15 @@ PARAM_SHAPED = {"worst_case_sharpness": lambda r: r.u, "tree_project_lp_ball": l
 def main(only: list[str] | None = None) -> dict:
     params, x, labels = model()
     key = jax.random.key(3)
-    out = {"process_count": jax.process_count(), "device_count": jax.device_count(),
-           "reference": {}, "configs": {}}
+    out = {
+        "process_count": jax.process_count(),
+        "device_count": jax.device_count(),
+        "reference": {},
+        "configs": {},
+    }
     table = calls()
     names = [n for n in table if only is None or n in only]
+    full = os.environ.get("SHARDED_FULL") == "1"
     if not MULTI:
         plain = jax.tree_util.tree_map(jnp.asarray, params)
         batch = (jnp.asarray(x), jnp.asarray(labels))
@@ -186,7 +274,13 @@ def main(only: list[str] | None = None) -> dict:
         mesh = Mesh(devices.reshape(shape), axes)
         sharded, batch = place(mesh, params, specs, x, labels, batch_spec)
         record = out["configs"][config] = {}
+        scope = kernels.using_mesh(mesh, samples=samples) if samples is not None else None
+        with scope or contextlib.nullcontext():
+            layout = resolve_layout(jax.tree_util.tree_leaves(sharded), list(batch))
+        record["samples_axes"] = list(layout.axes)
         for name in names:
+            if not (full or config == FULL_CONFIG or name in CORE):
+                continue
             entry = record[name] = {}
             for mode in ("eager", "jit"):
                 call = table[name] if mode == "eager" else jax.jit(table[name])
@@ -199,10 +293,11 @@ def main(only: list[str] | None = None) -> dict:
                     entry[mode] = leaves(result)
                     if name in PARAM_SHAPED:
                         got = PARAM_SHAPED[name](result)
-                        entry[mode + "_specs"] = {k: spec_of(v) for k, v in got.items()}
-                except Exception as err:  # noqa: BLE001 - reported, the test fails on it
+                        entry[mode + "_kept"] = {
+                            k: same_sharding(v, sharded[k]) for k, v in got.items()
+                        }
+                except Exception as err:
                     entry[mode] = f"{type(err).__name__}: {str(err)[:600]}"
-        record["param_specs"] = {k: spec_of(v) for k, v in sharded.items()}
     out["errors"] = errors(params, x, labels, key)
     return out
 
@@ -211,8 +306,9 @@ def errors(params, x, labels, key):
     """The ValueErrors of samples axes that cannot work (message, or what happened instead)."""
     devices = np.asarray(jax.devices())
     mesh = Mesh(devices.reshape(2, -1), ("data", "model"))
-    sharded, batch = place(mesh, params, (P(None, "model"), P("model"), P("model", None)),
-                           x, labels, P("data"))
+    sharded, batch = place(
+        mesh, params, (P(None, "model"), P("model"), P("model", None)), x, labels, P("data")
+    )
     got = {}
 
     def attempt(name, fn):
@@ -228,8 +324,14 @@ def errors(params, x, labels, key):
     def scoped(samples, jit=False):
         def run():
             with kernels.using_mesh(mesh, samples=samples):
-                return jax.jit(lambda p: curvature.hessian_trace(
-                    loss, p, batch, key, num_matvecs=4))(sharded) if jit else trace()
+                return (
+                    jax.jit(lambda p: curvature.hessian_trace(loss, p, batch, key, num_matvecs=4))(
+                        sharded
+                    )
+                    if jit
+                    else trace()
+                )
+
         return run
 
     attempt("missing_axis", scoped(("batch",)))
@@ -242,14 +344,19 @@ def _explicit_param_axis(params, x, labels, key):
     """Explicit axes: the specs are visible under jit, so a named parameter axis is refused."""
     from jax.sharding import AxisType
 
-    mesh = jax.make_mesh((2, jax.device_count() // 2), ("data", "model"),
-                         axis_types=(AxisType.Explicit,) * 2)
-    sharded, batch = place(mesh, params, (P(None, "model"), P("model"), P("model", None)),
-                           x, labels, P("data"))
-    with jax.sharding.use_mesh(mesh) if hasattr(jax.sharding, "use_mesh") else jax.set_mesh(
-            mesh), kernels.using_mesh(mesh, samples=("model",)):
-        return jax.jit(lambda p: curvature.hessian_trace(
-            loss, p, batch, key, num_matvecs=4))(sharded)
+    mesh = jax.make_mesh(
+        (2, jax.device_count() // 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2
+    )
+    sharded, batch = place(
+        mesh, params, (P(None, "model"), P("model"), P("model", None)), x, labels, P("data")
+    )
+    with (
+        jax.sharding.use_mesh(mesh) if hasattr(jax.sharding, "use_mesh") else jax.set_mesh(mesh),
+        kernels.using_mesh(mesh, samples=("model",)),
+    ):
+        return jax.jit(lambda p: curvature.hessian_trace(loss, p, batch, key, num_matvecs=4))(
+            sharded
+        )
 
 
 if __name__ == "__main__":
