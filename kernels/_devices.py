@@ -86,7 +86,7 @@ def using_devices(devices: Sequence[jax.Device]) -> Iterator[None]:
 
 # arguments of a kernel that hold data or keys, not parameters: their shardings do not claim
 # mesh axes (a batch sharded on "data" leaves "data" free for the samples)
-DATA_ARGUMENTS = frozenset({"batch", "batches", "inputs", "key", "start"})
+DATA_ARGUMENTS = frozenset({"batch", "batches", "inputs", "key", "start", "weights"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,8 +191,12 @@ def _spec_axes(spec: Any) -> set[str]:
     return used
 
 
-def _leaf_mesh(leaf: Any) -> tuple[Any, set[str]] | None:
-    """(mesh, axes the leaf is, or may be, sharded on) of a leaf placed on a mesh, else None."""
+def _leaf_mesh(leaf: Any) -> tuple[Any, set[str], set[str]] | None:
+    """(mesh, axes the leaf is sharded on, axes it may be sharded on) of a placed leaf, or None.
+
+    Inside a user's ``jit`` JAX shows the spec of Explicit axes only: the Auto axes may hold
+    the leaf (they are not used for samples by default, and may be named in ``using_mesh``).
+    """
     if isinstance(leaf, jax.core.Tracer):
         try:
             sharding = jax.typeof(leaf).sharding
@@ -207,12 +211,13 @@ def _leaf_mesh(leaf: Any) -> tuple[Any, set[str]] | None:
             for name, kind in zip(mesh.axis_names, mesh.axis_types, strict=True)
             if kind == AxisType.Explicit
         }
-        used = (set(mesh.axis_names) - explicit) | (_spec_axes(sharding.spec) & explicit)
-        return mesh, used - set(mesh.manual_axes)
+        used = _spec_axes(sharding.spec) & explicit
+        maybe = set(mesh.axis_names) - explicit - set(mesh.manual_axes)
+        return mesh, used - set(mesh.manual_axes), maybe
     sharding = getattr(leaf, "sharding", None)
     placed = isinstance(leaf, jax.Array) and isinstance(sharding, NamedSharding)
     if placed and sharding.mesh.size > 1:
-        return sharding.mesh, _spec_axes(sharding.spec)
+        return sharding.mesh, _spec_axes(sharding.spec), set()
     return None
 
 
@@ -235,12 +240,13 @@ def resolve_layout(params: Sequence[Any], data: Sequence[Any]) -> SampleLayout |
     """
     mesh = None
     used: set[str] = set()
+    maybe: set[str] = set()
     for leaves, claims in ((params, True), (data, False)):
         for leaf in leaves:
             found = _leaf_mesh(leaf)
             if found is None:
                 continue
-            leaf_mesh, leaf_axes = found
+            leaf_mesh, leaf_axes, leaf_maybe = found
             if mesh is None or (isinstance(mesh, AbstractMesh) and isinstance(leaf_mesh, Mesh)):
                 if mesh is not None and not _same_mesh(mesh, leaf_mesh):
                     raise ValueError(_mixed(mesh, leaf_mesh))
@@ -249,6 +255,7 @@ def resolve_layout(params: Sequence[Any], data: Sequence[Any]) -> SampleLayout |
                 raise ValueError(_mixed(mesh, leaf_mesh))
             if claims:
                 used |= leaf_axes
+                maybe |= leaf_maybe
     context = jax.sharding.get_abstract_mesh()
     manual = set(context.manual_axes) if not context.empty else set()
     scope = _MESH_SCOPE.get()
@@ -270,13 +277,13 @@ def resolve_layout(params: Sequence[Any], data: Sequence[Any]) -> SampleLayout |
         mesh = scope_mesh
     if mesh is None and not context.empty:
         mesh = context  # jax.set_mesh(...): the user's mesh, no spec known
-        used |= set(context.axis_names) - set(context.explicit_axes)
+        maybe |= set(context.axis_names) - set(context.explicit_axes)
     if mesh is None:
         return None
     free = tuple(
         name
         for name, size in dict(mesh.shape).items()
-        if size > 1 and name not in used and name not in manual
+        if size > 1 and name not in used | maybe | manual
     )
     return SampleLayout(mesh, free)
 

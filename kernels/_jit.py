@@ -24,6 +24,7 @@ raises it after the program ran.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -130,9 +131,22 @@ def _layout(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> A
         params = jax.tree_util.tree_leaves((args, kwargs))
     else:
         for name, value in bound.arguments.items():
-            leaves = jax.tree_util.tree_leaves(value)
-            (data if name in _devices.DATA_ARGUMENTS else params).extend(leaves)
+            _split(name, value, params, data)
     return _devices.resolve_layout(params, data)
+
+
+def _split(name: str, value: Any, params: list[Any], data: list[Any]) -> None:
+    """Add ``value``'s array leaves to ``params`` or ``data`` by argument (or field) name.
+
+    An operator argument (a dataclass such as ``curvature.hvp(...)``) is split by its fields:
+    its ``batch`` is data, its ``params`` parameters.
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            _split(field.name, getattr(value, field.name), params, data)
+        return
+    leaves = jax.tree_util.tree_leaves(value)
+    (data if name in _devices.DATA_ARGUMENTS else params).extend(leaves)
 
 
 def compile_once(fn: F) -> F:

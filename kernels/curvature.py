@@ -666,18 +666,20 @@ def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> 
     ``x . (A x)`` from the products of :func:`_setup` (the operator linearised once). Which
     one: ``mode`` (``"auto"``: :func:`_auto_uses_products`).
     """
+    # on a user's mesh the samples run inside shard_maps: products recomputed there
+    inside = not splits_user_mesh()
     if not isinstance(matvec, _LossOperator) or mode == "products":
-        return _with_product_forms(_setup(matvec, like))
+        return _with_product_forms(_setup(matvec, like, linearize=inside))
     form = jax.jit(matvec.form)
     valid = None
-    if mode == "auto" and isinstance(matvec, HessianOperator) and chunk == 1:
+    if mode == "auto" and isinstance(matvec, HessianOperator) and chunk == 1 and inside:
         like = _template(like)
         _check_like(matvec, like)
         product, valid = matvec.linearize()
         if _residual_bytes(product) <= _PRODUCT_RESIDUAL_BYTES:
             return _with_product_forms(_setup(matvec, like, (product, valid, "loss_fn")))
     if not _forward_mode_ok(form, matvec.params):  # e.g. a custom_vjp in the loss
-        return _with_product_forms(_setup(matvec, like))
+        return _with_product_forms(_setup(matvec, like, linearize=inside))
     like = _template(like)
     _check_like(matvec, like)
     valid = matvec.check_inputs() if valid is None else valid
@@ -1439,6 +1441,8 @@ def _slq(
     key = check_key(key, "key")
     _check_kept_count(num_probes, "num_probes")
     chunk = _chunk(chunk_size)
+    # on a user's mesh the probes run inside shard_maps: products recomputed there
+    linearize = _check_linearize(linearize) and not splits_user_mesh()
     flat = _setup(matvec, like, linearize=linearize)
     _check_steps(num_steps, flat.size)
     store = _check_basis_dtype(basis_dtype, flat.dtype)

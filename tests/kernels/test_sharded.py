@@ -112,7 +112,7 @@ def test_samples_axis_errors(results):
 @pytest.mark.slow
 def test_every_family_on_every_mesh():
     full = run_checks(8, full=True)
-    for config, record in full["configs"].items():
+    for _config, record in full["configs"].items():
         for name in sharded_checks.calls():
             for mode in ("eager", "jit"):
                 close(record[name][mode], full["reference"][name])
