@@ -93,16 +93,19 @@ from kernels._checks import (
     check_positive_int,
     check_that,
 )
+from kernels._devices import keep_sharding
 from kernels._jit import compile_once
-from kernels._random import sign_vector
+from kernels._random import sign_block, sign_vector
 from kernels.estimate import Estimate
 from kernels.parallel import (
     check_num_samples,
     map_samples,
     num_leading,
     sample_key,
+    sample_layout,
     sample_statistics,
     splits_user_mesh,
+    vmap_safe_key,
 )
 
 __all__ = [
@@ -596,6 +599,35 @@ class _Flat:
     valid: jax.Array
     name: str  # the argument a non-finite product is blamed on
     form: Callable[[jax.Array], jax.Array] | None = None  # x -> x^T A x (set by _setup_forms)
+    # x -> x^T A x on pytrees shaped like ``template`` (forms of a loss operator only)
+    tree_form: Callable[[Any], jax.Array] | None = None
+    template: Any = None
+
+    def leafwise(self, key: jax.Array, kind: str) -> bool:
+        """Whether Rademacher probes are drawn leaf by leaf (:func:`_leaf_probe`).
+
+        On a user's mesh a flat probe would be split into the parameters' leaves, which
+        gathers sharded leaves; the leaves of the same probe are drawn where they live instead
+        (threefry keys with JAX's partitionable threefry, up to 2**32 parameters).
+        """
+        return (
+            self.tree_form is not None
+            and kind == "rademacher"
+            and sample_layout() is not None
+            and vmap_safe_key(key)
+            and bool(jax.config.jax_threefry_partitionable)
+            and self.size <= 2**32
+        )
+
+    def leaf_probe(self, key: jax.Array) -> Any:
+        """The Rademacher probe of ``key`` as a pytree: ``unravel(probe(key))``, leaf by leaf."""
+        leaves, treedef = jax.tree_util.tree_flatten(self.template)
+        out, start = [], 0
+        for leaf in leaves:
+            shape = tuple(np.shape(leaf))
+            out.append(sign_block(key, start, shape, jnp.result_type(leaf)))
+            start += int(np.prod(shape))
+        return keep_sharding(jax.tree_util.tree_unflatten(treedef, out), self.template)
 
     def probe(self, key: jax.Array, kind: str = "rademacher") -> jax.Array:
         if kind == "rademacher":
@@ -666,13 +698,15 @@ def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> 
     ``x . (A x)`` from the products of :func:`_setup` (the operator linearised once). Which
     one: ``mode`` (``"auto"``: :func:`_auto_uses_products`).
     """
-    # on a user's mesh the samples run inside shard_maps: products recomputed there
+    # on a user's mesh, quadratic forms on the parameters' leaves (products would flatten
+    # them: gathers), and any products are recomputed inside the shard_maps of the samples
     inside = not splits_user_mesh()
+    placed = sample_layout() is not None
     if not isinstance(matvec, _LossOperator) or mode == "products":
         return _with_product_forms(_setup(matvec, like, linearize=inside))
     form = jax.jit(matvec.form)
     valid = None
-    if mode == "auto" and isinstance(matvec, HessianOperator) and chunk == 1 and inside:
+    if mode == "auto" and isinstance(matvec, HessianOperator) and chunk == 1 and not placed:
         like = _template(like)
         _check_like(matvec, like)
         product, valid = matvec.linearize()
@@ -688,7 +722,10 @@ def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> 
     def flat_form(x: jax.Array) -> jax.Array:
         return form(unravel(x)).astype(dtype)
 
-    return _Flat(size, dtype, None, valid, "loss_fn", form=flat_form)
+    def tree_form(tree: Any) -> jax.Array:
+        return form(tree).astype(dtype)
+
+    return _Flat(size, dtype, None, valid, "loss_fn", flat_form, tree_form, matvec.params)
 
 
 def _with_product_forms(flat: _Flat) -> _Flat:
@@ -820,8 +857,9 @@ def _hutchinson(
     flat = _setup_forms(matvec, like, mode, chunk)
 
     def one(k: jax.Array) -> jax.Array:
-        v = flat.probe(k, probe)
-        return flat.form(v)
+        if flat.leafwise(key, probe):  # a sharded model: the probe's leaves where they live
+            return flat.tree_form(flat.leaf_probe(k))
+        return flat.form(flat.probe(k, probe))
 
     stats = sample_statistics(one, key, num_samples=num_probes, chunk_size=chunk)
     flat.check_products(stats.num_nonfinite, num_probes, "probes")

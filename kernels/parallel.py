@@ -86,6 +86,7 @@ __all__ = [
     "reserved_key",
     "sample_devices",
     "sample_key",
+    "sample_layout",
     "sample_statistics",
     "using_devices",
     "using_mesh",

@@ -216,15 +216,12 @@ FULL_CONFIG = "tp_2x4"
 def value(leaf):
     """The leaf's value as a nested list, from this process's replicas (multi-process) or all."""
     leaf = jnp.asarray(leaf)
-    if MULTI:
-        if leaf.is_fully_addressable or leaf.sharding.is_fully_replicated:
-            return (
-                np.asarray(leaf.addressable_data(0)).tolist()
-                if not leaf.is_fully_addressable
-                else np.asarray(leaf).tolist()
-            )
-        gathered = jax.experimental.multihost_utils.process_allgather(leaf, tiled=True)
-        return np.asarray(gathered).tolist()
+    if MULTI and not leaf.is_fully_addressable:
+        if leaf.sharding.is_fully_replicated:
+            return np.asarray(leaf.addressable_data(0)).tolist()
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(leaf, tiled=True)).tolist()
     return np.asarray(leaf).tolist()
 
 
@@ -298,7 +295,8 @@ def main(only: list[str] | None = None) -> dict:
                         }
                 except Exception as err:
                     entry[mode] = f"{type(err).__name__}: {str(err)[:600]}"
-    out["errors"] = errors(params, x, labels, key)
+    if not MULTI:
+        out["errors"] = errors(params, x, labels, key)
     return out
 
 

@@ -116,3 +116,29 @@ def test_every_family_on_every_mesh():
         for name in sharded_checks.calls():
             for mode in ("eager", "jit"):
                 close(record[name][mode], full["reference"][name])
+
+
+MULTI_CONFIGS = ("tp_2x4", "fsdp_8")
+
+
+@pytest.fixture(scope="module")
+def multi():
+    from test_multiprocess import multi_envs, run_processes
+
+    envs = multi_envs(2, "MP_COORDINATOR", "MP_PROCESS_ID")
+    envs = [{**env, "MP_MODE": "multi", "SHARDED_CONFIGS": ",".join(MULTI_CONFIGS)} for env in envs]
+    return run_processes(SCRIPT.read_text(), envs, timeout=1200)
+
+
+@pytest.mark.parametrize("config", MULTI_CONFIGS)
+def test_two_processes_equal_one_process(results, multi, config):
+    # 2 processes x 4 CPU devices, the mesh spanning both: every process gets the numbers of
+    # one process with 8 devices (the core kernels, eager and under jit)
+    assert [(r["process_count"], r["device_count"]) for r in multi] == [(2, 8), (2, 8)]
+    for result in multi:
+        for name in sharded_checks.CORE:
+            for mode in ("eager", "jit"):
+                close(result["configs"][config][name][mode], results["configs"][config][name][mode])
+        assert (
+            result["configs"][config]["samples_axes"] == results["configs"][config]["samples_axes"]
+        )
