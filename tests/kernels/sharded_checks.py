@@ -297,6 +297,7 @@ def main(only: list[str] | None = None) -> dict:
                     entry[mode] = f"{type(err).__name__}: {str(err)[:600]}"
     if not MULTI:
         out["errors"] = errors(params, x, labels, key)
+        out["gathers"] = gathers()
     return out
 
 
@@ -336,6 +337,52 @@ def errors(params, x, labels, key):
     attempt("param_axis", scoped(("model",)))
     attempt("param_axis_jit_explicit", lambda: _explicit_param_axis(params, x, labels, key))
     return got
+
+
+def all_gathers(text: str) -> list[str]:
+    """The result shapes (``f32[16384]``) of the all-gathers in a compiled program's HLO text."""
+    import re
+
+    found = []
+    for line in text.splitlines():
+        if re.search(r"\ball-gather(-start)?\(", line):
+            match = re.search(r"=\s*\(?\s*([a-z0-9]+\[[0-9,]*\])", line)
+            found.append(match.group(1) if match else line.strip()[:80])
+    return found
+
+
+def gathers():
+    """All-gathers of a 4-way model-sharded Hutchinson probe and of one gradient (issue point 4).
+
+    A tensor-parallel MLP (w1 (64, 256) ``P(None, "model")``, w2 (256, 64) ``P("model", None)``)
+    on 4 devices; the probe's program is compiled under ``jax.jit`` from the placed arguments.
+    """
+    mesh = Mesh(np.asarray(jax.devices()[:4]), ("model",))
+    rng = np.random.default_rng(0)
+    shapes = {"w1": (64, 256), "w2": (256, 64)}
+    specs = {"w1": P(None, "model"), "w2": P("model", None)}
+    params = {
+        k: jax.device_put(
+            (0.1 * rng.normal(size=shape)).astype(np.float32), NamedSharding(mesh, specs[k])
+        )
+        for k, shape in shapes.items()
+    }
+    xs = jnp.asarray(rng.normal(size=(32, 64)).astype(np.float32))
+
+    def mse(p, b):
+        return jnp.mean((jnp.tanh(b @ p["w1"]) @ p["w2"] - b) ** 2)
+
+    grad = jax.jit(jax.value_and_grad(mse)).lower(params, xs).compile().as_text()
+    out = {"grad": all_gathers(grad), "param_sizes": [64 * 256, 256 * 64]}
+    for chunk in (1, 2):
+        probe = jax.jit(
+            lambda p, b, k, c=chunk: curvature.hessian_trace(
+                mse, p, b, k, num_matvecs=2, chunk_size=c
+            )
+        )
+        text = probe.lower(params, xs, jax.random.key(0)).compile().as_text()
+        out[f"probe_chunk{chunk}"] = all_gathers(text)
+    return out
 
 
 def _explicit_param_axis(params, x, labels, key):

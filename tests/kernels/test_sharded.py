@@ -142,3 +142,19 @@ def test_two_processes_equal_one_process(results, multi, config):
         assert (
             result["configs"][config]["samples_axes"] == results["configs"][config]["samples_axes"]
         )
+
+
+def _elements(shape: str) -> int:
+    dims = shape[shape.index("[") + 1 : -1]
+    return int(np.prod([int(d) for d in dims.split(",") if d])) if dims else 1
+
+
+def test_probe_gathers_no_parameter(results):
+    # a 4-way model-sharded Hutchinson probe all-gathers no operand of a parameter's size (or
+    # larger) beyond what the model's own gradient program gathers
+    found = results["gathers"]
+    smallest = min(found["param_sizes"])
+    allowed = sorted(s for s in found["grad"] if _elements(s) >= smallest)
+    for chunk in ("probe_chunk1", "probe_chunk2"):
+        big = sorted(s for s in found[chunk] if _elements(s) >= smallest)
+        assert all(big.count(s) <= allowed.count(s) for s in big), (chunk, big, allowed)
