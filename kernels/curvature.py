@@ -137,7 +137,6 @@ __all__ = [
 ]
 
 Matvec = Callable[[Any], Any]
-_SUPPORTED = ("float32", "float64")
 _MODES = ("auto", "forms", "products")
 
 
