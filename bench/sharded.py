@@ -170,7 +170,9 @@ UNITS = {"hessian_trace_probe": 2, "top_eigenvalues_10": 10, "top_eigenvalues_10
          "worst_case_sharpness_2": 3, "gradient": 1}  # fmt: skip
 
 
-def measure(cfg: dict, placement: str, ways: int, timing: bool) -> list[dict]:
+def measure(
+    cfg: dict, placement: str, ways: int, timing: bool, only: list[str] | None = None
+) -> list[dict]:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -196,6 +198,8 @@ def measure(cfg: dict, placement: str, ways: int, timing: bool) -> list[dict]:
     records = []
     concrete = None
     for name, fn in programs(loss).items():
+        if only is not None and name not in only:
+            continue
         record = {"placement": placement, "ways": ways, "program": name,
                   "num_params": num_params(cfg), "mesh": dict(mesh.shape),
                   "platform": jax.devices()[0].platform}  # fmt: skip
@@ -279,6 +283,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--time", action="store_true", help="also time the full-size programs")
     parser.add_argument("--placements", default="model,fsdp,data_model")
     parser.add_argument("--ways", default=",".join(map(str, WAYS)))
+    parser.add_argument("--programs", default=None, help="comma-separated subset (default: all)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args(argv)
     ways = [int(w) for w in args.ways.split(",")]
@@ -294,7 +299,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for k in ways:
             if placement == "data_model" and k < 2:
                 continue  # the unsharded reference is the model placement's 1 way
-            records.extend(measure(cfg, placement, k, timing=args.quick or args.time))
+            only = None if args.programs is None else args.programs.split(",")
+            records.extend(measure(cfg, placement, k, args.quick or args.time, only))
     records = summarize(records)
     stem = "sharded_quick" if args.quick else "sharded"
     out = Path(args.out)
