@@ -2,7 +2,8 @@
 
 One command (CPU with forced devices; the same script on a GPU host)::
 
-    python bench/sharded.py            # GPT-2-small-sized decoder (124M parameters)
+    python bench/sharded.py            # GPT-2-small-sized decoder (124M parameters; the
+                                       # vocabulary padded to 50304 so that it splits 8 ways)
     python bench/sharded.py --quick    # a small decoder: a smoke test, with timings
 
 A decoder (pre-LN, causal attention, tied readout; the layers stacked and scanned) is placed on
@@ -43,7 +44,7 @@ def _setup_devices(count: int) -> None:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
 
 
-FULL = {"vocab": 50257, "dim": 768, "heads": 12, "hidden": 3072, "layers": 12, "seq": 128,
+FULL = {"vocab": 50304, "dim": 768, "heads": 12, "hidden": 3072, "layers": 12, "seq": 128,
         "batch": 8}  # fmt: skip
 QUICK = {"vocab": 512, "dim": 64, "heads": 4, "hidden": 256, "layers": 2, "seq": 32, "batch": 8}
 

@@ -356,8 +356,9 @@ def keep_sharding(tree: Any, like: Any) -> Any:
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     like_leaves = jax.tree_util.tree_leaves(like)
-    if len(like_leaves) != len(leaves):
-        return tree
+    context = jax.sharding.get_abstract_mesh()
+    if len(like_leaves) != len(leaves) or (not context.empty and context.manual_axes):
+        return tree  # inside a share of the samples (manual axes) the partitioner places it
     out = []
     for leaf, ref in zip(leaves, like_leaves, strict=True):
         sharding = input_sharding(ref)
