@@ -20,6 +20,12 @@ backend). Inside a user's ``jit`` every check raises in place through a host cal
 callbacks cannot raise, the collected checks turn the kernel's floating outputs into NaN). A
 check inside a loop of the kernel records its failure through a callback, and an eager call
 raises it after the program ran.
+
+Sharded inputs: the wrapper reads the mesh of the arguments' ``NamedSharding`` s and the axes
+their parameter leaves use (:func:`kernels._devices.resolve_layout`; leaves of ``batch``,
+``inputs`` and keys only name the mesh), and traces the kernel with that layout, which places
+its Monte Carlo samples (:mod:`kernels.parallel`). The layout and an eager call's input
+shardings are part of the compilation cache key.
 """
 
 from __future__ import annotations
