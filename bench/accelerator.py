@@ -483,7 +483,7 @@ def part_checks(sizes: Sizes, budget: Budget) -> None:
     key = jax.random.key(0)
 
     def one(p):
-        return kernels.hessian_trace(loss_fn, p, batch, key, num_matvecs=2).mean
+        return kernels.hessian_trace(loss_fn, p, batch, key, num_samples=2).mean
 
     for enabled in (True, False):
         with kernels.runtime_checks(enabled):

@@ -89,7 +89,7 @@ def transformer_cases(args) -> list:
     m = args.num_probes
     pert = kernels.Perturbation("gaussian", 1e-2)
     cases = {
-        "hessian_trace": lambda p, b, k: kernels.hessian_trace(loss_fn, p, b, k, num_matvecs=m),
+        "hessian_trace": lambda p, b, k: kernels.hessian_trace(loss_fn, p, b, k, num_samples=m),
         "hutchpp": lambda p, b, k: kernels.hessian_trace(
             loss_fn, p, b, k, num_matvecs=3 * m, method="hutchpp"
         ),
@@ -117,7 +117,7 @@ def rademacher_cases(args) -> list:
     ]
     draws = 64 * args.num_probes
     linear = lambda x, k: kernels.rademacher_linear(  # noqa: E731
-        x, k, norm=2, radius=1.0, num_draws=draws, chunk_size=256
+        x, k, norm=2, radius=1.0, num_samples=draws, chunk_size=256
     )
     return [("rademacher_linear", linear, datas)]
 

@@ -91,7 +91,7 @@ def batch_loss(params, batch):
 @partial(jax.jit, static_argnames=("num_probes", "chunk_size"))
 def ours_trace(params, inputs, targets, key, *, num_probes, chunk_size=None):
     matvec = hvp(batch_loss, params, (inputs, targets))
-    return hutchinson_trace(matvec, params, key, num_probes=num_probes, chunk_size=chunk_size)
+    return hutchinson_trace(matvec, params, key, num_samples=num_probes, chunk_size=chunk_size)
 
 
 @jax.jit
@@ -355,7 +355,7 @@ def bench_hutchpp(args) -> dict:
 
     keys = jax.random.split(key_trials, trials)
     pp = jax.jit(jax.vmap(lambda k: hutchpp_trace(mv, n, k, num_matvecs=budget).mean))
-    hu = jax.jit(jax.vmap(lambda k: hutchinson_trace(mv, n, k, num_probes=budget).mean))
+    hu = jax.jit(jax.vmap(lambda k: hutchinson_trace(mv, n, k, num_samples=budget).mean))
     err_pp = np.abs(np.asarray(pp(keys)) - exact) / abs(exact)
     err_hu = np.abs(np.asarray(hu(keys)) - exact) / abs(exact)
     out = {
@@ -383,7 +383,7 @@ def kernel_programs(args) -> dict:
 
     def hutch(mode):
         return lambda p, b, k: (
-            hutchinson_trace(hvp(batch_loss, p, b), p, k, num_probes=probes, mode=mode).mean
+            hutchinson_trace(hvp(batch_loss, p, b), p, k, num_samples=probes, mode=mode).mean
         )
 
     def lanczos(basis_dtype):

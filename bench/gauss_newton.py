@@ -6,7 +6,7 @@ ratios against the goals of the issue:
 - ``speed`` (the 54k reference Transformer of bench/_reference.py, CPU, float32, batch 256 x 32,
   vocabulary 16): one jitted gradient is the unit. Measured, interleaved (A B A B ...), medians:
 
-  * a GGN Hutchinson probe: ``hutchinson_trace(ggn(...), num_probes=P)`` over P (each probe one
+  * a GGN Hutchinson probe: ``hutchinson_trace(ggn(...), num_samples=P)`` over P (each probe one
     forward-mode quadratic form; goal <= 0.8 gradients);
   * a GGN matrix-vector product ``ggn(...)(v)`` jitted alone (linearisation included: a forward
     pass, the tangent pass and its transpose; goal <= 1.5 gradients), and the same product
@@ -116,7 +116,7 @@ def jax_grad(params, inputs, targets):
 @partial(jax.jit, static_argnames=("num_probes",))
 def ggn_hutchinson(params, inputs, targets, key, *, num_probes):
     op = ggn(jax_logits, params, (inputs, targets), loss="cross_entropy")
-    return hutchinson_trace(op, params, key, num_probes=num_probes)
+    return hutchinson_trace(op, params, key, num_samples=num_probes)
 
 
 @jax.jit
@@ -426,7 +426,7 @@ def bench_memory(args) -> dict:
 
     def hutchinson(p, inputs, targets, k, num_probes):
         op = ggn(apply_fn, p, (inputs, targets), loss="cross_entropy")
-        return hutchinson_trace(op, p, k, num_probes=num_probes).mean
+        return hutchinson_trace(op, p, k, num_samples=num_probes).mean
 
     records = {}
     for name, fn, fargs in [

@@ -246,7 +246,7 @@ def measure_point(name: str, params, batch, args) -> dict:
 
     def hutch(num, key):
         key = key if not isinstance(key, int) else jax.random.key(key)
-        return hessian_trace(batch_loss, params, batch, key, num_matvecs=num)
+        return hessian_trace(batch_loss, params, batch, key, num_samples=num)
 
     def hpp(num, key):
         key = key if not isinstance(key, int) else jax.random.key(key)

@@ -79,7 +79,7 @@ def blas_info():
 def linear_fn(num_draws, chunk_size):
     def f(key, x):
         return rad.rademacher_linear(
-            x, key, norm=2, radius=1.0, num_draws=num_draws, chunk_size=chunk_size
+            x, key, norm=2, radius=1.0, num_samples=num_draws, chunk_size=chunk_size
         ).mean
 
     return jax.jit(f)
@@ -208,7 +208,9 @@ def search_call(kind, spec, x, num_signs, steps, chunk):
     kw = dict(project=spec["project"], num_steps=steps, step_size=1.0, **spec["extra"])
 
     def f(k):
-        est = kernel(spec["fn"], spec["params"], x, k, num_draws=num_signs, chunk_size=chunk, **kw)
+        est = kernel(
+            spec["fn"], spec["params"], x, k, num_samples=num_signs, chunk_size=chunk, **kw
+        )
         return est.mean, est.stderr
 
     return jax.jit(f)
@@ -240,7 +242,7 @@ def bench_search(
     steps = 20
     x, specs = search_problem(n, d, h)
     key = jax.random.key(5)
-    signs = rad.sign_vectors(key, num_draws=num_signs, num_examples=n)
+    signs = rad.sign_vectors(key, num_samples=num_signs, num_examples=n)
     variants = {}
     for kind in kinds:
         for c in chunks:
@@ -333,7 +335,7 @@ def bench_equal_time(num_signs, reps, n, d, h, step_grid, chunk=8):
         emit(recs[name])
     # at equal wall time: for each plain budget, the best readout run that took no longer,
     # with the stderr of the paired difference (the same sign vectors: per-draw values)
-    signs = rad.sign_vectors(key, num_draws=num_signs, num_examples=n)
+    signs = rad.sign_vectors(key, num_samples=num_signs, num_examples=n)
 
     def per_draw(kind, steps):
         sup = search_sup_of(kind, specs[kind], x, key, steps)
@@ -389,7 +391,7 @@ def split_sweep(
     """
     key = jax.random.key(0)
     x = jax.random.normal(jax.random.key(1), (n, d), jnp.float32)
-    signs = rad.sign_vectors(key, num_draws=256, num_examples=n)
+    signs = rad.sign_vectors(key, num_samples=256, num_examples=n)
     exact = np.linalg.norm(np.asarray(signs, np.float64) @ np.asarray(x, np.float64), axis=1) / n
     sup_error = {}
     for prec in precisions:
@@ -399,7 +401,7 @@ def split_sweep(
     def make(prec, chunk):
         def f(k, x):
             est = rad.rademacher_linear(
-                x, k, norm=2, radius=1.0, num_draws=num_draws, chunk_size=chunk, precision=prec
+                x, k, norm=2, radius=1.0, num_samples=num_draws, chunk_size=chunk, precision=prec
             )
             return est.mean, est.stderr
 

@@ -345,7 +345,7 @@ def _program(job: str, count: int, num_batches: int, loss_fn):
     streamed = dataset_loss(loss_fn)
     programs = {
         "grad": lambda p, b, k: _value_and_grad(loss_fn)(p, b),
-        "hessian_trace": lambda p, b, k: hessian_trace(loss_fn, p, b, k, num_matvecs=count),
+        "hessian_trace": lambda p, b, k: hessian_trace(loss_fn, p, b, k, num_samples=count),
         "top_eigenvalues": lambda p, b, k: top_eigenvalues(
             hvp(loss_fn, p, b), p, k, k=1, num_steps=count
         ),
@@ -357,7 +357,7 @@ def _program(job: str, count: int, num_batches: int, loss_fn):
         ),
         "dataset_grad": lambda p, b, k: _value_and_grad(streamed)(p, b),
         "dataset_trace": lambda p, b, k: hutchinson_trace(
-            dataset_hvp(loss_fn, p, b), p, k, num_probes=count
+            dataset_hvp(loss_fn, p, b), p, k, num_samples=count
         ),
         "dataset_average_sharpness": lambda p, b, k: average_sharpness(
             streamed, p, b, k, perturbation=gauss, num_samples=count
@@ -367,10 +367,10 @@ def _program(job: str, count: int, num_batches: int, loss_fn):
         ),
         # variants of issue 22's choices (with --only, and in --costs)
         "hessian_trace_forms": lambda p, b, k: hutchinson_trace(
-            hvp(loss_fn, p, b), p, k, num_probes=count, mode="forms"
+            hvp(loss_fn, p, b), p, k, num_samples=count, mode="forms"
         ),
         "hessian_trace_products": lambda p, b, k: hutchinson_trace(
-            hvp(loss_fn, p, b), p, k, num_probes=count, mode="products"
+            hvp(loss_fn, p, b), p, k, num_samples=count, mode="products"
         ),
         "top_eigenvalues_float16_basis": lambda p, b, k: top_eigenvalues(
             hvp(loss_fn, p, b), p, k, k=1, num_steps=count, basis_dtype="float16"

@@ -29,12 +29,14 @@ from kernels._devices import sample_devices
 __all__ = [
     "CHUNK_DEFAULTS",
     "HIGHEST",
+    "auto_chunk_size",
     "chunk_memory_budget",
     "default_chunk_size",
     "full_precision",
     "is_accelerator",
     "reduced_precision_matmuls",
     "sample_platform",
+    "tree_size",
 ]
 
 _FULL_PRECISION = {"highest", "float32", "fastest_float32", "tensorfloat32_x3"}
@@ -164,3 +166,51 @@ def default_chunk_size(kind: str, *, size: int, dtype: Any = np.float32) -> int 
     while chunk > 1 and chunk * per_sample > budget:
         chunk //= 2
     return chunk if chunk >= 2 else None
+
+
+def auto_chunk_size(
+    cpu: int | None, kind: str, *, size: Any, dtype: Any = np.float32
+) -> int | None:
+    """What ``chunk_size="auto"`` means for a kernel whose CPU default is ``cpu``.
+
+    On a CPU ``cpu`` (the kernel's default, unchanged); on an accelerator
+    :func:`default_chunk_size` ``(kind, size=size, dtype=dtype)``.
+
+    Args:
+      cpu: the kernel's default ``chunk_size`` (an int >= 1 or ``None``).
+      kind: as :func:`default_chunk_size`.
+      size: elements per sample (clipped to at least 1).
+      dtype: the samples' dtype (a non-floating one counts as float32).
+
+    >>> auto_chunk_size(8, "probes", size=1000)  # on a CPU
+    8
+    """
+    if not is_accelerator():
+        return cpu
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        dtype = np.dtype(np.float32)
+    if not np.issubdtype(dtype, np.floating):
+        dtype = np.dtype(np.float32)
+    return default_chunk_size(kind, size=max(1, int(size)), dtype=dtype)
+
+
+def tree_size(tree: Any) -> tuple[int, Any]:
+    """Elements and the widest floating dtype of a pytree's array leaves (an int n: n, float32)."""
+    if isinstance(tree, int | np.integer) and not isinstance(tree, bool):
+        return max(1, int(tree)), np.dtype(np.float32)
+    size, dtype = 0, np.dtype(np.float32)
+    for leaf in jax.tree_util.tree_leaves(tree):
+        shape = getattr(leaf, "shape", None)
+        if shape is None:
+            continue
+        size += int(np.prod(shape))
+        leaf_dtype = getattr(leaf, "dtype", None)
+        try:
+            leaf_dtype = np.dtype(leaf_dtype)
+        except TypeError:
+            continue
+        if np.issubdtype(leaf_dtype, np.floating) and leaf_dtype.itemsize > dtype.itemsize:
+            dtype = leaf_dtype
+    return max(1, size), dtype

@@ -8,7 +8,11 @@ A second call with the same callable, the same static options and arrays of the 
 dtypes therefore compiles nothing. Callables are keyed by identity: pass data through the
 kernel's ``batch`` argument (``loss_fn(params, batch)``) instead of closing over it in a new
 ``lambda`` per call. Python floats are static, so a new ``sigma=0.02`` compiles again; pass
-``jnp.asarray(sigma)`` to vary it without recompiling.
+``jnp.asarray(sigma)`` to vary it without recompiling. A parameter annotated as an int (a count,
+a size, a ``chunk_size``) is static whatever type the caller passes: a concrete NumPy or JAX
+integer scalar (``np.int64(16)``, ``jnp.int32(16)``, a 0-d integer array) becomes the int 16, any
+other concrete array reaches the kernel's own check unchanged (so its error describes it), and a
+traced value stays traced (the kernel refuses it: a count fixes the program's shapes).
 
 Inside a user's ``jax.jit`` / ``vmap`` / ``grad`` the wrapped kernel is an inner ``jit`` call,
 which JAX inlines into the outer program.
@@ -96,7 +100,7 @@ def _run(
 def _call(fn, treedef, mask, static, collect, dynamic):
     dyn = iter(dynamic)
     stat = iter(static)
-    leaves = [next(dyn) if is_dyn else next(stat).value for is_dyn in mask]
+    leaves = [next(dyn) if is_dyn else _unwrap(next(stat).value) for is_dyn in mask]
     args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
     if not collect:  # inside a user's jit: every check raises in place (callbacks)
         return fn(*args, **kwargs), _checks.Failures((), None, ())
@@ -111,6 +115,53 @@ def _placed(leaves: list[Any]) -> tuple | None:
         return None
     shardings = tuple(_devices.input_sharding(leaf) for leaf in leaves)
     return shardings if any(s is not None for s in shardings) else None
+
+
+def _int_parameters(fn: Callable[..., Any]) -> tuple[dict[int, str], frozenset[str]]:
+    """The parameters annotated as an int (``int``, ``int | None``, ``int | Literal[...]``).
+
+    Returns their positions (positional parameters) and their names.
+    """
+    positions: dict[int, str] = {}
+    names: set[str] = set()
+    for index, param in enumerate(inspect.signature(fn).parameters.values()):
+        annotation = param.annotation
+        text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+        parts = {part.strip() for part in str(text).split("|")}
+        if "int" not in parts or not all(
+            p in ("int", "None", "str") or p.startswith("Literal[") for p in parts
+        ):
+            continue
+        names.add(param.name)
+        if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            positions[index] = param.name
+    return positions, frozenset(names)
+
+
+def _static_int(value: Any) -> Any:
+    """A concrete NumPy / JAX value of an int parameter, made static (an int where it is one).
+
+    A count or size fixes the program's shapes: ``np.int64(16)`` or ``jnp.int32(16)`` is the
+    int 16, and any other concrete array is handed to the kernel's own check as it is (static),
+    so its message shows what the caller passed. A traced value stays traced.
+    """
+    if isinstance(value, jax.core.Tracer) or not _is_dynamic(value):
+        return value
+    num = _checks.concrete_int(value)
+    return _Opaque(value) if num is None else num
+
+
+class _Opaque:
+    """A static leaf that is not an int: the kernel's check refuses it (compared by identity)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _unwrap(value: Any) -> Any:
+    return value.value if isinstance(value, _Opaque) else value
 
 
 def _concrete(leaves: list[Any]) -> bool:
@@ -167,8 +218,14 @@ def compile_once(fn: F) -> F:
     except (TypeError, ValueError):  # pragma: no cover - a callable without a signature
         signature = None
 
+    positions, names = _int_parameters(fn)
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if positions and any(i < len(args) for i in positions):
+            args = tuple(_static_int(a) if i in positions else a for i, a in enumerate(args))
+        for name in names.intersection(kwargs):
+            kwargs[name] = _static_int(kwargs[name])
         layout = _layout(signature, args, kwargs)
         with _devices.tracing_layout(layout):
             return call(layout, *args, **kwargs)

@@ -54,7 +54,7 @@ A dataset too large for one batch: stack equal-size batches along a leading axis
 with ``lax.scan`` (memory of one batch, no per-example Hessians):
 
     op = dataset_hvp(loss_fn, params, batches)
-    estimate = hutchinson_trace(op, params, key, num_probes=64)
+    estimate = hutchinson_trace(op, params, key, num_samples=64)
 
 **Compile once.** The program-running kernels are wrapped by :func:`kernels._jit.compile_once`:
 array leaves of the arguments are traced, everything else (callables, counts, strings) is static.
@@ -86,14 +86,17 @@ from jax.flatten_util import ravel_pytree
 
 from kernels._backend import is_accelerator
 from kernels._checks import (
+    check_chunk_size,
     check_finite,
     check_key,
     check_positive,
     check_positive_int,
     check_that,
+    describe,
 )
 from kernels._devices import keep_sharding
 from kernels._jit import compile_once
+from kernels._names import method_count, renamed_kwargs
 from kernels._operators import (
     _all_finite,
     _as_scalar,
@@ -143,11 +146,6 @@ _MODES = ("auto", "forms", "products")
 # --------------------------------------------------------------------------- input checks
 
 
-def _chunk(chunk_size: int | None) -> int:
-    """Validate ``chunk_size``; ``None`` means one probe at a time."""
-    return 1 if chunk_size is None else check_positive_int(chunk_size, "chunk_size")
-
-
 # Hutchinson's chunk_size="auto": probes one at a time on a CPU (vectorising them measured
 # slower there), this many vectorised on an accelerator (the 54k-parameter reference model on
 # an H100: 0.53 gradients per probe one at a time, 0.30 in chunks of 16)
@@ -156,9 +154,8 @@ _ACCELERATOR_PROBES = 16
 
 def _auto_chunk(chunk_size: Any) -> int:
     """``chunk_size`` with ``"auto"`` resolved for the devices kernels run on (validated)."""
-    if isinstance(chunk_size, str) and chunk_size == "auto":
-        return _ACCELERATOR_PROBES if is_accelerator() else 1
-    return _chunk(chunk_size)
+    chunk = check_chunk_size(chunk_size, auto=_ACCELERATOR_PROBES if is_accelerator() else None)
+    return 1 if chunk is None else chunk
 
 
 # --------------------------------------------------------------------------- operators
@@ -700,7 +697,7 @@ def _setup(matvec: Any, like: Any, linear: tuple | None = None, linearize: bool 
 
 def _check_linearize(linearize: Any) -> bool:
     if not isinstance(linearize, (bool, np.bool_)):
-        raise ValueError(f"linearize: expected True or False, got {linearize!r}")
+        raise ValueError(f"linearize: expected True or False, got {describe(linearize)}")
     return bool(linearize)
 
 
@@ -758,13 +755,13 @@ def _hutchinson(
     matvec: Any,
     like: Any,
     key: Any,
-    num_probes: int,
+    num_samples: int,
     chunk_size: Any,
     probe: str,
     mode: str = "auto",
 ) -> Estimate:
     check_key(key, "key")
-    check_num_samples(num_probes, "num_probes", minimum=2)
+    check_num_samples(num_samples, "num_samples", minimum=2)
     chunk = _auto_chunk(chunk_size)
     if probe not in ("rademacher", "gaussian"):
         raise ValueError(f"probe: expected 'rademacher' or 'gaussian', got {probe!r}")
@@ -777,18 +774,19 @@ def _hutchinson(
             return flat.tree_form(flat.leaf_probe(k))
         return flat.form(flat.probe(k, probe))
 
-    stats = sample_statistics(one, key, num_samples=num_probes, chunk_size=chunk)
-    flat.check_products(stats.num_nonfinite, num_probes, "probes")
+    stats = sample_statistics(one, key, num_samples=num_samples, chunk_size=chunk)
+    flat.check_products(stats.num_nonfinite, num_samples, "probes")
     return stats.estimate()
 
 
+@renamed_kwargs(num_probes="num_samples")
 @compile_once
 def hutchinson_trace(
     matvec: Matvec,
     like: Any,
     key: jax.Array,
     *,
-    num_probes: int,
+    num_samples: int,
     chunk_size: int | Literal["auto"] | None = "auto",
     probe: Literal["rademacher", "gaussian"] = "rademacher",
     mode: Literal["auto", "forms", "products"] = "auto",
@@ -810,7 +808,7 @@ def hutchinson_trace(
       like: pytree of float32/float64 arrays (or int n) fixing probe structure and dtype; for a
         loss operator, shaped like its ``params``.
       key: PRNG key (``jax.random.key``).
-      num_probes: $2 \le m \le 2^{53}$. Static.
+      num_samples: probes, $2 \le m \le 2^{53}$ (``num_probes`` is its deprecated name). Static.
       chunk_size: probes per vectorised batch, an int >= 1; ``None`` runs probes one at a
         time (the least memory); ``"auto"`` (default) is ``None`` on a CPU, where one at a
         time is also fastest for Hessians, and 16 on a GPU or TPU, which wants vectorised
@@ -830,7 +828,7 @@ def hutchinson_trace(
       Estimate(mean, stderr, num_samples=m).
 
     Raises:
-      ValueError: for num_probes < 2, a bad ``chunk_size``, ``key`` or ``probe``, a ``like``
+      ValueError: for num_samples < 2, a bad ``chunk_size``, ``key`` or ``probe``, a ``like``
         that is not floating or whose size differs from the operator's; (runtime check)
         non-finite ``params`` / loss of a loss operator, or non-finite $v_i^\top A v_i$
         (with how many of the m probes).
@@ -840,10 +838,10 @@ def hutchinson_trace(
 
     >>> import jax, jax.numpy as jnp
     >>> d = jnp.array([1.0, 2.0, 3.0])
-    >>> hutchinson_trace(lambda v: d * v, 3, jax.random.key(0), num_probes=4).mean
+    >>> hutchinson_trace(lambda v: d * v, 3, jax.random.key(0), num_samples=4).mean
     Array(6., dtype=float32)
     """
-    return _hutchinson(matvec, like, key, num_probes, chunk_size, probe, mode)
+    return _hutchinson(matvec, like, key, num_samples, chunk_size, probe, mode)
 
 
 def hutchpp_memory_bytes(num_matvecs: int, size: int, dtype: Any) -> int:
@@ -887,12 +885,10 @@ def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int):
     return basis, quad, _num_bad_rows(images) + _num_bad_rows(quad)
 
 
-def _hutchpp(
-    matvec: Any, like: Any, key: Any, num_matvecs: int, chunk_size: int | None
-) -> Estimate:
+def _hutchpp(matvec: Any, like: Any, key: Any, num_matvecs: int, chunk_size: Any) -> Estimate:
     key = check_key(key, "key")
     check_num_samples(num_matvecs, "num_matvecs", minimum=4)
-    chunk = _chunk(chunk_size)
+    chunk = _auto_chunk(chunk_size)
     # on a user's mesh the products run inside shard_maps: recomputed there (splits_user_mesh)
     flat = _setup(matvec, like, linearize=not splits_user_mesh())
     num_sketch = min(num_matvecs // 3, flat.size)
@@ -927,7 +923,7 @@ def hutchpp_trace(
     key: jax.Array,
     *,
     num_matvecs: int,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
 ) -> Estimate:
     r"""Estimate $\operatorname{tr}(A)$ with Hutch++ (low-rank deflation plus Hutchinson).
 
@@ -951,13 +947,15 @@ def hutchpp_trace(
       like: pytree of float32/float64 arrays (or int n) fixing probe structure and dtype.
       key: PRNG key.
       num_matvecs: total products m >= 4 (so s >= 1 and g >= 2). Static.
-      chunk_size: products per vectorised batch, an int >= 1; ``None`` runs them one at a time.
+      chunk_size: products per vectorised batch, an int >= 1; ``None`` (default) runs them one
+        at a time; ``"auto"``: ``None`` on a CPU, 16 on a GPU or TPU (as
+        :func:`hutchinson_trace`). Static.
 
     Returns:
       Estimate(mean, stderr of the Hutchinson part, num_samples=g, num_evaluations=m).
 
     Raises:
-      ValueError: as :func:`hutchinson_trace`, with num_matvecs < 4 in place of num_probes < 2.
+      ValueError: as :func:`hutchinson_trace`, with num_matvecs < 4 in place of num_samples < 2.
 
     References:
       Meyer, Musco, Musco, Woodruff 2021, "Hutch++", arXiv:2010.09649.
@@ -970,21 +968,21 @@ def hutchpp_trace(
     return _hutchpp(matvec, like, key, num_matvecs, chunk_size)
 
 
-@compile_once
 def hessian_trace(
     loss_fn: Callable[[Any, Any], jax.Array],
     params: Any,
     batch: Any,
     key: jax.Array,
     *,
-    num_matvecs: int,
+    num_samples: int | None = None,
+    num_matvecs: int | None = None,
     method: Literal["hutchinson", "hutchpp"] = "hutchinson",
     chunk_size: int | Literal["auto"] | None = "auto",
     max_memory_bytes: int | None = None,
 ) -> Estimate:
     r"""Estimate $\operatorname{tr}\nabla^2_\theta L(\theta, b)$ of a loss on one batch.
 
-    Builds :func:`hvp` and runs :func:`hutchinson_trace` (``num_matvecs`` probes, each
+    Builds :func:`hvp` and runs :func:`hutchinson_trace` (``num_samples`` probes, each
     $v^\top H v$ formed as ``mode="auto"`` chooses: a linearised product or a quadratic form
     by forward over forward mode) or :func:`hutchpp_trace` (``num_matvecs`` products of the
     operator linearised once). For data that does not fit one
@@ -995,20 +993,24 @@ def hessian_trace(
       params: pytree of float32/float64 arrays.
       batch: data pytree passed to ``loss_fn`` (``()`` or ``None`` for none).
       key: PRNG key.
-      num_matvecs: Hessian-vector products (>= 2; >= 4 for Hutch++). Static.
+      num_samples: Hutchinson probes (>= 2), with ``method="hutchinson"``. Static.
+      num_matvecs: Hutch++'s budget of Hessian-vector products (>= 4), with
+        ``method="hutchpp"``. (With ``method="hutchinson"`` it is the deprecated name of
+        ``num_samples``.) Static.
       method: ``"hutchinson"`` (memory of ``chunk_size`` probes) or ``"hutchpp"`` (holds a
         sketch of :func:`hutchpp_memory_bytes` bytes).
       chunk_size: products per vectorised batch, an int >= 1; ``None`` runs them one at a time;
         ``"auto"`` (default): one at a time on a CPU, 16 on an accelerator (as
         :func:`hutchinson_trace`).
       max_memory_bytes: refuse Hutch++ when its sketch would need more bytes than this (an
-        int >= 1; ``None``: no limit). Hutchinson's memory does not grow with ``num_matvecs``.
+        int >= 1; ``None``: no limit). Hutchinson's memory does not grow with ``num_samples``.
 
     Returns:
       Estimate of the trace (see the two estimators for its fields).
 
     Raises:
-      ValueError: for an unknown method, too few products, a Hutch++ sketch over
+      ValueError: for an unknown method, the count of the other method (or both, or neither),
+        too few probes or products, a Hutch++ sketch over
         ``max_memory_bytes``, a non-scalar loss, int/float16/empty ``params``, a bad ``key``
         or ``chunk_size``; (runtime check) non-finite ``params``, loss at ``params`` or
         products at the probes.
@@ -1016,21 +1018,47 @@ def hessian_trace(
     >>> import jax, jax.numpy as jnp
     >>> loss = lambda p, b: 0.5 * jnp.sum(b * p["w"] ** 2)
     >>> est = hessian_trace(
-    ...     loss, {"w": jnp.zeros(2)}, jnp.array([1.0, 2.0]), jax.random.key(0), num_matvecs=8
+    ...     loss, {"w": jnp.zeros(2)}, jnp.array([1.0, 2.0]), jax.random.key(0), num_samples=8
     ... )
     >>> est.mean
     Array(3., dtype=float32)
     """
-    if method not in ("hutchinson", "hutchpp"):
-        raise ValueError(f"method: expected 'hutchinson' or 'hutchpp', got {method!r}")
-    check_positive_int(num_matvecs, "num_matvecs", minimum=2 if method == "hutchinson" else 4)
+    name, count = method_count(method, num_samples, num_matvecs, stacklevel=2)
+    return _hessian_trace(
+        loss_fn,
+        params,
+        batch,
+        key,
+        count=count,
+        count_name=name,
+        method=method,
+        chunk_size=chunk_size,
+        max_memory_bytes=max_memory_bytes,
+    )
+
+
+@compile_once
+def _hessian_trace(
+    loss_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    batch: Any,
+    key: jax.Array,
+    *,
+    count: int,
+    count_name: str,
+    method: str,
+    chunk_size: int | Literal["auto"] | None,
+    max_memory_bytes: int | None,
+) -> Estimate:
+    """:func:`hessian_trace` once its count is named (``count``: probes or products)."""
+    check_positive_int(count, count_name, minimum=2 if method == "hutchinson" else 4)
     if max_memory_bytes is not None:
         check_positive_int(max_memory_bytes, "max_memory_bytes")
     op = hvp(loss_fn, params, batch)
     if method == "hutchinson":
-        return _hutchinson(op, params, key, num_matvecs, chunk_size, "rademacher")
-    _check_sketch_memory(params, num_matvecs, max_memory_bytes)
-    return _hutchpp(op, params, key, num_matvecs, _auto_chunk(chunk_size))
+        return _hutchinson(op, params, key, count, chunk_size, "rademacher")
+    _check_sketch_memory(params, count, max_memory_bytes)
+    return _hutchpp(op, params, key, count, _auto_chunk(chunk_size))
 
 
 def _check_sketch_memory(params: Any, num_matvecs: int, max_memory_bytes: int | None) -> None:
@@ -1386,15 +1414,15 @@ def _slq(
     matvec: Any,
     like: Any,
     key: Any,
-    num_probes: int,
+    num_samples: int,
     num_steps: int,
-    chunk_size: int | None,
+    chunk_size: Any,
     basis_dtype: Any = None,
     linearize: bool = True,
 ) -> QuadratureNodes:
     key = check_key(key, "key")
-    _check_kept_count(num_probes, "num_probes")
-    chunk = _chunk(chunk_size)
+    _check_kept_count(num_samples, "num_samples")
+    chunk = _auto_chunk(chunk_size)
     # on a user's mesh the probes run inside shard_maps: products recomputed there
     linearize = _check_linearize(linearize) and not splits_user_mesh()
     flat = _setup(matvec, like, linearize=linearize)
@@ -1406,20 +1434,21 @@ def _slq(
         evals, evecs = jnp.linalg.eigh(_tridiagonal_matrix(alphas, betas))
         return evals, evecs[0] ** 2
 
-    nodes, weights = map_samples(one, _indices(num_probes), chunk_size=chunk, key=key)
-    flat.check_products(_num_bad_rows(nodes, weights), num_probes, "probes")
+    nodes, weights = map_samples(one, _indices(num_samples), chunk_size=chunk, key=key)
+    flat.check_products(_num_bad_rows(nodes, weights), num_samples, "probes")
     return QuadratureNodes(nodes=nodes, weights=weights)
 
 
+@renamed_kwargs(num_probes="num_samples")
 @compile_once
 def slq_nodes(
     matvec: Matvec,
     like: Any,
     key: jax.Array,
     *,
-    num_probes: int,
+    num_samples: int,
     num_steps: int,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     basis_dtype: Any = None,
     linearize: bool = True,
 ) -> QuadratureNodes:
@@ -1437,9 +1466,10 @@ def slq_nodes(
       matvec: ``v -> A v`` (A symmetric).
       like: pytree (or int n).
       key: PRNG key.
-      num_probes: P >= 1. Static.
+      num_samples: probes, P >= 1 (``num_probes`` is its deprecated name). Static.
       num_steps: Lanczos steps k per probe, 1 <= k <= n. Static.
-      chunk_size: probes per vectorised batch, an int >= 1; ``None`` runs them one at a time.
+      chunk_size: probes per vectorised batch, an int >= 1; ``None`` (default) runs them one
+        at a time; ``"auto"``: ``None`` on a CPU, 16 on a GPU or TPU. Static.
       basis_dtype: dtype the Lanczos basis is stored in, as in :func:`lanczos`. Static.
       linearize: linearise a loss operator once (``True``, default) or recompute each product
         (``False``: less memory, more time per step), as in :func:`lanczos`. Static.
@@ -1456,13 +1486,13 @@ def slq_nodes(
 
     >>> import jax, jax.numpy as jnp
     >>> d = jnp.array([1.0, 2.0])
-    >>> q = slq_nodes(lambda v: d * v, 2, jax.random.key(0), num_probes=3, num_steps=2)
+    >>> q = slq_nodes(lambda v: d * v, 2, jax.random.key(0), num_samples=3, num_steps=2)
     >>> jnp.round(q.nodes, 6)
     Array([[1., 2.],
            [1., 2.],
            [1., 2.]], dtype=float32)
     """
-    return _slq(matvec, like, key, num_probes, num_steps, chunk_size, basis_dtype, linearize)
+    return _slq(matvec, like, key, num_samples, num_steps, chunk_size, basis_dtype, linearize)
 
 
 @jax.tree_util.register_dataclass
@@ -1479,17 +1509,18 @@ class SpectralDensity:
     density: jax.Array
 
 
+@renamed_kwargs(num_probes="num_samples")
 @compile_once
 def spectral_density(
     matvec: Matvec,
     like: Any,
     key: jax.Array,
     *,
-    num_probes: int,
+    num_samples: int,
     num_steps: int,
     num_grid: int = 1024,
     bandwidth: Any = None,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     basis_dtype: Any = None,
     linearize: bool = True,
 ) -> SpectralDensity:
@@ -1504,12 +1535,13 @@ def spectral_density(
       matvec: ``v -> A v`` (A symmetric).
       like: pytree (or int n).
       key: PRNG key.
-      num_probes: P >= 1. Static.
+      num_samples: probes, P >= 1 (``num_probes`` is its deprecated name). Static.
       num_steps: Lanczos steps per probe. Static.
       num_grid: grid size >= 2. Static.
       bandwidth: smoothing $\sigma > 0$ (a float is static, an array traced); default 1% of
         the range of the nodes.
-      chunk_size: probes per vectorised batch, an int >= 1; ``None`` runs them one at a time.
+      chunk_size: probes per vectorised batch, an int >= 1; ``None`` (default) runs them one
+        at a time; ``"auto"``: ``None`` on a CPU, 16 on a GPU or TPU. Static.
       basis_dtype: dtype the Lanczos basis is stored in, as in :func:`lanczos`. Static.
       linearize: linearise a loss operator once (``True``, default) or recompute each product
         (``False``: less memory, more time per step), as in :func:`lanczos`. Static.
@@ -1527,7 +1559,7 @@ def spectral_density(
 
     >>> import jax, jax.numpy as jnp
     >>> d = jnp.array([1.0, 3.0])
-    >>> s = spectral_density(lambda v: d * v, 2, jax.random.key(0), num_probes=2, num_steps=2,
+    >>> s = spectral_density(lambda v: d * v, 2, jax.random.key(0), num_samples=2, num_steps=2,
     ...                      num_grid=5, bandwidth=1.0)
     >>> jnp.round(s.grid, 6)
     Array([-4., -1.,  2.,  5.,  8.], dtype=float32)
@@ -1535,7 +1567,7 @@ def spectral_density(
     check_positive_int(num_grid, "num_grid", minimum=2)
     if bandwidth is not None:
         check_positive(bandwidth, "bandwidth")
-    q = _slq(matvec, like, key, num_probes, num_steps, chunk_size, basis_dtype, linearize)
+    q = _slq(matvec, like, key, num_samples, num_steps, chunk_size, basis_dtype, linearize)
     nodes, weights = q.nodes, q.weights
     lo, hi = jnp.min(nodes), jnp.max(nodes)
     width = jnp.maximum(hi - lo, jnp.maximum(jnp.abs(hi), 1.0) * 1e-6)
@@ -1543,5 +1575,5 @@ def spectral_density(
     grid = jnp.linspace(lo - 5 * sigma, hi + 5 * sigma, num_grid, dtype=nodes.dtype)
     z = (grid[:, None] - nodes.reshape(-1)[None, :]) / sigma
     kernel = jnp.exp(-0.5 * z**2) / (jnp.sqrt(2 * jnp.pi).astype(nodes.dtype) * sigma)
-    density = kernel @ weights.reshape(-1) / num_probes
+    density = kernel @ weights.reshape(-1) / num_samples
     return SpectralDensity(grid=grid, density=density)

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._checks import check_positive_int
+from kernels._checks import check_positive_int, describe
 from kernels._jit import compile_once
 from kernels._ordered import CheckChain
 
@@ -170,7 +170,7 @@ def _integral_args(
     n = check_positive_int(num_examples, "num_examples")
     m = check_positive_int(num_grid, "num_grid", minimum=8)
     if not 0 < min_ratio < 1:
-        raise ValueError(f"min_ratio: expected a value in (0, 1), got {min_ratio!r}")
+        raise ValueError(f"min_ratio: expected a value in (0, 1), got {describe(min_ratio)}")
     chain.positive(radius, "radius")
     _check_coefficients(c0, c1, chain)
     a = jnp.asarray(radius).astype(_float_dtype(radius, "radius"))

@@ -8,6 +8,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from kernels._checks import describe
+
 __all__ = ["Estimate", "estimate_from_samples"]
 
 
@@ -91,7 +93,7 @@ def estimate_from_samples(samples: jax.Array, axis: int = 0) -> Estimate:
     if ndim == 0:
         raise ValueError("samples: expected an array with a sample axis, got a scalar")
     if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
-        raise ValueError(f"axis: expected an int in [-{ndim}, {ndim}), got {axis!r}")
+        raise ValueError(f"axis: expected an int in [-{ndim}, {ndim}), got {describe(axis)}")
     num = samples.shape[axis]
     if num < 2:
         raise ValueError(f"samples: need at least 2 samples along axis {axis}, got {num}")

@@ -84,8 +84,17 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
-from kernels._checks import check_finite, check_key, check_positive_int, check_that
+from kernels._backend import auto_chunk_size, tree_size
+from kernels._checks import (
+    check_chunk_size,
+    check_finite,
+    check_key,
+    check_positive_int,
+    check_that,
+    describe,
+)
 from kernels._jit import compile_once
+from kernels._names import method_count
 from kernels._operators import (
     _all_finite,
     _check_floating,
@@ -148,10 +157,12 @@ def _check_apply_fn(apply_fn: Any) -> None:
 def _split(batch: Any, name: str) -> tuple[Any, Any]:
     """Static: ``batch`` is a pair ``(inputs, targets)``."""
     if not isinstance(batch, tuple | list) or len(batch) != 2:
-        raise ValueError(
-            f"{name}: expected a pair (inputs, targets), got {type(batch).__name__}"
-            + (f" of length {len(batch)}" if isinstance(batch, tuple | list) else "")
+        got = (
+            f"{type(batch).__name__} of length {len(batch)}"
+            if isinstance(batch, tuple | list)
+            else describe(batch)
         )
+        raise ValueError(f"{name}: expected a pair (inputs, targets), got {got}")
     return batch[0], batch[1]
 
 
@@ -185,7 +196,9 @@ def _check_outputs(loss: Any, outputs: Any, targets: Any) -> None:
         )
     shape = tuple(outputs.shape)
     if not shape:
-        raise ValueError("apply_fn: outputs must have a leading example axis, got a scalar")
+        raise ValueError(
+            "apply_fn: outputs must have a leading example axis, got a scalar; " + _LOSS_HINT
+        )
     if not isinstance(loss, str):  # the loss's value must be a real scalar (abstractly)
         spec = jax.ShapeDtypeStruct(shape, dtype)
         jax.eval_shape(lambda o, t: _mean_loss(loss, o, t), spec, targets)
@@ -208,8 +221,24 @@ def _check_outputs(loss: Any, outputs: Any, targets: Any) -> None:
         )
 
 
+_LOSS_HINT = (
+    "the Gauss-Newton and Fisher kernels take apply_fn(params, inputs) -> outputs (one row per "
+    "example) and batch=(inputs, targets); for a loss (params, batch) -> scalar use "
+    "hessian_trace / hvp (kernels.curvature)"
+)
+
+
 def _apply(apply_fn: Callable, params: Any, inputs: Any) -> jax.Array:
-    return apply_fn(params, inputs)
+    """``apply_fn(params, inputs)``; a failing call (e.g. a loss given inputs) names apply_fn."""
+    try:
+        return apply_fn(params, inputs)
+    except (TypeError, ValueError, IndexError) as err:
+        if str(err).startswith("apply_fn: "):
+            raise
+        raise ValueError(
+            f"apply_fn: apply_fn(params, inputs) failed ({type(err).__name__}: {err}); "
+            + _LOSS_HINT
+        ) from err
 
 
 # --------------------------------------------------------------------------- the losses
@@ -343,7 +372,11 @@ def _check_values(loss: Any, params: Any, outputs: jax.Array, targets: Any) -> j
 
 
 def _check_labels(loss: Any, shape: tuple[int, ...], targets: Any) -> jax.Array:
-    """Runtime check: cross-entropy labels lie in [0, K)."""
+    """Runtime check: cross-entropy labels lie in [0, K), logistic labels in [0, 1]."""
+    if loss == "logistic":
+        ok = jnp.all((targets >= 0) & (targets <= 1))
+        check_that(ok, "batch: logistic labels must lie in [0, 1]")
+        return ok
     if loss != "cross_entropy":
         return jnp.asarray(True)
     num_classes = shape[-1]
@@ -565,7 +598,7 @@ class _DatasetOperator(_LossOperator):
         """Runtime checks of finite ``params`` and ``weights`` and of the labels' range."""
         ok = jnp.logical_and(_check_params(self.params), _all_finite(self.weights))
         check_finite(self.weights, "weights")
-        if self.loss == "cross_entropy":
+        if self.loss in ("cross_entropy", "logistic"):
             inputs = jax.tree_util.tree_map(lambda a: a[0], self.batches[0])
             shape = _output_spec(self.apply_fn, self.params, inputs).shape
             ok = jnp.logical_and(ok, _check_labels(self.loss, shape, self.batches[1]))
@@ -943,7 +976,6 @@ def dataset_mc_fisher(
 # --------------------------------------------------------------------------- traces
 
 
-@compile_once
 def ggn_trace(
     apply_fn: Callable[[Any, Any], jax.Array],
     params: Any,
@@ -951,13 +983,14 @@ def ggn_trace(
     key: jax.Array,
     *,
     loss: Loss,
-    num_matvecs: int,
+    num_samples: int | None = None,
+    num_matvecs: int | None = None,
     method: Literal["hutchinson", "hutchpp"] = "hutchinson",
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
 ) -> Estimate:
     r"""Estimate $\operatorname{tr} G$ of the Gauss-Newton matrix on one batch.
 
-    Builds :func:`ggn` and runs :func:`~kernels.curvature.hutchinson_trace` (``num_matvecs``
+    Builds :func:`ggn` and runs :func:`~kernels.curvature.hutchinson_trace` (``num_samples``
     probes, each a quadratic form $(Jv)^\top H_{\rm out}(Jv)$: one Jacobian-vector product) or
     :func:`~kernels.curvature.hutchpp_trace` (``num_matvecs`` products of the operator
     linearised once). Unbiased. For a dataset of stacked batches use :func:`dataset_ggn` with
@@ -969,32 +1002,62 @@ def ggn_trace(
       batch: ``(inputs, targets)``.
       key: PRNG key.
       loss: as :func:`ggn`. Static.
-      num_matvecs: probes (>= 2) or, for Hutch++, products (>= 4). Static.
+      num_samples: Hutchinson probes (>= 2), with ``method="hutchinson"``. Static.
+      num_matvecs: Hutch++'s budget of products (>= 4), with ``method="hutchpp"``. (With
+        ``method="hutchinson"`` it is the deprecated name of ``num_samples``.) Static.
       method: ``"hutchinson"`` (memory of ``chunk_size`` forward-mode passes) or ``"hutchpp"``
         (holds a sketch, :func:`~kernels.curvature.hutchpp_memory_bytes`).
-      chunk_size: probes per vectorised batch, an int >= 1; ``None`` runs them one at a time.
+      chunk_size: probes per vectorised batch, an int >= 1; ``None`` (default) runs them one
+        at a time; ``"auto"``: ``None`` on a CPU, 16 on a GPU or TPU. Static.
 
     Returns:
       Estimate of the trace (fields as the estimator's).
 
     Raises:
-      ValueError: for an unknown method, too few products, a bad ``key`` or ``chunk_size``,
+      ValueError: for an unknown method, the count of the other method (or both, or neither),
+        too few probes or products, a bad ``key`` or ``chunk_size``,
         and as :func:`ggn`; (runtime check) non-finite ``params``, loss or products.
 
     >>> import jax, jax.numpy as jnp
     >>> x = jnp.array([[1.0, 0.0], [0.0, 2.0]])  # tr G = tr diag(1, 4): exact for a diagonal G
     >>> est = ggn_trace(lambda w, x: x @ w, jnp.zeros(2), (x, jnp.zeros(2)), jax.random.key(0),
-    ...                 loss="squared_error", num_matvecs=4)
+    ...                 loss="squared_error", num_samples=4)
     >>> est.mean
     Array(5., dtype=float32)
     """
-    if method not in ("hutchinson", "hutchpp"):
-        raise ValueError(f"method: expected 'hutchinson' or 'hutchpp', got {method!r}")
-    check_positive_int(num_matvecs, "num_matvecs", minimum=2 if method == "hutchinson" else 4)
+    name, count = method_count(method, num_samples, num_matvecs, stacklevel=2)
+    return _ggn_trace(
+        apply_fn,
+        params,
+        batch,
+        key,
+        loss=loss,
+        count=count,
+        count_name=name,
+        method=method,
+        chunk_size=chunk_size,
+    )
+
+
+@compile_once
+def _ggn_trace(
+    apply_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    batch: Any,
+    key: jax.Array,
+    *,
+    loss: Loss,
+    count: int,
+    count_name: str,
+    method: str,
+    chunk_size: int | Literal["auto"] | None,
+) -> Estimate:
+    """:func:`ggn_trace` once its count is named (``count``: probes or products)."""
+    count = check_positive_int(count, count_name, minimum=2 if method == "hutchinson" else 4)
     op = ggn(apply_fn, params, batch, loss=loss)
     if method == "hutchinson":
-        return hutchinson_trace(op, params, key, num_probes=num_matvecs, chunk_size=chunk_size)
-    return hutchpp_trace(op, params, key, num_matvecs=num_matvecs, chunk_size=chunk_size)
+        return hutchinson_trace(op, params, key, num_samples=count, chunk_size=chunk_size)
+    return hutchpp_trace(op, params, key, num_matvecs=count, chunk_size=chunk_size)
 
 
 def _example_chunk(example_chunk_size: Any) -> int | None:
@@ -1103,7 +1166,7 @@ def mc_fisher_trace(
     *,
     loss: Literal["cross_entropy", "logistic", "squared_error"],
     num_samples: int,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     example_chunk_size: int | None = None,
 ) -> Estimate:
     r"""Estimate $\operatorname{tr} F$ of the Fisher by labels drawn from the model.
@@ -1124,7 +1187,9 @@ def mc_fisher_trace(
       key: PRNG key.
       loss: ``"cross_entropy"``, ``"logistic"`` or ``"squared_error"``. Static.
       num_samples: K >= 2 independent Monte Carlo samples (label draws). Static.
-      chunk_size: samples per vectorised batch, an int >= 1; ``None`` runs them one at a time.
+      chunk_size: samples per vectorised batch, an int >= 1; ``None`` runs them one at a time;
+        ``"auto"``: ``None`` on a CPU, on a GPU or TPU
+        :func:`kernels._backend.default_chunk_size` ``("probes", size=number of parameters)``.
       example_chunk_size: examples per vectorised batch of per-example gradients within a
         sample, an int >= 1; ``None`` runs them one at a time.
 
@@ -1148,7 +1213,10 @@ def mc_fisher_trace(
     """
     _check_mc(loss, key, num_samples)
     num_samples = check_num_samples(num_samples, "num_samples", minimum=2)
-    chunk = None if chunk_size is None else check_positive_int(chunk_size, "chunk_size")
+    chunk = check_chunk_size(chunk_size, auto="auto")
+    if chunk == "auto":
+        size, dtype = tree_size(params)
+        chunk = auto_chunk_size(None, "probes", size=size, dtype=dtype)
     example_chunk = _example_chunk(example_chunk_size)
     num, num_terms, shape = _trace_setup(apply_fn, params, batch, loss)
     inputs, targets = batch

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from kernels._checks import check_finite
+from kernels._checks import check_finite, describe
 from kernels._devices import keep_sharding
 from kernels._jit import compile_once
 from kernels._ordered import CheckChain
@@ -247,7 +247,7 @@ def vector_norm(x: jax.Array, p: float = 2, *, axis: int | None = None) -> jax.A
     p = _check_exponent(p, "p")
     if axis is not None:
         if isinstance(axis, bool) or not isinstance(axis, int | np.integer):
-            raise ValueError(f"axis: expected an int or None, got {axis!r}")
+            raise ValueError(f"axis: expected an int or None, got {describe(axis)}")
         if not -x.ndim <= axis < x.ndim:
             raise ValueError(f"axis: expected an axis of x in [-{x.ndim}, {x.ndim}), got {axis}")
         axis = int(axis)

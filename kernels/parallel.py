@@ -9,7 +9,8 @@ up to floating-point reassociation). :func:`map_chunked` and :func:`map_samples`
 over an array of inputs (indices, keys, vectors) and keep every output.
 
 ``chunk_size`` means the same everywhere: samples per vectorised batch, an int >= 1; ``None``
-is one sample at a time (a sequential ``lax.map``, least memory).
+is one sample at a time (a sequential ``lax.map``, least memory); ``"auto"`` is ``None`` on a CPU
+and :func:`kernels._backend.default_chunk_size` on a GPU or TPU.
 
 Counts, keys and accuracy at scale
 ----------------------------------
@@ -63,7 +64,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -72,7 +73,8 @@ from jax.extend.random import threefry_2x32
 from jax.sharding import Mesh, PartitionSpec
 
 from kernels import _accumulate as dw
-from kernels._checks import check_key, check_positive_int
+from kernels._backend import auto_chunk_size
+from kernels._checks import check_chunk_size, check_key, check_positive_int, describe
 from kernels._devices import sample_devices, sample_layout, using_devices, using_mesh
 from kernels.estimate import Estimate
 
@@ -112,10 +114,10 @@ def check_num_samples(value: Any, name: str = "num_samples", minimum: int = 1) -
 
     >>> check_num_samples(2**40)
     1099511627776
-    >>> check_num_samples(2**54, "num_draws")  # doctest: +ELLIPSIS
+    >>> check_num_samples(2**54, "num_samples")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: num_draws: at most 2**53 Monte Carlo samples ..., got 18014398509481984
+    ValueError: num_samples: at most 2**53 Monte Carlo samples ..., got 18014398509481984
     """
     num = check_positive_int(value, name, minimum)
     if num > MAX_SAMPLES:
@@ -226,7 +228,7 @@ def sample_key(key: jax.Array, index: Any) -> jax.Array:
         return _derive(key, jnp.asarray(hi), jnp.asarray(lo))
     index = jnp.asarray(index)
     if not jnp.issubdtype(index.dtype, jnp.integer) or index.shape != ():
-        raise ValueError(f"index: expected an int or an integer scalar, got {index!r}")
+        raise ValueError(f"index: expected an int or an integer scalar, got {describe(index)}")
     return _derive(key, jnp.zeros((), jnp.uint32), index.astype(jnp.uint32))
 
 
@@ -271,9 +273,28 @@ def num_leading(xs: Any) -> int:
     return sizes.pop()
 
 
-def _chunk_size(chunk_size: int | None) -> int:
-    """Validated ``chunk_size``: an int >= 1, with ``None`` meaning one at a time."""
-    return 1 if chunk_size is None else check_positive_int(chunk_size, "chunk_size")
+def _resolve_chunk(chunk_size: Any, size: int = 1) -> int | None:
+    """Validated ``chunk_size``: ``None``, an int >= 1, or ``"auto"`` resolved.
+
+    ``"auto"`` is ``None`` on a CPU and, on an accelerator,
+    :func:`kernels._backend.default_chunk_size` ``("probes", size=size)`` (``size``: elements
+    of one sample's input, 1 where unknown).
+    """
+    value = check_chunk_size(chunk_size, auto="auto")
+    if value != "auto":
+        return value
+    return auto_chunk_size(None, "probes", size=size)
+
+
+def _row_size(xs: Any) -> int:
+    """Elements of one row (leading-axis slice) of ``xs``."""
+    return max(1, sum(int(np.prod(jnp.shape(x)[1:])) for x in jax.tree_util.tree_leaves(xs)))
+
+
+def _chunk_size(chunk_size: Any, size: int = 1) -> int:
+    """Validated ``chunk_size`` as an int >= 1 (``None`` means one at a time)."""
+    chunk = _resolve_chunk(chunk_size, size)
+    return 1 if chunk is None else chunk
 
 
 def _sequential_keys(xs: Any, key: jax.Array | None) -> bool:
@@ -291,7 +312,7 @@ def map_chunked(
     fn: Callable[[Any], Any],
     xs: Any,
     *,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     key: jax.Array | None = None,
 ) -> Any:
     """Map ``fn`` over the leading axis of ``xs``, ``chunk_size`` elements vectorised at a time.
@@ -311,7 +332,9 @@ def map_chunked(
     Args:
       fn: function of one element (a pytree slice of ``xs``).
       xs: pytree whose leaves share a leading axis.
-      chunk_size: elements per vectorised batch, an int >= 1 (static); ``None``: one at a time.
+      chunk_size: elements per vectorised batch, an int >= 1 (static); ``None``: one at a
+        time; ``"auto"``: ``None`` on a CPU, on a GPU or TPU
+        :func:`kernels._backend.default_chunk_size` ``("probes", ...)`` of an element's size.
       key: optional PRNG key that ``fn`` draws from (see above); not passed to ``fn``.
 
     Returns:
@@ -328,7 +351,7 @@ def map_chunked(
     Array([ 0,  1,  4,  9, 16], dtype=int32)
     """
     num = num_leading(xs)
-    chunk = _chunk_size(chunk_size)
+    chunk = _chunk_size(chunk_size, _row_size(xs))
     if _sequential_keys(xs, key):
         chunk = 1
     if num == 1:  # one element: a plain call. No size-1 vmap: batching a perturbed model's
@@ -416,7 +439,7 @@ def map_samples(
     fn: Callable[[Any], Any],
     xs: Any,
     *,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     devices: Sequence[jax.Device] | None = None,
     key: jax.Array | None = None,
 ) -> Any:
@@ -432,7 +455,8 @@ def map_samples(
       fn: function of one sample (e.g. of one sample index or PRNG key).
       xs: pytree whose leaves share a leading axis (e.g. ``jnp.arange(n)``).
       chunk_size: samples per vectorised batch on each device, an int >= 1 (static); ``None``:
-        one at a time.
+        one at a time; ``"auto"``: ``None`` on a CPU, on a GPU or TPU
+        :func:`kernels._backend.default_chunk_size` ``("probes", ...)`` of an element's size.
       devices: devices to shard over; default: inside a kernel whose inputs lie on a mesh, the
         mesh axes its parameters leave free (:func:`using_mesh`), else ``jax.devices()`` (or
         the innermost :func:`using_devices` scope).
@@ -450,7 +474,7 @@ def map_samples(
     >>> map_samples(lambda k: jax.random.uniform(k).shape, keys, chunk_size=4)
     ()
     """
-    _chunk_size(chunk_size)
+    chunk_size = _resolve_chunk(chunk_size, _row_size(xs))
     place = _placement(devices)
     if _sequential_keys(xs, key):
         chunk_size = None
@@ -674,7 +698,7 @@ def sample_statistics(
     key: jax.Array,
     *,
     num_samples: int,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     devices: Sequence[jax.Device] | None = None,
 ) -> SampleStats:
     r"""Mean and $M_2$ of ``fn(sample_key(key, i))`` over ``i < num_samples``, in bounded memory.
@@ -702,7 +726,8 @@ def sample_statistics(
         samples one at a time, see the module docstring).
       num_samples: $1 \le K \le 2^{53}$. Static.
       chunk_size: samples per vectorised batch, an int >= 1 (static); ``None`` runs them one
-        at a time.
+        at a time; ``"auto"``: ``None`` on a CPU, on a GPU or TPU
+        :func:`kernels._backend.default_chunk_size` ``("probes", ...)`` of size 1 (16 samples).
       devices: devices to spread chunks over; default: inside a kernel whose inputs lie on a
         mesh, the mesh axes its parameters leave free (:func:`using_mesh`), else
         ``jax.devices()`` (or the innermost :func:`using_devices` scope).

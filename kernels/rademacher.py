@@ -19,7 +19,7 @@ arrays are pytree leaves and whose configuration (callables, sizes) is static:
   the inner parameters $V$ only.
 
 :func:`rademacher_linear`, :func:`rademacher_finite`, :func:`rademacher_search` and
-:func:`rademacher_readout_search` average them over ``num_draws`` random sign vectors;
+:func:`rademacher_readout_search` average them over ``num_samples`` random sign vectors;
 :func:`rademacher_exact` enumerates all $2^n$.
 
 Sign vectors and determinism
@@ -40,7 +40,7 @@ gets. "rbg" / "unsafe_rbg" keys work with the same invariances, their draws one 
 Chunks and memory
 -----------------
 Draws are processed ``chunk_size`` at a time (vectorised), each chunk reduced at once to a running
-(count, mean, M2), so memory is that of one chunk whatever ``num_draws`` is; ``chunk_size=None``
+(count, mean, M2), so memory is that of one chunk whatever ``num_samples`` is; ``chunk_size=None``
 runs one draw at a time (least memory). Chunks are spread over ``jax.devices()``. Defaults and
 the memory of one chunk ($c$ = ``chunk_size``, $n$ examples, $d$ features, $s$ = itemsize):
 
@@ -113,23 +113,26 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._backend import is_accelerator
+from kernels._backend import auto_chunk_size, is_accelerator, tree_size
 from kernels._checks import (
     check_array_leaves,
+    check_chunk_size,
     check_finite,
     check_key,
     check_positive_int,
     check_that,
+    describe,
     runtime_checks,
     runtime_checks_enabled,
 )
 from kernels._jit import compile_once
+from kernels._names import renamed_kwargs
 from kernels._ordered import CheckChain
 from kernels._random import sign_vector as _draw_signs
 from kernels.estimate import Estimate
@@ -253,15 +256,27 @@ def _check_signs(signs: Any, num_examples: int) -> jax.Array:
     return signs
 
 
-def _check_chunk(chunk_size: Any) -> int | None:
-    return None if chunk_size is None else check_positive_int(chunk_size, "chunk_size")
+def _check_chunk(chunk_size: Any) -> Any:
+    """``None``, an int >= 1, or ``"auto"`` (left for :func:`_auto_chunk` to resolve)."""
+    return check_chunk_size(chunk_size, auto="auto")
+
+
+def _auto_chunk(chunk_size: Any, cpu: int, kind: str, size: Any, dtype: Any = np.float32) -> Any:
+    """A checked ``chunk_size`` with ``"auto"`` resolved.
+
+    ``cpu`` (the kernel's default) on a CPU, :func:`kernels._backend.default_chunk_size` on an
+    accelerator.
+    """
+    if chunk_size != "auto":
+        return chunk_size
+    return auto_chunk_size(cpu, kind, size=size, dtype=dtype)
 
 
 def _check_delta(delta: Any) -> float | None:
     if delta is None:
         return None
     if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 < delta < 1:
-        raise ValueError(f"delta: expected a Python float in (0, 1) or None, got {delta!r}")
+        raise ValueError(f"delta: expected a Python float in (0, 1) or None, got {describe(delta)}")
     return float(delta)
 
 
@@ -335,7 +350,7 @@ def sign_chunk(
 
     >>> import jax, jax.numpy as jnp
     >>> key = jax.random.key(0)
-    >>> full = sign_vectors(key, num_draws=6, num_examples=5)
+    >>> full = sign_vectors(key, num_samples=6, num_examples=5)
     >>> bool(jnp.all(sign_chunk(key, 1, chunk_size=3, num_examples=5) == full[3:]))
     True
     """
@@ -353,23 +368,26 @@ def sign_chunk(
     else:
         index = jnp.asarray(chunk_index)
         if not jnp.issubdtype(index.dtype, jnp.integer) or index.shape != ():
-            raise ValueError(f"chunk_index: expected an int or an integer scalar, got {index!r}")
+            raise ValueError(
+                f"chunk_index: expected an int or an integer scalar, got {describe(index)}"
+            )
         start = jnp.stack(_mul_words(index.astype(jnp.uint32), size))
     return _sign_rows(key, start, num_rows=size, num_examples=num_examples, dtype=dtype)
 
 
+@renamed_kwargs(num_draws="num_samples")
 def sign_vectors(
-    key: jax.Array, *, num_draws: int, num_examples: int, dtype: Any = jnp.float32
+    key: jax.Array, *, num_samples: int, num_examples: int, dtype: Any = jnp.float32
 ) -> jax.Array:
-    r"""``num_draws`` i.i.d. uniform sign vectors in $\{\pm1\}^n$, as a ``[num_draws, n]`` array.
+    r"""``num_samples`` i.i.d. uniform sign vectors in $\{\pm1\}^n$, a ``[num_samples, n]`` array.
 
     Row $k$ depends only on ``(key, k)``, so any chunk of rows can be regenerated alone with
     :func:`sign_chunk`. The kernels never materialise all draws; this is for tests and small
-    problems (memory ``num_draws * num_examples * itemsize``).
+    problems (memory ``num_samples * num_examples * itemsize``).
 
     Args:
       key: PRNG key.
-      num_draws: number of sign vectors. Static.
+      num_samples: number of sign vectors (``num_draws`` is its deprecated name). Static.
       num_examples: n. Static.
       dtype: float32 or float64, the dtype of the signs.
 
@@ -377,16 +395,27 @@ def sign_vectors(
       ValueError: on a bad key, size or dtype.
 
     >>> import jax
-    >>> s = sign_vectors(jax.random.key(1), num_draws=2, num_examples=3)
+    >>> s = sign_vectors(jax.random.key(1), num_samples=2, num_examples=3)
     >>> s.shape, s.dtype, bool(((s == 1) | (s == -1)).all())
     ((2, 3), dtype('float32'), True)
     """
-    num = check_positive_int(num_draws, "num_draws")
+    num = check_positive_int(num_samples, "num_samples")
     start = np.zeros(2, np.uint32)
     return _sign_rows(key, start, num_rows=num, num_examples=num_examples, dtype=dtype)
 
 
 # --------------------------------------------------------------------------- linear classes
+
+
+def _check_exponent(value: Any, prefix: str) -> float:
+    """``value`` as a float in [1, inf]; else a ValueError starting with ``prefix``."""
+    try:
+        exponent = float(value)
+    except (TypeError, ValueError):
+        exponent = math.nan
+    if isinstance(value, bool) or math.isnan(exponent) or exponent < 1:
+        raise ValueError(f"{prefix}expected an exponent in [1, inf], got {describe(value)}")
+    return exponent
 
 
 def _parse_norm(norm: Any, readout: Any) -> tuple[float, float | None]:
@@ -396,11 +425,9 @@ def _parse_norm(norm: Any, readout: Any) -> tuple[float, float | None]:
             raise ValueError(f"norm: expected p or a pair (q, p), got {norm!r}")
         if readout is None:
             raise ValueError("readout: a matrix class norm=(q, p) needs a readout vector u")
-        q, p = (float(v) for v in norm)
-        dual_exponent(q)
-        dual_exponent(p)
+        q, p = (_check_exponent(v, f"norm: the pair (q, p) = {tuple(norm)!r}: ") for v in norm)
         return p, q
-    dual_exponent(norm)
+    _check_exponent(norm, "norm: ")
     if readout is not None:
         raise ValueError("readout: only used with a matrix class norm=(q, p)")
     return float(norm), None
@@ -1183,20 +1210,21 @@ def readout_search_sup(
 # --------------------------------------------------------------------------- Monte Carlo driver
 
 
-def _halfwidth_factor(num_examples: Any, num_draws: Any, delta: Any) -> float:
+def _halfwidth_factor(num_examples: Any, num_samples: Any, delta: Any) -> float:
     r"""$2\sqrt{\ln(2/\delta)/(2nK)}$ with $\ln(2/\delta) = \ln 2 - \ln\delta$.
 
     (No overflow of $2/\delta$ for a subnormal $\delta$.)
     """
     n = check_positive_int(num_examples, "num_examples")
-    k = check_num_samples(num_draws, "num_draws")
+    k = check_num_samples(num_samples, "num_samples")
     delta = _check_delta(delta)
     if delta is None:
         raise ValueError("delta: expected a Python float in (0, 1), got None")
     return 2 * math.sqrt((math.log(2) - math.log(delta)) / (2 * n * k))
 
 
-def mcdiarmid_halfwidth(bound: Any, *, num_examples: int, num_draws: int, delta: float) -> Any:
+@renamed_kwargs(num_draws="num_samples")
+def mcdiarmid_halfwidth(bound: Any, *, num_examples: int, num_samples: int, delta: float) -> Any:
     r"""Half-width $2b\sqrt{\ln(2/\delta)/(2nK)}$ of the McDiarmid interval for $\mathrm{Rad}_S$.
 
     Valid around the average of $K$ exact sups over i.i.d. sign vectors when $|f(x_i)| \le b$.
@@ -1206,18 +1234,18 @@ def mcdiarmid_halfwidth(bound: Any, *, num_examples: int, num_draws: int, delta:
     Args:
       bound: b >= 0 (float or array).
       num_examples: n. Static.
-      num_draws: K in ``[1, 2**53]``. Static.
+      num_samples: K in ``[1, 2**53]`` (``num_draws`` is its deprecated name). Static.
       delta: the interval has confidence $1 - \delta$, $\delta \in (0, 1)$.
 
     Raises:
       ValueError: on bad counts, delta, or a negative / non-finite bound (also under ``jit``).
 
-    >>> round(float(mcdiarmid_halfwidth(1.0, num_examples=50, num_draws=2, delta=0.05)), 6)
+    >>> round(float(mcdiarmid_halfwidth(1.0, num_examples=50, num_samples=2, delta=0.05)), 6)
     0.27162
-    >>> round(float(mcdiarmid_halfwidth(1.0, num_examples=10_000, num_draws=1, delta=1e-308)), 6)
+    >>> round(float(mcdiarmid_halfwidth(1.0, num_examples=10_000, num_samples=1, delta=1e-308)), 6)
     0.3768
     """
-    factor = _halfwidth_factor(num_examples, num_draws, delta)
+    factor = _halfwidth_factor(num_examples, num_samples, delta)
     check_that(
         jnp.logical_and(jnp.isfinite(bound), jnp.asarray(bound) >= 0),
         "bound: expected a finite value >= 0",
@@ -1230,20 +1258,21 @@ def _draw_statistics(
     key: jax.Array,
     sup: LinearSup | FiniteSup | SearchSup | ReadoutSearchSup,
     *,
-    num_draws: int,
+    num_samples: int,
     chunk_size: int | None,
     name: str,
     chain: CheckChain,
 ) -> SampleStats:
-    """Streaming statistics of ``per_draw(signs of draw k)`` over k < num_draws, checked finite."""
+    """Streaming statistics of ``per_draw(signs of draw k)`` over k < num_samples, checked."""
 
     def sample(draw_key: jax.Array) -> jax.Array:
         return per_draw(_draw_signs(draw_key, sup.num_examples, sup.dtype))
 
-    stats = sample_statistics(sample, key, num_samples=num_draws, chunk_size=chunk_size)
+    stats = sample_statistics(sample, key, num_samples=num_samples, chunk_size=chunk_size)
     chain.require(
         stats.num_nonfinite == 0,
-        f"{name}: non-finite value at {{}} of the {num_draws} sign vectors",
+        f"{name}: non-finite value at {{}} of the {num_samples} sign vectors (NaN, or beyond "
+        f"the range of {np.dtype(sup.dtype).name})",
         stats.num_nonfinite,
     )
     return stats
@@ -1282,23 +1311,39 @@ def _exact_sup_estimate(
     key: jax.Array,
     bound: Callable[[], jax.Array],
     *,
-    num_draws: int,
+    num_samples: int,
     chunk_size: int | None,
     delta: float | None,
     name: str,
     chain: CheckChain,
 ) -> Estimate:
-    """Mean of exact sups over sign vectors, with the McDiarmid interval of b = ``bound()``."""
-    kw = dict(num_draws=num_draws, chunk_size=chunk_size, name=name, chain=chain)
-    stats = _draw_statistics(sup, key, sup, **kw)
-    b = None if delta is None else bound()
-    return _with_interval(_estimate(stats), b, num_examples=sup.num_examples, delta=delta)
+    r"""Mean of exact sups over sign vectors, with the McDiarmid interval of b = ``bound()``.
+
+    Every sup lies in [-b, b]: the statistics are those of the sups times $2^{-e}$ with
+    $2^{e-1} \le b < 2^e$ (exact), so their squares neither overflow nor underflow (float32
+    inputs of 1e20 gave a NaN standard error), and the mean and standard error are scaled back
+    by $2^e$ (bit for bit the unscaled result where that one did not overflow). A mean or
+    standard error beyond the dtype's range raises naming ``name``.
+    """
+    kw = dict(num_samples=num_samples, chunk_size=chunk_size, name=name, chain=chain)
+    b = bound()
+    down, up = pow2_factors(b)
+    stats = _draw_statistics(lambda signs: sup(signs) * down, key, sup, **kw)
+    est = _estimate(stats)
+    est = dataclasses.replace(est, mean=est.mean * up, stderr=est.stderr * up)
+    chain.require(
+        jnp.logical_and(jnp.isfinite(est.mean), jnp.isfinite(est.stderr)),
+        f"{name}: the Rademacher average or its standard error exceeds the range of "
+        f"{np.dtype(sup.dtype).name} (scale the {name} down)",
+    )
+    b = None if delta is None else b
+    return _with_interval(est, b, num_examples=sup.num_examples, delta=delta)
 
 
-def _check_counts(key: Any, num_draws: Any, chunk_size: Any, delta: Any) -> tuple[Any, ...]:
+def _check_counts(key: Any, num_samples: Any, chunk_size: Any, delta: Any) -> tuple[Any, ...]:
     check_key(key)
     return (
-        check_num_samples(num_draws, "num_draws", minimum=2),
+        check_num_samples(num_samples, "num_samples", minimum=2),
         _check_chunk(chunk_size),
         _check_delta(delta),
     )
@@ -1307,6 +1352,7 @@ def _check_counts(key: Any, num_draws: Any, chunk_size: Any, delta: Any) -> tupl
 # --------------------------------------------------------------------------- public estimators
 
 
+@renamed_kwargs(num_draws="num_samples")
 @compile_once
 def rademacher_linear(
     inputs: jax.Array,
@@ -1314,7 +1360,7 @@ def rademacher_linear(
     *,
     norm: Any,
     radius: Any,
-    num_draws: int,
+    num_samples: int,
     chunk_size: int | str | None = "auto",
     readout: jax.Array | None = None,
     delta: float | None = 0.05,
@@ -1332,8 +1378,9 @@ def rademacher_linear(
       key: PRNG key.
       norm: p in [1, inf] (vector class) or a pair (q, p) (matrix class, needs ``readout``).
       radius: B > 0 (float, or array scalar to vary it without recompiling).
-      num_draws: $2 \le K \le 2^{53}$ sign vectors (draw $k$ uses
-        :func:`kernels.parallel.sample_key` ``(key, k)``, distinct for every k). Static.
+      num_samples: $2 \le K \le 2^{53}$ sign vectors (draw $k$ uses
+        :func:`kernels.parallel.sample_key` ``(key, k)``, distinct for every k); ``num_draws``
+        is its deprecated name. Static.
       chunk_size: draws per vectorised chunk (memory ``chunk_size * (n + d) * itemsize``); None
         for one at a time; ``"auto"`` (default): 256 on a CPU (the fastest measured there), and
         on a GPU/TPU the largest power of two up to 4096 whose chunk fits 1 GiB (an H100 ran
@@ -1353,22 +1400,24 @@ def rademacher_linear(
     Raises:
       ValueError: on bad shapes, dtypes, exponents, sizes, key, empty or non-finite inputs, a
         non-positive radius (eagerly; ``JaxRuntimeError`` naming it inside ``jit``; the first
-        bad argument is the one named), ``num_draws`` above ``2**53``, or a bad precision.
+        bad argument is the one named), ``num_samples`` above ``2**53``, or a bad precision.
 
     >>> import jax, jax.numpy as jnp
     >>> x = jnp.eye(4)  # ||sum_i s_i e_i||_2 = 2 for every sign vector: Rad = B * 2 / 4
-    >>> est = rademacher_linear(x, jax.random.key(0), norm=2, radius=1.0, num_draws=8)
+    >>> est = rademacher_linear(x, jax.random.key(0), norm=2, radius=1.0, num_samples=8)
     >>> float(est.mean), float(est.stderr)
     (0.5, 0.0)
-    >>> tiny = rademacher_linear(1e-20 * x, jax.random.key(0), norm=2, radius=1e20, num_draws=8)
+    >>> tiny = rademacher_linear(1e-20 * x, jax.random.key(0), norm=2, radius=1e20, num_samples=8)
     >>> tiny.mean, (float(tiny.lower) < 0.5 < float(tiny.upper))  # norms scaled: no underflow
     (Array(0.5, dtype=float32), True)
     """
     chunk_size = _linear_chunk(chunk_size, inputs)
-    num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
+    num_samples, chunk_size, delta = _check_counts(key, num_samples, chunk_size, delta)
     chain = CheckChain()
     sup = _linear_sup(inputs, norm, radius, readout, precision, chain)
-    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, name="inputs", chain=chain)
+    kw = dict(
+        num_samples=num_samples, chunk_size=chunk_size, delta=delta, name="inputs", chain=chain
+    )
     return _exact_sup_estimate(sup, key, lambda: sup.bound, **kw)
 
 
@@ -1388,16 +1437,17 @@ def _linear_chunk(chunk_size: Any, inputs: Any) -> Any:
     return chunk
 
 
+@renamed_kwargs(num_draws="num_samples")
 @compile_once
 def rademacher_finite(
     outputs_fn: Callable[[jax.Array, Any], jax.Array],
     batch: Any,
     key: jax.Array,
     *,
-    num_draws: int,
+    num_samples: int,
     num_members: int | None = None,
     member_chunk_size: int | None = None,
-    chunk_size: int | None = 256,
+    chunk_size: int | Literal["auto"] | None = 256,
     delta: float | None = 0.05,
 ) -> Estimate:
     r"""Monte Carlo empirical Rademacher complexity of a finite class given by its outputs.
@@ -1414,11 +1464,13 @@ def rademacher_finite(
         :func:`kernels.maurey.wqk_cover_outputs`, whose arrays are dynamic).
       batch: the data ``outputs_fn`` reads (any pytree, ``None`` for none).
       key: PRNG key.
-      num_draws: K >= 2. Static.
+      num_samples: K >= 2 sign vectors (``num_draws`` is its deprecated name). Static.
       num_members: M (default ``outputs_fn.num_members``). Static.
       member_chunk_size: members per block (default min(M, 1024)). Static.
       chunk_size: sign vectors per chunk (memory ``chunk_size * (n + member_chunk_size) * itemsize``
-        plus ``member_chunk_size * n`` outputs); None for one at a time. Does not change the draws.
+        plus ``member_chunk_size * n`` outputs); None for one at a time; ``"auto"``: the default on
+        a CPU; on a GPU or TPU :func:`kernels._backend.default_chunk_size`
+        ``("signs", size=n + member_chunk_size)``. Does not change the draws.
       delta: confidence of the McDiarmid interval (b = max |V|), None for none.
 
     Returns:
@@ -1429,15 +1481,17 @@ def rademacher_finite(
 
     >>> import jax, jax.numpy as jnp
     >>> V = jnp.array([[1.0, 1.0], [-1.0, -1.0], [1.0, -1.0], [-1.0, 1.0]])  # all of {+-1}^2
-    >>> est = rademacher_finite(lambda i, v: v[i], V, jax.random.key(0), num_draws=4,
+    >>> est = rademacher_finite(lambda i, v: v[i], V, jax.random.key(0), num_samples=4,
     ...     num_members=4)
     >>> float(est.mean)  # max_j <s, V_j> / 2 = 1 for every s
     1.0
     """
-    num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
+    num_samples, chunk_size, delta = _check_counts(key, num_samples, chunk_size, delta)
     chain = CheckChain()
     sup, first = _finite_sup(outputs_fn, batch, num_members, member_chunk_size, chain)
-    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, name="outputs_fn")
+    size = sup.num_examples + sup.member_chunk_size
+    chunk_size = _auto_chunk(chunk_size, 256, "signs", size, sup.dtype)
+    kw = dict(num_samples=num_samples, chunk_size=chunk_size, delta=delta, name="outputs_fn")
     return _exact_sup_estimate(sup, key, lambda: sup.bound_from(first), chain=chain, **kw)
 
 
@@ -1446,7 +1500,7 @@ def _search_estimate(
     key: jax.Array,
     output_bound: Any,
     *,
-    num_draws: int,
+    num_samples: int,
     chunk_size: int | None,
     delta: float | None,
     name: str = "apply_fn",
@@ -1461,19 +1515,19 @@ def _search_estimate(
         value, top = sup.search(signs)
         return value[None] if b is None else jnp.stack([value, (top > b).astype(sup.dtype)])
 
-    kw = dict(num_draws=num_draws, chunk_size=chunk_size, name=name, chain=chain)
+    kw = dict(num_samples=num_samples, chunk_size=chunk_size, name=name, chain=chain)
     stats = _draw_statistics(per_draw, key, sup, **kw)
     est = _estimate(stats, 0)
     if b is None:
         return est
     # the fraction of draws that exceeded b, as a count (exact up to 2**24 draws in float32,
     # clipped to int32 for the message; zero exactly when no draw exceeded it)
-    count = jnp.minimum(jnp.round(stats.mean[1] * num_draws), jnp.asarray(2.0**31 - 1, sup.dtype))
+    count = jnp.minimum(jnp.round(stats.mean[1] * num_samples), jnp.asarray(2.0**31 - 1, sup.dtype))
     exceeded = jnp.where(stats.mean[1] > 0, jnp.maximum(count, 1), 0).astype(jnp.int32)
     chain.require(
         exceeded == 0,
         "output_bound: {} is exceeded by |f(x_i)| at parameters the search visited, for {} of "
-        f"the {num_draws} sign vectors; it must bound every output of the class",
+        f"the {num_samples} sign vectors; it must bound every output of the class",
         b,
         exceeded,
     )
@@ -1483,6 +1537,7 @@ def _search_estimate(
     )
 
 
+@renamed_kwargs(num_draws="num_samples")
 @compile_once
 def rademacher_search(
     apply_fn: Callable[[Any, Any], jax.Array],
@@ -1491,11 +1546,11 @@ def rademacher_search(
     key: jax.Array,
     *,
     project: Callable[[Any], Any],
-    num_draws: int,
+    num_samples: int,
     num_steps: int,
     step_size: Any,
     num_restarts: int = 1,
-    chunk_size: int | None = 8,
+    chunk_size: int | Literal["auto"] | None = 8,
     init_scale: Any = 1.0,
     output_bound: Any = None,
     delta: float | None = 0.05,
@@ -1514,12 +1569,14 @@ def rademacher_search(
       inputs: the sample (any pytree; integer leaves allowed).
       key: PRNG key (sign vectors and random restarts).
       project: Euclidean projection onto the constraint set; keyed by identity.
-      num_draws: K >= 2 sign vectors. Static.
+      num_samples: K >= 2 sign vectors (``num_draws`` is its deprecated name). Static.
       num_steps: ascent steps. Static.
       step_size: first normalised step length eta_0 > 0, decaying to eta_0 / 100.
       num_restarts: starts per sign vector. Static.
       chunk_size: sign vectors vmapped at once (memory: ``chunk_size * num_restarts`` parameter
-        copies and forward/backward passes on all n examples); None: one at a time.
+        copies and forward/backward passes on all n examples); None: one at a time; ``"auto"``: the
+        default on a CPU; on a GPU or TPU :func:`kernels._backend.default_chunk_size`
+        ``("probes", size=parameters * num_restarts)``.
       init_scale: relative scale > 0 of random restarts.
       output_bound: b > 0 for the McDiarmid lower confidence bound (optional).
       delta: its confidence (None for no interval).
@@ -1532,19 +1589,22 @@ def rademacher_search(
 
     >>> import jax, jax.numpy as jnp, kernels.norms as kn
     >>> est = rademacher_search(lambda w, x: x @ w, jnp.zeros(4), jnp.eye(4), jax.random.key(0),
-    ...     project=lambda w: kn.project_lp_ball(w, p=2, radius=1.0), num_draws=4, num_steps=5,
+    ...     project=lambda w: kn.project_lp_ball(w, p=2, radius=1.0), num_samples=4, num_steps=5,
     ...     step_size=2.0)
     >>> round(float(est.mean), 6)  # the exact sup is ||s||_2 / 4 = 0.5 for every s
     0.5
     """
-    num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
+    num_samples, chunk_size, delta = _check_counts(key, num_samples, chunk_size, delta)
     options = (project, num_steps, step_size, num_restarts, init_scale)
     chain = CheckChain()
     sup = _search_sup(apply_fn, params, inputs, _restart_key(key), *options, chain)
-    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, chain=chain)
+    size, dtype = tree_size(params)
+    chunk_size = _auto_chunk(chunk_size, 8, "probes", size * num_restarts, dtype)
+    kw = dict(num_samples=num_samples, chunk_size=chunk_size, delta=delta, chain=chain)
     return _search_estimate(sup, key, output_bound, **kw)
 
 
+@renamed_kwargs(num_draws="num_samples")
 @compile_once
 def rademacher_readout_search(
     features_fn: Callable[[Any, Any], jax.Array],
@@ -1555,11 +1615,11 @@ def rademacher_readout_search(
     project: Callable[[Any], Any],
     readout_norm: float,
     readout_radius: Any,
-    num_draws: int,
+    num_samples: int,
     num_steps: int,
     step_size: Any,
     num_restarts: int = 1,
-    chunk_size: int | None = 8,
+    chunk_size: int | Literal["auto"] | None = 8,
     init_scale: Any = 1.0,
     output_bound: Any = None,
     delta: float | None = 0.05,
@@ -1590,12 +1650,15 @@ def rademacher_readout_search(
       project: Euclidean projection of V onto $\mathcal V$; keyed by identity.
       readout_norm: q in [1, inf], the norm of the readout ball. Static.
       readout_radius: B > 0, its radius (float, or array scalar to vary it without recompiling).
-      num_draws: K >= 2 sign vectors. Static.
+      num_samples: K >= 2 sign vectors (``num_draws`` is its deprecated name). Static.
       num_steps: ascent steps. Static.
       step_size: first normalised step length eta_0 > 0, decaying to eta_0 / 100.
       num_restarts: starts per sign vector. Static.
       chunk_size: sign vectors vmapped at once (memory: ``chunk_size * num_restarts`` copies of
-        V and forward/backward passes of ``features_fn`` on all n examples); None: one at a time.
+        V and forward/backward passes of ``features_fn`` on all n examples); None: one at a
+        time; ``"auto"``: the default on a CPU; on a GPU or TPU
+        :func:`kernels._backend.default_chunk_size`
+        ``("probes", size=parameters * num_restarts)``.
       init_scale: relative scale > 0 of random restarts.
       output_bound: b > 0 for the McDiarmid lower confidence bound (optional).
       delta: its confidence (None for no interval).
@@ -1610,17 +1673,19 @@ def rademacher_readout_search(
     >>> import jax, jax.numpy as jnp
     >>> est = rademacher_readout_search(lambda v, x: x, jnp.zeros(1), jnp.eye(4),
     ...     jax.random.key(0), project=lambda v: v, readout_norm=2, readout_radius=1.0,
-    ...     num_draws=4, num_steps=1, step_size=1.0)
+    ...     num_samples=4, num_steps=1, step_size=1.0)
     >>> float(est.mean)  # fixed features: the exact sup ||s||_2 / 4 = 0.5 for every s
     0.5
     """
-    num_draws, chunk_size, delta = _check_counts(key, num_draws, chunk_size, delta)
+    num_samples, chunk_size, delta = _check_counts(key, num_samples, chunk_size, delta)
     options = (project, readout_norm, readout_radius, num_steps, step_size, num_restarts)
     chain = CheckChain()
     sup = _readout_search_sup(
         features_fn, params, inputs, _restart_key(key), *options, init_scale, chain
     )
-    kw = dict(num_draws=num_draws, chunk_size=chunk_size, delta=delta, name="features_fn")
+    size, dtype = tree_size(params)
+    chunk_size = _auto_chunk(chunk_size, 8, "probes", size * num_restarts, dtype)
+    kw = dict(num_samples=num_samples, chunk_size=chunk_size, delta=delta, name="features_fn")
     return _search_estimate(sup, key, output_bound, chain=chain, **kw)
 
 
@@ -1643,7 +1708,7 @@ def rademacher_exact(
     sup: Callable[[jax.Array], jax.Array],
     *,
     num_examples: int | None = None,
-    chunk_size: int | None = 4096,
+    chunk_size: int | Literal["auto"] | None = 4096,
     dtype: Any = None,
 ) -> Estimate:
     r"""Exact empirical Rademacher average by enumerating all $2^n$ sign vectors ($n \le 20$).
@@ -1657,7 +1722,9 @@ def rademacher_exact(
       sup: a sup object or function of ``signs[c, n]``.
       num_examples: n <= 20 (default ``sup.num_examples``). Static.
       chunk_size: sign vectors per batch (memory ``chunk_size * n * itemsize`` signs plus the
-        sup's own); None for one at a time.
+        sup's own); None for one at a time; ``"auto"``: the default on a CPU; on a GPU or TPU
+        :func:`kernels._backend.default_chunk_size`
+        ``("signs", size=n)``.
       dtype: float32/float64 dtype of the signs (default ``sup.dtype``, else the default float).
 
     Returns:
@@ -1676,7 +1743,8 @@ def rademacher_exact(
     dtype = getattr(sup, "dtype", None) if dtype is None else dtype
     dtype = _check_float_dtype(jnp.result_type(float) if dtype is None else dtype, "dtype")
     total = 2**n
-    chunk = min(1 if chunk_size is None else _check_chunk(chunk_size), total)
+    chunk = _auto_chunk(_check_chunk(chunk_size), 4096, "signs", n, dtype)
+    chunk = min(1 if chunk is None else chunk, total)
     bits = jnp.arange(n, dtype=jnp.uint32)
     one = jnp.ones((), dtype)
 

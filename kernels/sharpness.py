@@ -64,13 +64,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from kernels._backend import auto_chunk_size, tree_size
 from kernels._checks import (
     check_array_leaves,
+    check_chunk_size,
     check_finite,
     check_key,
     check_positive,
     check_positive_int,
     check_that,
+    describe,
     is_concrete,
 )
 from kernels._devices import keep_sharding
@@ -399,7 +402,7 @@ def _setup(
     dtype = flat.dtype
     scale = perturbation.scale
     if not _is_number(scale) or jnp.shape(scale) != ():
-        raise ValueError(f"{perturbation.scale_name}: expected a scalar > 0, got {scale!r}")
+        raise ValueError(f"{perturbation.scale_name}: expected a scalar > 0, got {describe(scale)}")
     mask = _mask_vector(perturbation.mask, params)
     if not mask.any():
         raise ValueError("perturbation.mask: matches no parameter")
@@ -538,13 +541,22 @@ def _check_count(value: Any, name: str, minimum: int = 1, why: str = _LOOP) -> i
     return num
 
 
-def _check_chunk(chunk_size: Any) -> int | None:
-    return None if chunk_size is None else check_positive_int(chunk_size, "chunk_size")
+def _check_chunk(chunk_size: Any, params: Any) -> int | None:
+    """``chunk_size``: ``None``, an int >= 1, or ``"auto"`` resolved.
+
+    ``"auto"`` is ``None`` on a CPU; on an accelerator :func:`kernels._backend.default_chunk_size`
+    for perturbations of ``params``' size.
+    """
+    value = check_chunk_size(chunk_size, auto="auto")
+    if value != "auto":
+        return value
+    size, dtype = tree_size(params)
+    return auto_chunk_size(None, "probes", size=size, dtype=dtype)
 
 
 def _check_bool(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
-        raise ValueError(f"{name}: expected a bool, got {value!r}")
+        raise ValueError(f"{name}: expected a bool, got {describe(value)}")
     return value
 
 
@@ -602,7 +614,7 @@ def average_sharpness(
     *,
     perturbation: Perturbation,
     num_samples: int,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     antithetic: bool = True,
 ) -> Estimate:
     r"""Average sharpness $\mathbb E_u\,L(\theta+u) - L(\theta)$ by Monte Carlo.
@@ -630,7 +642,10 @@ def average_sharpness(
       num_samples: $K \ge 2$ independent samples: perturbations, or antithetic pairs (then
         $2K$ loss evaluations). Static.
       chunk_size: samples per vectorised batch (memory: that many perturbed loss evaluations at
-        once); ``None`` runs them one at a time (least memory). Static.
+        once); ``None`` runs them one at a time (least memory); ``"auto"``: ``None`` on a CPU, on a
+        GPU or TPU
+        :func:`kernels._backend.default_chunk_size` ``("probes", size=number of parameters)``.
+        Static.
       antithetic: use pairs $(u, -u)$. Static.
 
     Returns:
@@ -654,7 +669,7 @@ def average_sharpness(
     True
     """
     num = check_num_samples(num_samples, "num_samples", minimum=2)
-    chunk_size = _check_chunk(chunk_size)
+    chunk_size = _check_chunk(chunk_size, params)
     antithetic = _check_bool(antithetic, "antithetic")
     prob = _setup(loss_fn, params, batch, key, perturbation)
     base, ok = _loss_at_params(prob)
@@ -703,7 +718,7 @@ def sharpness_decomposition(
     perturbation: Perturbation,
     num_samples: int,
     num_probes: int,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     mode: Literal["auto", "forms", "products"] = "auto",
 ) -> SharpnessDecomposition:
     r"""The Theorem 6/12 decomposition of the average increase under Gaussian perturbations.
@@ -740,7 +755,9 @@ def sharpness_decomposition(
       perturbation: a Gaussian :class:`Perturbation` (adaptive / masked allowed).
       num_samples: $K \ge 2$ antithetic pairs ($2K$ loss evaluations). Static.
       num_probes: Hutchinson probes for the trace term (>= 2). Static.
-      chunk_size: pairs / probes per vectorised batch; ``None`` runs them one at a time.
+      chunk_size: pairs / probes per vectorised batch; ``None`` runs them one at a time; ``"auto"``:
+        ``None`` on a CPU, on a GPU or TPU
+        :func:`kernels._backend.default_chunk_size` ``("probes", size=number of parameters)``.
       mode: how each $u^\top H u$ (pairs) and $v^\top SHS v$ (probes) is formed:
         ``"products"`` (a Hessian-vector product from one linearisation of the gradient at
         $\theta$, whose residuals stay in memory), ``"forms"`` (forward over forward mode:
@@ -774,7 +791,7 @@ def sharpness_decomposition(
         )
     num = check_num_samples(num_samples, "num_samples", minimum=2)
     num_probes = check_num_samples(num_probes, "num_probes", minimum=2)
-    chunk_size = _check_chunk(chunk_size)
+    chunk_size = _check_chunk(chunk_size, params)
     if not isinstance(mode, str) or mode not in _MODES:
         raise ValueError(f"mode: expected one of {_MODES}, got {mode!r}")
     prob = _setup(loss_fn, params, batch, key, perturbation)
@@ -850,7 +867,7 @@ def perturbed_hessian_traces(
     perturbation: Perturbation,
     num_samples: int,
     num_probes: int,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
 ) -> PerturbedTraces:
     r"""Hessian traces $\operatorname{tr} H(\theta + u_j)$ at perturbed points, and their mean.
 
@@ -871,7 +888,9 @@ def perturbed_hessian_traces(
       perturbation: the :class:`Perturbation`.
       num_samples: $J \ge 2$ perturbations. Static.
       num_probes: Hutchinson probes per perturbation (>= 2). Static.
-      chunk_size: perturbations per vectorised batch; ``None`` runs them one at a time.
+      chunk_size: perturbations per vectorised batch; ``None`` runs them one at a time; ``"auto"``:
+        ``None`` on a CPU, on a GPU or TPU
+        :func:`kernels._backend.default_chunk_size` ``("probes", size=number of parameters)``.
 
     Returns:
       :class:`PerturbedTraces` (``traces``: per perturbation, ``average``: over them).
@@ -894,7 +913,7 @@ def perturbed_hessian_traces(
     """
     num = _check_count(num_samples, "num_samples", minimum=2, why=_KEPT)
     num_probes = check_num_samples(num_probes, "num_probes", minimum=2)
-    chunk_size = _check_chunk(chunk_size)
+    chunk_size = _check_chunk(chunk_size, params)
     prob = _setup(loss_fn, params, batch, key, perturbation)
     draw = _sampler(perturbation.kind, perturbation.scale, prob)
     one = _trace_at(prob, draw, key, num_probes)
@@ -1248,7 +1267,7 @@ def sigma_search(
     num_samples: int = 32,
     sigma_lower: Any = 1e-6,
     num_steps: int = 20,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
 ) -> SigmaSearch:
     r"""Largest $\sigma$ with average increase $\mathbb E_u L(\theta+u) - L(\theta)$ <= a target.
 
@@ -1275,7 +1294,9 @@ def sigma_search(
       num_samples: $K \ge 2$ antithetic pairs per $\sigma$ ($2K$ loss evaluations). Static.
       sigma_lower: smallest $\sigma$ considered, $0 <$ ``sigma_lower`` $<$ the upper end.
       num_steps: bisection steps $N \ge 1$. Static.
-      chunk_size: pairs per vectorised batch; ``None`` runs them one at a time.
+      chunk_size: pairs per vectorised batch; ``None`` runs them one at a time; ``"auto"``: ``None``
+        on a CPU, on a GPU or TPU
+        :func:`kernels._backend.default_chunk_size` ``("probes", size=number of parameters)``.
 
     Returns:
       :class:`SigmaSearch` ``(sigma, increase, bracketed)``.
@@ -1305,7 +1326,7 @@ def sigma_search(
     check_positive(sigma_lower, "sigma_lower")
     num = check_num_samples(num_samples, "num_samples", minimum=2)
     num_steps = _check_count(num_steps, "num_steps")
-    chunk_size = _check_chunk(chunk_size)
+    chunk_size = _check_chunk(chunk_size, params)
     prob = _setup(loss_fn, params, batch, key, perturbation)
     dtype = prob.flat.dtype
     lower = jnp.asarray(sigma_lower, dtype)

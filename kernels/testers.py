@@ -42,13 +42,13 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._checks import check_finite, check_key, check_positive_int, ensure_that
+from kernels._checks import check_finite, check_key, check_positive_int, describe, ensure_that
 from kernels._jit import compile_once
 from kernels.estimate import Estimate
 from kernels.parallel import MAX_SAMPLES, check_num_samples, sample_statistics
@@ -120,11 +120,11 @@ def num_trials_for(eps: float, delta: float) -> int:
     """
     for name, value in (("eps", eps), ("delta", delta)):
         if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
-            raise ValueError(f"{name}: expected a number, got {value!r}")
+            raise ValueError(f"{name}: expected a number, got {describe(value)}")
     if not (0.0 < eps <= 1.0):
-        raise ValueError(f"eps: expected a value in (0, 1], got {eps!r}")
+        raise ValueError(f"eps: expected a value in (0, 1], got {describe(eps)}")
     if not (0.0 < delta < 1.0):
-        raise ValueError(f"delta: expected a value in (0, 1), got {delta!r}")
+        raise ValueError(f"delta: expected a value in (0, 1), got {describe(delta)}")
     trials = max(1, math.ceil(-math.log(delta) / eps))
     if trials > MAX_SAMPLES:
         raise ValueError(
@@ -215,7 +215,7 @@ def _run_trials(trial, key: jax.Array, num_trials: int, queries: int, chunk_size
 
 def _check_tolerance(value: Any, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < np.inf:
-        raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
+        raise ValueError(f"{name}: expected a finite number >= 0, got {describe(value)}")
 
 
 def _check_degree_args(num_bits: int, degree: int, rtol: float, atol: float) -> tuple[int, int]:
@@ -247,7 +247,7 @@ def low_degree_test(
     num_trials: int,
     rtol: float = 1e-6,
     atol: float = 0.0,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     args: Any = None,
 ) -> Verdict:
     r"""Test whether f has Fourier degree <= ``degree`` (coordinate-direction cube test).
@@ -266,7 +266,8 @@ def low_degree_test(
       num_trials: number of independent trials (see :func:`num_trials_for`). Static.
       rtol: relative tolerance of the zero test (finite, >= 0). Static.
       atol: absolute tolerance of the zero test (finite, >= 0). Static.
-      chunk_size: trials vectorised at a time, an int >= 1; ``None``: one at a time. Does not
+      chunk_size: trials vectorised at a time, an int >= 1; ``None``: one at a time; ``"auto"``:
+        ``None`` on a CPU, 16 on a GPU or TPU (:func:`kernels.parallel.sample_statistics`). Does not
         change the result.
       args: optional pytree passed to ``fn`` as its second argument (traced).
 
@@ -370,7 +371,7 @@ def degree_sweep(
     delta: float,
     rtol: float = 1e-6,
     atol: float = 0.0,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     args: Any = None,
 ) -> Sweep:
     """The first degree d in 0..max_degree that :func:`low_degree_test` accepts (Appendix H).
@@ -387,7 +388,8 @@ def degree_sweep(
       delta: allowed miss probability per degree, in (0, 1). Static.
       rtol: relative tolerance. Static.
       atol: absolute tolerance. Static.
-      chunk_size: trials at a time (int >= 1; ``None``: one at a time).
+      chunk_size: trials at a time (int >= 1; ``None``: one at a time; ``"auto"`` as
+        :func:`kernels.parallel.sample_statistics`).
       args: optional pytree passed to ``fn`` (traced).
 
     Returns:
@@ -449,7 +451,7 @@ def _sparsity(fn, num_bits, key, *, sparsity, num_restrict, num_trials, eps, chu
         raise ValueError(f"num_restrict: expected <= num_bits = {num_bits}, got {num_restrict}")
     _check_tolerance(eps, "eps")
     if eps == 0:
-        raise ValueError(f"eps: expected a value > 0, got {eps!r}")
+        raise ValueError(f"eps: expected a value > 0, got {describe(eps)}")
     check_key(key)
     trial = _sparsity_trial(fn, args, num_bits, num_restrict, sparsity, eps)
     return _run_trials(trial, key, num_trials, 2**num_restrict, chunk_size)
@@ -465,7 +467,7 @@ def sparsity_test(
     num_restrict: int,
     num_trials: int,
     eps: float = 1e-6,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     args: Any = None,
 ) -> Verdict:
     r"""Test whether f is s-sparse in the Fourier-Walsh basis (random restrictions + WHT).
@@ -485,7 +487,8 @@ def sparsity_test(
       num_restrict: r, 1 <= r <= n (2^r queries per trial; r = n: exact full transform). Static.
       num_trials: trials. Static.
       eps: relative energy tolerance (finite, > 0; absorbs rounding). Static.
-      chunk_size: trials at a time, an int >= 1; ``None``: one at a time. Does not change the
+      chunk_size: trials at a time, an int >= 1; ``None``: one at a time; ``"auto"``: ``None`` on
+        a CPU, 16 on a GPU or TPU (:func:`kernels.parallel.sample_statistics`). Does not change the
         result.
       args: optional pytree passed to ``fn`` as its second argument (traced).
 
@@ -524,7 +527,7 @@ def sparsity_sweep(
     num_restrict: int,
     num_trials: int,
     eps: float = 1e-6,
-    chunk_size: int | None = None,
+    chunk_size: int | Literal["auto"] | None = None,
     args: Any = None,
 ) -> Sweep:
     """The first sparsity in ``sparsities`` (increasing) that :func:`sparsity_test` accepts.
@@ -539,7 +542,8 @@ def sparsity_sweep(
       num_restrict: r. Static.
       num_trials: trials per candidate. Static.
       eps: relative energy tolerance. Static.
-      chunk_size: trials at a time (int >= 1; ``None``: one at a time).
+      chunk_size: trials at a time (int >= 1; ``None``: one at a time; ``"auto"`` as
+        :func:`kernels.parallel.sample_statistics`).
       args: optional pytree passed to ``fn`` (traced).
 
     Returns:

@@ -755,7 +755,7 @@ def _lane_program(name: str, fns: _Fns, cfg_items: tuple) -> Callable:
         return _lane_eval(fns)
     if name == "hessian_trace":
         return lambda p, m, k: _estimate(
-            kernels.hessian_trace(fns.loss, p, m, k, num_matvecs=cfg["hessian_probes"])
+            kernels.hessian_trace(fns.loss, p, m, k, num_samples=cfg["hessian_probes"])
         )
     if name == "hessian_top":
         return lambda p, m, k: {"mean": kernels.top_eigenvalues(
@@ -809,7 +809,7 @@ def _lane_program(name: str, fns: _Fns, cfg_items: tuple) -> Callable:
     if name == "ggn_trace":
         return lambda p, m, k: _estimate(
             kernels.ggn_trace(
-                fns.apply, p, _float_labels(m), k, loss="logistic", num_matvecs=cfg["ggn_probes"]
+                fns.apply, p, _float_labels(m), k, loss="logistic", num_samples=cfg["ggn_probes"]
             )
         )
     if name == "empirical_fisher":
@@ -830,7 +830,7 @@ def _lane_program(name: str, fns: _Fns, cfg_items: tuple) -> Callable:
         def search_rad(theta, inputs, k, bound):
             e = kernels.rademacher_search(
                 fns.search_apply, theta, inputs, k, project=fns.project,
-                num_draws=cfg["rad_draws"], num_steps=cfg["rad_steps"],
+                num_samples=cfg["rad_draws"], num_steps=cfg["rad_steps"],
                 step_size=jnp.asarray(1.0, bound.dtype), output_bound=bound, delta=cfg["delta"],
             )  # fmt: skip
             return {"mean": e.mean, "stderr": e.stderr, "lower": e.lower}

@@ -522,7 +522,7 @@ def _rademacher_search(cfg: Mapping[str, Any], params: dict, nm: dict, x: Any, s
         _search_apply(cfg["embed_dim"], cfg["num_heads"], cfg["activation"]),
         theta, {"x": x, "radii": radii},
         jax.random.fold_in(jax.random.key(seed), 2_000_003),
-        project=_project_unit_balls, num_draws=cfg["rad_draws"], num_steps=cfg["rad_steps"],
+        project=_project_unit_balls, num_samples=cfg["rad_draws"], num_steps=cfg["rad_steps"],
         step_size=jnp.asarray(1.0, dtype), output_bound=jnp.asarray(nm["w1"] * 1.0001, dtype),
         delta=cfg["delta"],
     )  # fmt: skip

@@ -63,7 +63,7 @@ SCRIPT = textwrap.dedent(
         batch = (run.train["x"], run.train["y"])
         # 13 probes in chunks of 3 over 2 devices: uneven shares, padding used
         est = kernels.hessian_trace(loss, run.params, batch, run.section_key("curvature"),
-                                    num_matvecs=13, method="hutchinson", chunk_size=3)
+                                    num_samples=13, method="hutchinson", chunk_size=3)
         return [Row("curvature", "tr H", float(est.mean), stderr=float(est.stderr))]
 
 
@@ -82,7 +82,7 @@ SCRIPT = textwrap.dedent(
         # inputs of one shape for every unit: one compilation
         x = np.random.default_rng([u.seed, u.config["n"]]).normal(size=(8, 3)).astype(np.float32)
         est = kernels.rademacher_linear(x, jax.random.key(u.seed), norm=2, radius=1.0,
-                                        num_draws=9, chunk_size=2)
+                                        num_samples=9, chunk_size=2)
         return {"rademacher": float(est.mean), "stderr": float(est.stderr)}
 
 

@@ -30,7 +30,7 @@ def test_non_array_leaves_are_refused_naming_the_argument(kernel, what, leaf):
     params = {"w": jnp.ones(3), "extra": leaf}
     key = jax.random.key(0)
     calls = {
-        "hessian_trace": lambda: kernels.hessian_trace(_quadratic, params, (), key, num_matvecs=2),
+        "hessian_trace": lambda: kernels.hessian_trace(_quadratic, params, (), key, num_samples=2),
         "average_sharpness": lambda: kernels.average_sharpness(
             _quadratic,
             params,
@@ -39,7 +39,9 @@ def test_non_array_leaves_are_refused_naming_the_argument(kernel, what, leaf):
             perturbation=kernels.Perturbation("gaussian", 0.1),
             num_samples=2,
         ),
-        "hutchinson_like": lambda: kernels.hutchinson_trace(lambda v: v, params, key, num_probes=2),
+        "hutchinson_like": lambda: kernels.hutchinson_trace(
+            lambda v: v, params, key, num_samples=2
+        ),
     }
     name = "like" if kernel == "hutchinson_like" else "params"
     with pytest.raises(ValueError, match=rf"^{name}: leaf \['extra'\] is a .*eqx\.partition"):
@@ -244,7 +246,7 @@ def test_without_a_cpu_device_eager_checks_raise_and_jit_gives_nan(monkeypatch):
     loss = lambda p, b: jnp.sum(p["w"] ** 2) * b  # noqa: E731
     params, bad = {"w": jnp.asarray([1.0, 2.0])}, {"w": jnp.asarray([jnp.nan, 2.0])}
     key = jax.random.key(0)
-    call = lambda p: kernels.hessian_trace(loss, p, jnp.asarray(1.5), key, num_matvecs=2)  # noqa: E731
+    call = lambda p: kernels.hessian_trace(loss, p, jnp.asarray(1.5), key, num_samples=2)  # noqa: E731
 
     assert float(call(params).mean) == pytest.approx(6.0)  # exact: H = 3 I
     with pytest.raises(ValueError, match=r"^params: expected finite values, found NaN or inf$"):

@@ -245,7 +245,7 @@ def test_dataset_trace_equals_dense_trace_of_mean_loss():
     op = dataset_hvp(batch_ce, params, (xs, ys))
     est = hutchpp_trace(op, params, jax.random.key(9), num_matvecs=141)  # n = 47: exact
     assert float(est.mean) == pytest.approx(np.trace(h), rel=1e-10)
-    hutch = hutchinson_trace(op, params, jax.random.key(10), num_probes=64)
+    hutch = hutchinson_trace(op, params, jax.random.key(10), num_samples=64)
     assert abs(float(hutch.mean) - np.trace(h)) <= 5 * float(hutch.stderr)
 
 
@@ -287,7 +287,7 @@ def test_hutchinson_within_5_stderr_and_stderr_is_exact(probe):
     loss, params, batch, h = attention_case()
     m = 1000
     est = jax.jit(
-        lambda k: hutchinson_trace(hvp(loss, params, batch), params, k, num_probes=m, probe=probe)
+        lambda k: hutchinson_trace(hvp(loss, params, batch), params, k, num_samples=m, probe=probe)
     )(jax.random.key(7))
     exact = np.trace(h)
     assert abs(est.mean - exact) <= 5 * est.stderr
@@ -300,7 +300,7 @@ def test_hutchinson_within_5_stderr_and_stderr_is_exact(probe):
 
 def test_hutchinson_exact_for_diagonal_operator():
     d = jnp.array([1.5, -2.0, 3.25, 0.0, 7.0])
-    est = hutchinson_trace(lambda v: d * v, 5, jax.random.key(0), num_probes=3)
+    est = hutchinson_trace(lambda v: d * v, 5, jax.random.key(0), num_samples=3)
     assert float(est.mean) == pytest.approx(float(jnp.sum(d)), abs=1e-14)
     assert float(est.stderr) == pytest.approx(0.0, abs=1e-14)
 
@@ -308,9 +308,10 @@ def test_hutchinson_exact_for_diagonal_operator():
 @pytest.mark.parametrize("method", ["hutchinson", "hutchpp"])
 def test_hessian_trace_within_5_stderr(method):
     loss, params, batch, h = attention_case()
-    # num_matvecs=60 on n=47: Hutch++ deflates 20 directions and its stderr (of the Hutchinson
+    # 60 products on n=47: Hutch++ deflates 20 directions and its stderr (of the Hutchinson
     # part on the residual, given the sketch) is the right yardstick for its conditional error
-    est = hessian_trace(loss, params, batch, jax.random.key(8), num_matvecs=60, method=method)
+    count = {"num_samples" if method == "hutchinson" else "num_matvecs": 60}
+    est = hessian_trace(loss, params, batch, jax.random.key(8), method=method, **count)
     assert abs(est.mean - np.trace(h)) <= 5 * est.stderr
     assert est.stderr > 0
     if method == "hutchpp":
@@ -342,7 +343,7 @@ def test_hutchpp_unbiased_and_beats_hutchinson_on_low_rank_plus_bulk():
     # (jax's debug_callback batching rule), which multiplies the compile time by ~5
     with runtime_checks(False):
         pp = jax.jit(jax.vmap(lambda k: hutchpp_trace(mv, n, k, num_matvecs=15).mean))(keys)
-        hu = jax.jit(jax.vmap(lambda k: hutchinson_trace(mv, n, k, num_probes=15).mean))(keys)
+        hu = jax.jit(jax.vmap(lambda k: hutchinson_trace(mv, n, k, num_samples=15).mean))(keys)
     # unbiased: the mean over 400 independent keys is within 5 standard errors of the trace
     assert abs(np.mean(pp) - exact) <= 5 * np.std(pp, ddof=1) / np.sqrt(400)
     assert abs(np.mean(hu) - exact) <= 5 * np.std(hu, ddof=1) / np.sqrt(400)
@@ -411,18 +412,22 @@ def test_lanczos_restarts_on_breakdown_and_keeps_spectrum():
 
 def test_slq_moments_within_5_stderr():
     loss, params, batch, h = attention_case()
-    n, num_probes = 47, 200
+    n, num_probe_vectors = 47, 200
     q = slq_nodes(
-        hvp(loss, params, batch), params, jax.random.key(19), num_probes=num_probes, num_steps=6
+        hvp(loss, params, batch),
+        params,
+        jax.random.key(19),
+        num_samples=num_probe_vectors,
+        num_steps=6,
     )
     assert isinstance(q, QuadratureNodes)
     nodes, weights = np.asarray(q.nodes), np.asarray(q.weights)
-    assert nodes.shape == weights.shape == (num_probes, 6)
+    assert nodes.shape == weights.shape == (num_probe_vectors, 6)
     np.testing.assert_allclose(np.sum(weights, axis=1), 1.0, rtol=1e-12)
     for p in (1, 2, 3):
         per_probe = np.sum(weights * nodes**p, axis=1)
         exact = np.trace(np.linalg.matrix_power(h, p)) / n
-        stderr = np.std(per_probe, ddof=1) / np.sqrt(num_probes)
+        stderr = np.std(per_probe, ddof=1) / np.sqrt(num_probe_vectors)
         assert abs(per_probe.mean() - exact) <= 5 * stderr, p
     # Ritz values lie inside the spectrum
     lam = np.linalg.eigvalsh(h)
@@ -434,14 +439,14 @@ def test_slq_moments_within_5_stderr():
 def test_spectral_density_integrates_to_one_and_has_the_trace_as_mean():
     loss, params, batch, h = attention_case()
     op, key = hvp(loss, params, batch), jax.random.key(20)
-    sd = spectral_density(op, params, key, num_probes=100, num_steps=8, num_grid=4001)
+    sd = spectral_density(op, params, key, num_samples=100, num_steps=8, num_grid=4001)
     assert isinstance(sd, SpectralDensity)
     grid, density = sd.grid, sd.density
     assert grid.shape == density.shape == (4001,)
     assert np.all(np.asarray(density) >= 0)
     assert float(jnp.trapezoid(density, grid)) == pytest.approx(1.0, abs=1e-6)
     mean = float(jnp.trapezoid(grid * density, grid))
-    q = slq_nodes(op, params, key, num_probes=100, num_steps=8)
+    q = slq_nodes(op, params, key, num_samples=100, num_steps=8)
     per_probe = np.sum(np.asarray(q.weights * q.nodes), axis=1)
     assert mean == pytest.approx(per_probe.mean(), rel=1e-6)  # smoothing keeps the mean
     se = np.std(per_probe, ddof=1) / 10
@@ -457,7 +462,7 @@ def test_spectral_density_recovers_two_clusters():
         lambda v: jnp.asarray(a) @ v,
         40,
         jax.random.key(23),
-        num_probes=50,
+        num_samples=50,
         num_steps=20,
         bandwidth=0.2,
     )
@@ -477,8 +482,8 @@ def test_pytree_and_flattened_operator_agree():
     def flat_mv(x):
         return ravel_pytree(op(unravel(x)))[0]
 
-    a = hutchinson_trace(op, params, key, num_probes=9)
-    b = hutchinson_trace(flat_mv, n, key, num_probes=9)
+    a = hutchinson_trace(op, params, key, num_samples=9)
+    b = hutchinson_trace(flat_mv, n, key, num_samples=9)
     np.testing.assert_allclose([a.mean, a.stderr], [b.mean, b.stderr], rtol=1e-12)
     a = hutchpp_trace(op, params, key, num_matvecs=12)
     b = hutchpp_trace(flat_mv, n, key, num_matvecs=12)
@@ -498,7 +503,7 @@ def test_chunk_size_does_not_change_results_and_matches_a_loop():
     key = jax.random.key(25)
     m = 10
     results = [
-        hutchinson_trace(dense_mv, like, key, num_probes=m, chunk_size=c)
+        hutchinson_trace(dense_mv, like, key, num_samples=m, chunk_size=c)
         for c in (None, 3, 64)  # sequential, chunks of 3 with a remainder, all at once
     ]
     # probe i is drawn from fold_in(key, i): a plain Python loop gives the same numbers
@@ -513,7 +518,7 @@ def test_chunk_size_does_not_change_results_and_matches_a_loop():
     np.testing.assert_allclose([e.mean for e in pp], pp[0].mean, rtol=1e-11)
     np.testing.assert_allclose([e.stderr for e in pp], pp[0].stderr, rtol=1e-9)
     sl = [
-        slq_nodes(dense_mv, like, key, num_probes=5, num_steps=4, chunk_size=c).weights
+        slq_nodes(dense_mv, like, key, num_samples=5, num_steps=4, chunk_size=c).weights
         for c in (None, 2)
     ]
     np.testing.assert_allclose(sl[0], sl[1], rtol=1e-10, atol=1e-14)
@@ -522,18 +527,18 @@ def test_chunk_size_does_not_change_results_and_matches_a_loop():
 def test_float32_in_float32_out():
     loss, params, batch = make_attention(jnp.float32)
     key = jax.random.key(26)
-    est = hutchinson_trace(hvp(loss, params, batch), params, key, num_probes=4)
+    est = hutchinson_trace(hvp(loss, params, batch), params, key, num_samples=4)
     assert est.mean.dtype == est.stderr.dtype == jnp.float32
     # the float32 estimate agrees with the float64 one for the same key
     loss64, params64, batch64 = make_attention()
-    est64 = hutchinson_trace(hvp(loss64, params64, batch64), params64, key, num_probes=4)
+    est64 = hutchinson_trace(hvp(loss64, params64, batch64), params64, key, num_samples=4)
     assert float(est.mean) == pytest.approx(float(est64.mean), rel=matmul_tol(jnp.float32))
     # the other kernels on a float32 pytree operator
     mv32, like32 = make_dense_operator(jnp.float32)
     est = hutchpp_trace(mv32, like32, key, num_matvecs=6, chunk_size=2)
     assert est.mean.dtype == est.stderr.dtype == jnp.float32
     assert top_eigenvalues(mv32, like32, key, k=2, num_steps=5).dtype == jnp.float32
-    sd = spectral_density(mv32, like32, key, num_probes=2, num_steps=3, num_grid=8)
+    sd = spectral_density(mv32, like32, key, num_samples=2, num_steps=3, num_grid=8)
     assert sd.grid.dtype == sd.density.dtype == jnp.float32
 
 
@@ -544,18 +549,18 @@ def test_traced_once_for_new_keys_and_vmaps_over_keys():
     @jax.jit
     def estimate(p, key):
         traces.append(1)
-        return hessian_trace(loss, p, batch, key, num_matvecs=6)
+        return hessian_trace(loss, p, batch, key, num_samples=6)
 
     keys = jax.random.split(jax.random.key(27), 4)
     looped = [estimate(params, k) for k in keys]
     assert len(traces) == 1
     assert len({float(e.mean) for e in looped}) == 4  # new keys give new draws
-    eager = hessian_trace(loss, params, batch, keys[0], num_matvecs=6)
+    eager = hessian_trace(loss, params, batch, keys[0], num_samples=6)
     np.testing.assert_allclose(
         [eager.mean, eager.stderr], [looped[0].mean, looped[0].stderr], rtol=1e-12
     )
     op = hvp(loss, params, batch)
-    vm = jax.vmap(functools.partial(hutchinson_trace, op, params, num_probes=6))(keys)
+    vm = jax.vmap(functools.partial(hutchinson_trace, op, params, num_samples=6))(keys)
     np.testing.assert_allclose(vm.mean, [e.mean for e in looped], rtol=1e-12)
     np.testing.assert_allclose(vm.stderr, [e.stderr for e in looped], rtol=1e-10)
     tops = jax.vmap(lambda k: top_eigenvalues(op, params, k, k=2, num_steps=18))(keys)
@@ -565,9 +570,11 @@ def test_traced_once_for_new_keys_and_vmaps_over_keys():
 # --------------------------------------------------------------------------- compile once
 
 KERNELS = {
-    "hutchinson_trace": lambda loss, p, b, k: hutchinson_trace(hvp(loss, p, b), p, k, num_probes=4),
+    "hutchinson_trace": lambda loss, p, b, k: hutchinson_trace(
+        hvp(loss, p, b), p, k, num_samples=4
+    ),
     "hutchpp_trace": lambda loss, p, b, k: hutchpp_trace(hvp(loss, p, b), p, k, num_matvecs=6),
-    "hessian_trace": lambda loss, p, b, k: hessian_trace(loss, p, b, k, num_matvecs=4),
+    "hessian_trace": lambda loss, p, b, k: hessian_trace(loss, p, b, k, num_samples=4),
     "hessian_trace_hutchpp": lambda loss, p, b, k: hessian_trace(
         loss, p, b, k, num_matvecs=6, method="hutchpp"
     ),
@@ -575,15 +582,15 @@ KERNELS = {
     "top_eigenvalues": lambda loss, p, b, k: top_eigenvalues(
         hvp(loss, p, b), p, k, k=2, num_steps=3
     ),
-    "slq_nodes": lambda loss, p, b, k: slq_nodes(hvp(loss, p, b), p, k, num_probes=2, num_steps=3),
+    "slq_nodes": lambda loss, p, b, k: slq_nodes(hvp(loss, p, b), p, k, num_samples=2, num_steps=3),
     "spectral_density": lambda loss, p, b, k: spectral_density(
-        hvp(loss, p, b), p, k, num_probes=2, num_steps=3, num_grid=16
+        hvp(loss, p, b), p, k, num_samples=2, num_steps=3, num_grid=16
     ),
     "dataset_hvp+hutchinson_trace": lambda loss, p, b, k: hutchinson_trace(
         dataset_hvp(loss, p, jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), b)),
         p,
         k,
-        num_probes=4,
+        num_samples=4,
     ),
 }
 
@@ -632,7 +639,7 @@ def runtime_cases():
         # (message start, function of one array argument, argument)
         (
             "params",
-            lambda p: hessian_trace(loss, p, batch, key, num_matvecs=4).mean,
+            lambda p: hessian_trace(loss, p, batch, key, num_samples=4).mean,
             nan_at(params),
         ),
         (
@@ -642,14 +649,14 @@ def runtime_cases():
         ),
         (
             "loss_fn: non-finite loss",
-            lambda p: hessian_trace(sqrt_loss, p, ones, key, num_matvecs=4).mean,
+            lambda p: hessian_trace(sqrt_loss, p, ones, key, num_samples=4).mean,
             ones.at[1].set(-1.0),
         ),
         (
             "loss_fn: non-finite products at 4 of the 4 probes",  # dataset: no loss evaluated
             lambda p: (
                 hutchinson_trace(
-                    dataset_hvp(sqrt_loss, p, jnp.stack([ones, ones])), p, key, num_probes=4
+                    dataset_hvp(sqrt_loss, p, jnp.stack([ones, ones])), p, key, num_samples=4
                 ).mean
             ),
             ones.at[1].set(-1.0),
@@ -663,7 +670,7 @@ def runtime_cases():
             "bandwidth",
             lambda bw: (
                 spectral_density(
-                    lambda v: 2.0 * v, 4, key, num_probes=2, num_steps=2, bandwidth=bw
+                    lambda v: 2.0 * v, 4, key, num_samples=2, num_steps=2, bandwidth=bw
                 ).density
             ),
             jnp.asarray(-1.0),
@@ -694,28 +701,28 @@ def test_non_finite_probes_are_counted_eagerly_and_under_jit():
     # no "$" after the message: what a backend appends to it (e.g. an executable's name) is
     # not the check's concern
     with pytest.raises(ValueError, match=f"^{message}(?!\\d)"):
-        hutchinson_trace(blows_up, 6, key, num_probes=m, chunk_size=3)
+        hutchinson_trace(blows_up, 6, key, num_samples=m, chunk_size=3)
     with pytest.raises(jax.errors.JaxRuntimeError, match=message):
         jax.block_until_ready(
-            jax.jit(lambda k: hutchinson_trace(blows_up, 6, k, num_probes=m))(key).mean
+            jax.jit(lambda k: hutchinson_trace(blows_up, 6, k, num_samples=m))(key).mean
         )
     with pytest.raises(ValueError, match=r"^matvec: non-finite products at \d+ of the 20 products"):
         hutchpp_trace(blows_up, 6, key, num_matvecs=20)
     with pytest.raises(ValueError, match=r"^matvec: non-finite products at 3 of the 3 probes"):
-        slq_nodes(lambda v: jnp.nan * v, 6, key, num_probes=3, num_steps=2)
+        slq_nodes(lambda v: jnp.nan * v, 6, key, num_samples=3, num_steps=2)
 
 
 def test_runtime_checks_switch_lets_nan_through():
     loss, params, batch = make_poly()
     with runtime_checks(False):
-        est = hessian_trace(loss, nan_at(params), batch, jax.random.key(34), num_matvecs=4)
+        est = hessian_trace(loss, nan_at(params), batch, jax.random.key(34), num_samples=4)
         top = jax.jit(
             lambda p: top_eigenvalues(hvp(loss, p, batch), p, jax.random.key(0), num_steps=2)
         )(nan_at(params))
     assert np.isnan(est.mean)
     assert np.all(np.isnan(top))
     with pytest.raises(ValueError, match=r"^params"):  # and back on after the block
-        hessian_trace(loss, nan_at(params), batch, jax.random.key(34), num_matvecs=4)
+        hessian_trace(loss, nan_at(params), batch, jax.random.key(34), num_samples=4)
 
 
 # --------------------------------------------------------------------------- bad inputs
@@ -731,33 +738,33 @@ def bad_input_cases():
 
     ht = functools.partial(hessian_trace, loss)
     return [
-        ("num_probes", lambda: hutchinson_trace(op, params, key, num_probes=1)),
-        ("num_matvecs", lambda: ht(params, batch, key, num_matvecs=1)),
+        ("num_samples", lambda: hutchinson_trace(op, params, key, num_samples=1)),
+        ("num_samples", lambda: ht(params, batch, key, num_samples=1)),
         ("num_matvecs", lambda: ht(params, batch, key, num_matvecs=3, method="hutchpp")),
-        ("num_probes", lambda: slq_nodes(op, params, key, num_probes=0, num_steps=2)),
+        ("num_samples", lambda: slq_nodes(op, params, key, num_samples=0, num_steps=2)),
         ("num_matvecs", lambda: hutchpp_trace(op, params, key, num_matvecs=3)),
-        ("probe", lambda: hutchinson_trace(op, params, key, num_probes=4, probe="normal")),
-        ("method", lambda: ht(params, batch, key, num_matvecs=4, method="exact")),
-        ("chunk_size", lambda: hutchinson_trace(op, params, key, num_probes=4, chunk_size=0)),
+        ("probe", lambda: hutchinson_trace(op, params, key, num_samples=4, probe="normal")),
+        ("method", lambda: ht(params, batch, key, num_samples=4, method="exact")),
+        ("chunk_size", lambda: hutchinson_trace(op, params, key, num_samples=4, chunk_size=0)),
         ("chunk_size", lambda: hutchpp_trace(op, params, key, num_matvecs=6, chunk_size=-1)),
-        ("chunk_size", lambda: ht(params, batch, key, num_matvecs=4, chunk_size=True)),
-        ("chunk_size", lambda: slq_nodes(diag, 3, key, num_probes=2, num_steps=2, chunk_size=2.0)),
+        ("chunk_size", lambda: ht(params, batch, key, num_samples=4, chunk_size=True)),
+        ("chunk_size", lambda: slq_nodes(diag, 3, key, num_samples=2, num_steps=2, chunk_size=2.0)),
         ("k", lambda: top_eigenvalues(op, params, key, k=19, num_steps=19)),
         ("k", lambda: top_eigenvalues(op, params, key, k=0, num_steps=5)),
         ("num_steps", lambda: top_eigenvalues(op, params, key, k=3, num_steps=2)),
-        ("num_steps", lambda: slq_nodes(op, params, key, num_probes=2, num_steps=19)),
+        ("num_steps", lambda: slq_nodes(op, params, key, num_samples=2, num_steps=19)),
         ("num_steps", lambda: lanczos(op, params, key, num_steps=0)),
         ("start", lambda: lanczos(op, params, key, num_steps=2, start=jnp.ones(17))),
         ("params", lambda: hvp(loss, nan_at(params), batch)(params)),
         (
             "params",
             lambda: ht(
-                jax.tree_util.tree_map(lambda x: x + jnp.inf, params), batch, key, num_matvecs=2
+                jax.tree_util.tree_map(lambda x: x + jnp.inf, params), batch, key, num_samples=2
             ),
         ),
         ("params", lambda: hvp(loss, cast(jnp.int32), batch)),
-        ("params", lambda: ht(cast(jnp.int32), batch, key, num_matvecs=2)),
-        ("params", lambda: ht(cast(jnp.float16), batch, key, num_matvecs=2)),
+        ("params", lambda: ht(cast(jnp.int32), batch, key, num_samples=2)),
+        ("params", lambda: ht(cast(jnp.float16), batch, key, num_samples=2)),
         ("params", lambda: hvp(loss, cast(jnp.bfloat16), batch)),
         ("params", lambda: hvp(loss, {"w": jnp.zeros((0, 3))}, batch)),
         ("params", lambda: dataset_hvp(loss, {}, batch)),
@@ -765,27 +772,27 @@ def bad_input_cases():
         (
             "loss_fn",
             lambda: hessian_trace(
-                lambda p, b: jnp.sum(p["w"], axis=0), params, batch, key, num_matvecs=2
+                lambda p, b: jnp.sum(p["w"], axis=0), params, batch, key, num_samples=2
             ),
         ),
         ("loss_fn", lambda: hvp(None, params, batch)),
-        ("key", lambda: hutchinson_trace(op, params, 0, num_probes=2)),
-        ("key", lambda: ht(params, batch, jnp.zeros(3), num_matvecs=2)),
+        ("key", lambda: hutchinson_trace(op, params, 0, num_samples=2)),
+        ("key", lambda: ht(params, batch, jnp.zeros(3), num_samples=2)),
         ("key", lambda: top_eigenvalues(op, params, jax.random.split(key, 2), num_steps=2)),
-        ("like", lambda: hutchinson_trace(diag, jnp.arange(3), key, num_probes=2)),
-        ("like", lambda: hutchinson_trace(diag, 0, key, num_probes=2)),
-        ("like", lambda: hutchinson_trace(diag, jnp.zeros(3, jnp.float16), key, num_probes=2)),
-        ("like", lambda: hutchinson_trace(lambda v: jnp.ones(4), 3, key, num_probes=2)),
+        ("like", lambda: hutchinson_trace(diag, jnp.arange(3), key, num_samples=2)),
+        ("like", lambda: hutchinson_trace(diag, 0, key, num_samples=2)),
+        ("like", lambda: hutchinson_trace(diag, jnp.zeros(3, jnp.float16), key, num_samples=2)),
+        ("like", lambda: hutchinson_trace(lambda v: jnp.ones(4), 3, key, num_samples=2)),
         ("like", lambda: hutchpp_trace(op, {"w": params["w"]}, key, num_matvecs=6)),
         ("like", lambda: lanczos(op, 18, key, num_steps=2)),
-        ("matvec", lambda: hutchinson_trace("A", 3, key, num_probes=2)),
+        ("matvec", lambda: hutchinson_trace("A", 3, key, num_samples=2)),
         (
             "num_grid",
-            lambda: spectral_density(op, params, key, num_probes=2, num_steps=2, num_grid=1),
+            lambda: spectral_density(op, params, key, num_samples=2, num_steps=2, num_grid=1),
         ),
         (
             "bandwidth",
-            lambda: spectral_density(op, params, key, num_probes=2, num_steps=2, bandwidth=0.0),
+            lambda: spectral_density(op, params, key, num_samples=2, num_steps=2, bandwidth=0.0),
         ),
         (
             "weights",
@@ -844,7 +851,7 @@ def test_hessian_trace_memory_does_not_grow_with_the_number_of_probes():
     key = jax.random.key(36)
     sizes = [
         temp_bytes(
-            lambda p, k, m=m: hessian_trace(loss, p, batch, k, num_matvecs=m, chunk_size=4),
+            lambda p, k, m=m: hessian_trace(loss, p, batch, k, num_samples=m, chunk_size=4),
             params,
             key,
         )
@@ -895,11 +902,11 @@ def sharded_results(operator):
     key = jax.random.key(28)
     out = {}
     for m, chunk in ((10, None), (10, 3)):  # 10 probes on 4 devices: uneven shares
-        est = hutchinson_trace(matvec, like, key, num_probes=m, chunk_size=chunk)
+        est = hutchinson_trace(matvec, like, key, num_samples=m, chunk_size=chunk)
         out[f"hutchinson-{m}-{chunk}"] = [float(est.mean), float(est.stderr)]
     est = hutchpp_trace(matvec, like, key, num_matvecs=13, chunk_size=2)
     out["hutchpp"] = [float(est.mean), float(est.stderr)]
-    q = slq_nodes(matvec, like, key, num_probes=5, num_steps=3, chunk_size=2)
+    q = slq_nodes(matvec, like, key, num_samples=5, num_steps=3, chunk_size=2)
     out["slq"] = np.asarray(q.weights).ravel().tolist()
     return out
 
@@ -956,15 +963,15 @@ def test_hutchinson_quadratic_forms_equal_the_products_probe_by_probe():
     loss, params, batch = make_poly()
     key = jax.random.key(5)
     op = hvp(loss, params, batch)
-    forms = hutchinson_trace(op, params, key, num_probes=6)
-    products = hutchinson_trace(lambda v: op(v), params, key, num_probes=6)
+    forms = hutchinson_trace(op, params, key, num_samples=6)
+    products = hutchinson_trace(lambda v: op(v), params, key, num_samples=6)
     np.testing.assert_allclose(forms.mean, products.mean, rtol=1e-12)
     np.testing.assert_allclose(forms.stderr, products.stderr, rtol=1e-9)
     batches = jax.tree_util.tree_map(lambda a: jnp.stack([a, jnp.flip(a, 0)]), batch)
     dop = dataset_hvp(loss, params, batches)
     np.testing.assert_allclose(
-        hutchinson_trace(dop, params, key, num_probes=6).mean,
-        hutchinson_trace(lambda v: dop(v), params, key, num_probes=6).mean,
+        hutchinson_trace(dop, params, key, num_samples=6).mean,
+        hutchinson_trace(lambda v: dop(v), params, key, num_samples=6).mean,
         rtol=1e-12,
     )
 
@@ -986,7 +993,7 @@ def test_custom_vjp_loss_falls_back_to_products():
     params = {"w": jnp.arange(1.0, 6.0)}
     with pytest.raises((TypeError, NotImplementedError)):
         hvp(loss, params, 1.5).form(params)
-    est = hessian_trace(loss, params, 1.5, jax.random.key(0), num_matvecs=3)
+    est = hessian_trace(loss, params, 1.5, jax.random.key(0), num_samples=3)
     np.testing.assert_allclose(est.mean, 2 * 1.5 * 5, rtol=1e-12)
     assert float(est.stderr) == 0.0
 
@@ -1022,7 +1029,7 @@ def test_float32_lanczos_keeps_the_bulk_beside_an_outlier():
     exact = np.mean(np.exp(-10 * d))
     for dtype, tol in ((jnp.float64, 1e-10), (jnp.float32, floor * np.mean(10 * np.exp(-10 * d)))):
         mv, _ = outlier_diagonal(dtype)
-        q = slq_nodes(mv, jnp.zeros(d.size, dtype), jax.random.key(41), num_probes=4, num_steps=30)
+        q = slq_nodes(mv, jnp.zeros(d.size, dtype), jax.random.key(41), num_samples=4, num_steps=30)
         nodes, weights = np.asarray(q.nodes, np.float64), np.asarray(q.weights, np.float64)
         per_probe = np.sum(weights * np.exp(-10 * nodes), axis=1)
         np.testing.assert_allclose(per_probe, exact, rtol=0, atol=tol)
@@ -1059,7 +1066,7 @@ def test_lower_precision_basis_restarts_and_scales():
     tri = lanczos(lambda v: a @ v, 8, jax.random.key(18), num_steps=8, basis_dtype="float16")
     got = np.sort(np.linalg.eigvalsh(tri.matrix()))
     np.testing.assert_allclose(got, np.sort(eigs), atol=0.1 * 2.0**-11 * 4)  # measured 0.053 u
-    q = slq_nodes(lambda v: a @ v, 8, jax.random.key(19), num_probes=2, num_steps=8,
+    q = slq_nodes(lambda v: a @ v, 8, jax.random.key(19), num_samples=2, num_steps=8,
                   basis_dtype="float32")  # fmt: skip
     np.testing.assert_allclose(np.sum(q.weights, axis=1), 1.0, rtol=1e-6)
 
@@ -1109,11 +1116,11 @@ def test_recomputed_products_give_the_dense_spectrum_and_the_linearised_results(
     for field in ("diagonal", "off_diagonal"):
         np.testing.assert_allclose(getattr(tri[False], field), getattr(tri[True], field),
                                    rtol=0, atol=1e-11 * scale)  # fmt: skip
-    nodes = {lin: slq_nodes(op, params, key, num_probes=2, num_steps=6, linearize=lin)
+    nodes = {lin: slq_nodes(op, params, key, num_samples=2, num_steps=6, linearize=lin)
              for lin in (True, False)}  # fmt: skip
     np.testing.assert_allclose(nodes[False].nodes, nodes[True].nodes, rtol=0, atol=1e-11 * scale)
     np.testing.assert_allclose(nodes[False].weights, nodes[True].weights, rtol=0, atol=1e-11)
-    dens = {lin: spectral_density(op, params, key, num_probes=2, num_steps=6, num_grid=64,
+    dens = {lin: spectral_density(op, params, key, num_samples=2, num_steps=6, num_grid=64,
                                   linearize=lin) for lin in (True, False)}  # fmt: skip
     np.testing.assert_allclose(dens[False].density, dens[True].density, rtol=1e-8)
 
@@ -1176,7 +1183,7 @@ def test_linearize_bad_values_raise():
         with pytest.raises(ValueError, match=r"^linearize: expected True or False, got"):
             lanczos(mv, like, key, num_steps=3, linearize=bad)
         with pytest.raises(ValueError, match=r"^linearize: expected True or False, got"):
-            slq_nodes(mv, like, key, num_probes=1, num_steps=3, linearize=bad)
+            slq_nodes(mv, like, key, num_samples=1, num_steps=3, linearize=bad)
 
 
 # --------------------------------------------------------------------------- Hutchinson modes
@@ -1191,7 +1198,7 @@ def test_hutchinson_modes_agree_and_auto_picks_by_residual_memory(monkeypatch):
     op = hvp(loss, params, batch)
     key = jax.random.key(44)
     run = {
-        mode: hutchinson_trace(op, params, key, num_probes=5, mode=mode)
+        mode: hutchinson_trace(op, params, key, num_samples=5, mode=mode)
         for mode in ("forms", "products", "auto")
     }
     np.testing.assert_allclose(run["forms"].mean, run["products"].mean, rtol=1e-12)
@@ -1204,12 +1211,12 @@ def test_hutchinson_modes_agree_and_auto_picks_by_residual_memory(monkeypatch):
         return real_setup(matvec, like, linear)
 
     monkeypatch.setattr(curvature, "_setup", spy)
-    hutchinson_trace(op, params, jax.random.key(45), num_probes=3)  # small residuals
+    hutchinson_trace(op, params, jax.random.key(45), num_samples=3)  # small residuals
     assert chosen.pop("products", False)
     monkeypatch.setattr(curvature, "_PRODUCT_RESIDUAL_BYTES", 0)
-    hutchinson_trace(op, params, jax.random.key(46), num_probes=3)
+    hutchinson_trace(op, params, jax.random.key(46), num_samples=3)
     assert not chosen  # over the budget: forms
-    hutchinson_trace(op, params, jax.random.key(47), num_probes=4, chunk_size=2)
+    hutchinson_trace(op, params, jax.random.key(47), num_samples=4, chunk_size=2)
     assert not chosen  # chunks: forms share their primal pass
 
 
@@ -1221,12 +1228,12 @@ def test_hutchinson_chunk_size_auto_follows_the_backend(monkeypatch):
     loss, params, batch = make_poly()
     op = hvp(loss, params, batch)
     key = jax.random.key(48)
-    cpu = hutchinson_trace(op, params, key, num_probes=20)
-    none = hutchinson_trace(op, params, key, num_probes=20, chunk_size=None)
+    cpu = hutchinson_trace(op, params, key, num_samples=20)
+    none = hutchinson_trace(op, params, key, num_samples=20, chunk_size=None)
     assert float(cpu.mean) == float(none.mean)
     monkeypatch.setattr(curvature, "is_accelerator", lambda: True)
     assert curvature._auto_chunk("auto") == 16
-    accel = hutchinson_trace(op, params, key, num_probes=20)
+    accel = hutchinson_trace(op, params, key, num_samples=20)
     np.testing.assert_allclose(accel.mean, cpu.mean, rtol=1e-12)
     np.testing.assert_allclose(accel.stderr, cpu.stderr, rtol=1e-9)
 
@@ -1237,10 +1244,10 @@ def test_hutchinson_bad_mode_and_chunk_raise():
     key = jax.random.key(0)
     for bad in ("product", None, 1):
         with pytest.raises(ValueError, match=r"^mode: expected one of"):
-            hutchinson_trace(op, params, key, num_probes=2, mode=bad)
+            hutchinson_trace(op, params, key, num_samples=2, mode=bad)
     for bad in ("AUTO", 0, -1, 2.5):
         with pytest.raises(ValueError, match=r"^chunk_size"):
-            hutchinson_trace(op, params, key, num_probes=2, chunk_size=bad)
+            hutchinson_trace(op, params, key, num_samples=2, chunk_size=bad)
 
 
 # --------------------------------------------------------------------------- keys and counts
@@ -1252,13 +1259,13 @@ def test_every_key_implementation_keeps_the_invariances(impl):
     # weights) and do not depend on chunk_size whatever the key implementation
     d = jnp.array([1.0, 2.0, 3.0, 5.0, 8.0])
     key = jax.random.key(49, impl=impl)
-    est = hutchinson_trace(lambda v: d * v, 5, key, num_probes=4)
+    est = hutchinson_trace(lambda v: d * v, 5, key, num_samples=4)
     np.testing.assert_allclose(est.mean, 19.0, rtol=1e-12)
     mv, like = make_dense_operator()
     for fn in (
-        lambda c: hutchinson_trace(mv, like, key, num_probes=6, chunk_size=c).mean,
+        lambda c: hutchinson_trace(mv, like, key, num_samples=6, chunk_size=c).mean,
         lambda c: hutchpp_trace(mv, like, key, num_matvecs=9, chunk_size=c).mean,
-        lambda c: slq_nodes(mv, like, key, num_probes=3, num_steps=4, chunk_size=c).nodes,
+        lambda c: slq_nodes(mv, like, key, num_samples=3, num_steps=4, chunk_size=c).nodes,
     ):
         np.testing.assert_allclose(fn(None), fn(2), rtol=1e-10, atol=1e-12)
     eigs = jnp.array([4.0, 4.0, 4.0, -1.0, -1.0, 2.0, 2.0, 2.0])  # restarts twice
@@ -1273,13 +1280,13 @@ def test_counts_past_2_to_the_31_are_traced_or_refused_clearly():
     # past 2**31 - 1 with the reason, before any work
     d = jnp.arange(1.0, 5.0)
     key = jax.random.key(0)
-    out = jax.eval_shape(lambda k: hutchinson_trace(lambda v: d * v, 4, k, num_probes=2**40), key)
+    out = jax.eval_shape(lambda k: hutchinson_trace(lambda v: d * v, 4, k, num_samples=2**40), key)
     assert out.mean.shape == ()
     assert out.num_samples == 2**40
-    with pytest.raises(ValueError, match=r"^num_probes: at most 2\*\*53"):
-        hutchinson_trace(lambda v: d * v, 4, key, num_probes=2**53 + 1)
-    with pytest.raises(ValueError, match=r"^num_probes: at most 2\*\*31 - 1 \(every probe"):
-        slq_nodes(lambda v: d * v, 4, key, num_probes=2**31, num_steps=2)
+    with pytest.raises(ValueError, match=r"^num_samples: at most 2\*\*53"):
+        hutchinson_trace(lambda v: d * v, 4, key, num_samples=2**53 + 1)
+    with pytest.raises(ValueError, match=r"^num_samples: at most 2\*\*31 - 1 \(every probe"):
+        slq_nodes(lambda v: d * v, 4, key, num_samples=2**31, num_steps=2)
     with pytest.raises(ValueError, match=r"^num_steps: at most 2\*\*31 - 1"):
         lanczos(lambda v: d * v, 2**32, key, num_steps=2**31)
     with pytest.raises(ValueError, match=r"^num_matvecs: Hutch\+\+ keeps a sketch"):

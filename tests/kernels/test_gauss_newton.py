@@ -241,7 +241,7 @@ def test_ggn_spectrum_is_non_negative_and_matches_the_dense_one():
     top = top_eigenvalues(op, params, jax.random.key(6), k=3, num_steps=n)
     np.testing.assert_allclose(top, dense[::-1][:3], rtol=1e-9)
     # stochastic Lanczos quadrature: nodes inside the spectrum
-    q = slq_nodes(op, params, jax.random.key(7), num_probes=3, num_steps=5)
+    q = slq_nodes(op, params, jax.random.key(7), num_samples=3, num_steps=5)
     assert np.asarray(q.nodes).min() >= -1e-10 * scale
     assert np.asarray(q.nodes).max() <= scale * (1 + 1e-9)
 
@@ -267,7 +267,7 @@ def test_ggn_trace(method):
         assert float(est.mean) == pytest.approx(np.trace(g), rel=1e-10)
         return
     m = 400
-    est = ggn_trace(apply_fn, params, batch, jax.random.key(7), loss=loss, num_matvecs=m)
+    est = ggn_trace(apply_fn, params, batch, jax.random.key(7), loss=loss, num_samples=m)
     assert abs(float(est.mean) - np.trace(g)) <= 5 * float(est.stderr)
     closed_form = np.sqrt(2 * (np.sum(g**2) - np.sum(np.diag(g) ** 2)) / m)
     assert float(est.stderr) == pytest.approx(closed_form, rel=0.2)
@@ -428,8 +428,8 @@ def test_dataset_ggn_trace_equals_the_concatenated_batch(name):
         dense_matrix(dop, params), g_whole, rtol=1e-10, atol=1e-12 * np.abs(g_whole).max()
     )
     key = jax.random.key(14)
-    a = hutchinson_trace(dop, params, key, num_probes=16)  # a scan of forms over batches
-    b = hutchinson_trace(ggn(apply_fn, params, whole, loss=loss), params, key, num_probes=16)
+    a = hutchinson_trace(dop, params, key, num_samples=16)  # a scan of forms over batches
+    b = hutchinson_trace(ggn(apply_fn, params, whole, loss=loss), params, key, num_samples=16)
     np.testing.assert_allclose([a.mean, a.stderr], [b.mean, b.stderr], rtol=1e-10)
     n = g_whole.shape[0]
     exact = hutchpp_trace(dop, params, key, num_matvecs=3 * n)
@@ -497,8 +497,8 @@ def test_every_estimator_accepts_the_fisher_operators(name):
     n = a.shape[0]
     key = jax.random.key(17)
     # Hutchinson on quadratic forms equals Hutchinson on products probe by probe
-    forms = hutchinson_trace(op, params, key, num_probes=8)
-    products = hutchinson_trace(lambda v: op(v), params, key, num_probes=8)
+    forms = hutchinson_trace(op, params, key, num_samples=8)
+    products = hutchinson_trace(lambda v: op(v), params, key, num_samples=8)
     np.testing.assert_allclose(forms.mean, products.mean, rtol=1e-10)
     assert float(hutchpp_trace(op, params, key, num_matvecs=3 * n).mean) == pytest.approx(
         np.trace(a), rel=1e-9
@@ -513,7 +513,7 @@ def test_chunk_sizes_do_not_change_results():
     apply_fn, params, batch, loss, _ = make_case("cross_entropy")
     op = ggn(apply_fn, params, batch, loss=loss)
     key = jax.random.key(18)
-    hutch = [hutchinson_trace(op, params, key, num_probes=7, chunk_size=c) for c in (None, 3)]
+    hutch = [hutchinson_trace(op, params, key, num_samples=7, chunk_size=c) for c in (None, 3)]
     np.testing.assert_allclose([e.mean for e in hutch], hutch[0].mean, rtol=1e-12)
     np.testing.assert_allclose([e.stderr for e in hutch], hutch[0].stderr, rtol=1e-9)
     mc = [
@@ -541,8 +541,8 @@ def test_float32_in_float32_out():
     out = op(params)
     assert all(leaf.dtype == jnp.float32 for leaf in jax.tree_util.tree_leaves(out))
     assert op.form(params).dtype == jnp.float32
-    est = ggn_trace(apply_fn, params, batch, key, loss=loss, num_matvecs=4)
-    est64 = ggn_trace(apply64, params64, batch64, key, loss=loss, num_matvecs=4)
+    est = ggn_trace(apply_fn, params, batch, key, loss=loss, num_samples=4)
+    est64 = ggn_trace(apply64, params64, batch64, key, loss=loss, num_samples=4)
     assert est.mean.dtype == est.stderr.dtype == jnp.float32
     assert float(est.mean) == pytest.approx(float(est64.mean), rel=1e-4)
     assert empirical_fisher_trace(apply_fn, params, batch, loss=loss).dtype == jnp.float32
@@ -566,7 +566,7 @@ def test_operators_are_pytrees_with_static_callables():
 # --------------------------------------------------------------------------- compile once
 
 KERNELS = {
-    "ggn_trace": lambda f, p, b, k: ggn_trace(f, p, b, k, loss="squared_error", num_matvecs=3),
+    "ggn_trace": lambda f, p, b, k: ggn_trace(f, p, b, k, loss="squared_error", num_samples=3),
     "ggn_trace_hutchpp": lambda f, p, b, k: ggn_trace(
         f, p, b, k, loss="squared_error", num_matvecs=6, method="hutchpp"
     ),
@@ -574,7 +574,7 @@ KERNELS = {
         ggn(f, p, b, loss="squared_error"), p, k, k=1, num_steps=3
     ),
     "hutchinson(mc_fisher)": lambda f, p, b, k: hutchinson_trace(
-        mc_fisher(f, p, b, k, loss="squared_error"), p, k, num_probes=3
+        mc_fisher(f, p, b, k, loss="squared_error"), p, k, num_samples=3
     ),
     "hutchinson(dataset_ggn)": lambda f, p, b, k: hutchinson_trace(
         dataset_ggn(
@@ -582,7 +582,7 @@ KERNELS = {
         ),
         p,
         k,
-        num_probes=3,
+        num_samples=3,
     ),
     "empirical_fisher_trace": lambda f, p, b, k: empirical_fisher_trace(
         f, p, b, loss="squared_error", example_chunk_size=2
@@ -630,7 +630,7 @@ def runtime_cases():
         # (message start, function of one array argument, argument)
         (
             "params",
-            lambda p: ggn_trace(apply_fn, p, batch, key, loss=loss, num_matvecs=2).mean,
+            lambda p: ggn_trace(apply_fn, p, batch, key, loss=loss, num_samples=2).mean,
             nan,
         ),
         (
@@ -643,14 +643,14 @@ def runtime_cases():
         (
             "loss: non-finite loss",
             lambda p: (
-                ggn_trace(sqrt_model, p, (x1, x1), key, loss="squared_error", num_matvecs=2).mean
+                ggn_trace(sqrt_model, p, (x1, x1), key, loss="squared_error", num_samples=2).mean
             ),
             negative,
         ),
         (
             "batch: cross_entropy labels",
             lambda y: (
-                ggn_trace(apply_fn, params, (batch[0], y), key, loss=loss, num_matvecs=2).mean
+                ggn_trace(apply_fn, params, (batch[0], y), key, loss=loss, num_samples=2).mean
             ),
             bad_labels,
         ),
@@ -686,7 +686,7 @@ def runtime_cases():
                     ),
                     params,
                     key,
-                    num_probes=2,
+                    num_samples=2,
                 ).mean
             ),
             jnp.array([jnp.nan]),
@@ -707,7 +707,7 @@ def test_runtime_checks_switch_lets_nan_through():
     apply_fn, params, batch, loss, _ = make_case("cross_entropy")
     nan = {**params, "w1": params["w1"].at[0, 0].set(jnp.nan)}
     with runtime_checks(False):
-        est = ggn_trace(apply_fn, nan, batch, jax.random.key(23), loss=loss, num_matvecs=2)
+        est = ggn_trace(apply_fn, nan, batch, jax.random.key(23), loss=loss, num_samples=2)
     assert np.isnan(est.mean)
 
 
@@ -762,7 +762,7 @@ def bad_input_cases():
             "num_samples",
             lambda: mc_fisher_trace(apply_fn, params, batch, key, loss=loss, num_samples=1),
         ),
-        ("num_matvecs", lambda: ggn_trace(apply_fn, params, batch, key, loss=loss, num_matvecs=1)),
+        ("num_samples", lambda: ggn_trace(apply_fn, params, batch, key, loss=loss, num_samples=1)),
         (
             "num_matvecs",
             lambda: ggn_trace(
@@ -772,12 +772,12 @@ def bad_input_cases():
         (
             "method",
             lambda: ggn_trace(
-                apply_fn, params, batch, key, loss=loss, num_matvecs=4, method="exact"
+                apply_fn, params, batch, key, loss=loss, num_samples=4, method="exact"
             ),
         ),
         (
             "chunk_size",
-            lambda: ggn_trace(apply_fn, params, batch, key, loss=loss, num_matvecs=4, chunk_size=0),
+            lambda: ggn_trace(apply_fn, params, batch, key, loss=loss, num_samples=4, chunk_size=0),
         ),
         (
             "chunk_size",
@@ -809,7 +809,7 @@ def bad_input_cases():
         (
             "like",
             lambda: hutchinson_trace(
-                ggn(apply_fn, params, batch, loss=loss), {"w1": params["w1"]}, key, num_probes=2
+                ggn(apply_fn, params, batch, loss=loss), {"w1": params["w1"]}, key, num_samples=2
             ),
         ),
     ]
@@ -837,7 +837,7 @@ def test_memory_does_not_grow_with_probes_or_label_draws():
     ggn_sizes = [
         temp_bytes(
             lambda p, k, m=m: ggn_trace(
-                apply_fn, p, batch, k, loss=loss, num_matvecs=m, chunk_size=4
+                apply_fn, p, batch, k, loss=loss, num_samples=m, chunk_size=4
             ),
             params,
             key,
@@ -881,7 +881,7 @@ def sharded_results():
     out = {}
     op = ggn(apply_fn, params, batch, loss=loss)
     for chunk in (None, 3):  # 10 probes on 4 devices: uneven shares
-        est = hutchinson_trace(op, params, key, num_probes=10, chunk_size=chunk)
+        est = hutchinson_trace(op, params, key, num_samples=10, chunk_size=chunk)
         out[f"hutchinson-{chunk}"] = [float(est.mean), float(est.stderr)]
     est = hutchpp_trace(
         mc_fisher(apply_fn, params, batch, key, loss=loss),
@@ -921,3 +921,139 @@ def test_sharded_equals_single_device():
     assert sharded.keys() == single.keys()
     for name, values in single.items():
         np.testing.assert_allclose(sharded[name], values, rtol=1e-10, atol=1e-14, err_msg=name)
+
+
+# ------------------------------------------------------- logistic labels in [0, 1] (issue 30)
+
+
+def logistic_entry_points():
+    """Every GGN / Fisher entry point with the logistic loss, as a function of the labels."""
+    apply_fn, params, batch, _, _, _ = case("logistic")
+    x, key = batch[0], jax.random.key(5)
+    stacked = jax.tree_util.tree_map(lambda a: a[None], batch)
+    return (
+        params,
+        batch[1],
+        {
+            "ggn": lambda y: ggn(apply_fn, params, (x, y), loss="logistic")(params),
+            "ggn_trace": lambda y: (
+                ggn_trace(apply_fn, params, (x, y), key, loss="logistic", num_samples=2).mean
+            ),
+            "empirical_fisher": lambda y: empirical_fisher(
+                apply_fn, params, (x, y), loss="logistic"
+            )(params),
+            "empirical_fisher_trace": lambda y: empirical_fisher_trace(
+                apply_fn, params, (x, y), loss="logistic"
+            ),
+            "mc_fisher": lambda y: mc_fisher(
+                apply_fn, params, (x, y), key, loss="logistic", num_samples=2
+            )(params),
+            "mc_fisher_trace": lambda y: (
+                mc_fisher_trace(apply_fn, params, (x, y), key, loss="logistic", num_samples=2).mean
+            ),
+            "dataset_ggn": lambda y: dataset_ggn(
+                apply_fn, params, (stacked[0], y[None]), loss="logistic"
+            )(params),
+            "dataset_empirical_fisher": lambda y: dataset_empirical_fisher(
+                apply_fn, params, (stacked[0], y[None]), loss="logistic"
+            )(params),
+            "dataset_mc_fisher": lambda y: dataset_mc_fisher(
+                apply_fn, params, (stacked[0], y[None]), key, loss="logistic", num_samples=2
+            )(params),
+        },
+    )
+
+
+LOGISTIC_ENTRY_POINTS = sorted(logistic_entry_points()[2])
+
+
+@pytest.mark.parametrize("entry", LOGISTIC_ENTRY_POINTS)
+@pytest.mark.parametrize("bad", ["digits", "negative", "nan"])
+def test_logistic_labels_outside_0_1_raise_eagerly_and_under_jit(entry, bad):
+    _, labels, calls = logistic_entry_points()
+    fn = calls[entry]
+    n = labels.shape[0]
+    bad_labels = {
+        "digits": jnp.arange(n, dtype=labels.dtype) % 10 + 1.0,  # labels 1..5 (0..9 style)
+        "negative": labels.at[0].set(-1.0),
+        "nan": labels.at[0].set(jnp.nan),
+    }[bad]
+    with pytest.raises(ValueError, match=r"^batch: logistic labels must lie in \[0, 1\]"):
+        jax.block_until_ready(fn(bad_labels))
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        jax.block_until_ready(jax.jit(fn)(bad_labels))
+    from kernels._checks import failed_check_message
+
+    assert failed_check_message(info.value) == "batch: logistic labels must lie in [0, 1]"
+
+
+@pytest.mark.parametrize("entry", LOGISTIC_ENTRY_POINTS)
+def test_logistic_soft_labels_in_0_1_pass(entry):
+    _, labels, calls = logistic_entry_points()
+    soft = jnp.linspace(0.0, 1.0, labels.shape[0], dtype=labels.dtype)  # ends included
+    out = jax.tree_util.tree_leaves(calls[entry](soft))
+    assert all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in out)
+
+
+# ------------------------------------------------- a loss where apply_fn is expected (issue 30)
+
+
+def loss_fn_of_a_batch(params, batch):
+    """A loss (params, batch) -> scalar: what hessian_trace takes, not an apply_fn."""
+    x, y = batch
+    return jnp.mean((scalar_mlp(params, x) - y) ** 2)
+
+
+def scalar_model(params, x):
+    """Returns one number for the whole batch (a loss-like apply_fn)."""
+    return jnp.sum(scalar_mlp(params, x))
+
+
+@pytest.mark.parametrize("fn", [loss_fn_of_a_batch, scalar_model], ids=["loss", "scalar"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "ggn",
+        "ggn_trace",
+        "empirical_fisher",
+        "empirical_fisher_trace",
+        "mc_fisher",
+        "mc_fisher_trace",
+        "dataset_ggn",
+        "dataset_empirical_fisher",
+        "dataset_mc_fisher",
+    ],
+)
+def test_a_loss_passed_as_apply_fn_names_hessian_trace(fn, entry):
+    _, params, batch, _, _, _ = case("logistic")
+    key = jax.random.key(6)
+    stacked = jax.tree_util.tree_map(lambda a: a[None], batch)
+    kw = dict(loss="squared_error")
+    call = {
+        "ggn": lambda: ggn(fn, params, batch, **kw)(params),
+        "ggn_trace": lambda: ggn_trace(fn, params, batch, key, num_samples=2, **kw),
+        "empirical_fisher": lambda: empirical_fisher(fn, params, batch, **kw)(params),
+        "empirical_fisher_trace": lambda: empirical_fisher_trace(fn, params, batch, **kw),
+        "mc_fisher": lambda: mc_fisher(fn, params, batch, key, num_samples=2, **kw)(params),
+        "mc_fisher_trace": lambda: mc_fisher_trace(fn, params, batch, key, num_samples=2, **kw),
+        "dataset_ggn": lambda: dataset_ggn(fn, params, stacked, **kw)(params),
+        "dataset_empirical_fisher": lambda: dataset_empirical_fisher(fn, params, stacked, **kw)(
+            params
+        ),
+        "dataset_mc_fisher": lambda: dataset_mc_fisher(
+            fn, params, stacked, key, num_samples=2, **kw
+        )(params),
+    }[entry]
+    with pytest.raises(ValueError, match=r"^apply_fn: ") as info:
+        call()
+    message = str(info.value)
+    assert "hessian_trace" in message
+    assert "batch=(inputs, targets)" in message
+
+
+def test_a_batch_that_is_not_a_pair_is_described():
+    apply_fn, params, batch, loss, _, _ = case("logistic")
+    with pytest.raises(ValueError, match=r"^batch: expected a pair \(inputs, targets\)") as info:
+        ggn_trace(apply_fn, params, batch[0], jax.random.key(0), loss=loss, num_samples=2)
+    assert "float64[5, 3] array" in str(info.value)
+    assert "Tracer" not in str(info.value)

@@ -210,7 +210,7 @@ def test_wqk_cover_outputs_and_rademacher():
     exact = rad.rademacher_exact(rad.finite_sup(cover, batch, member_chunk_size=7))
     signs = np.array([[1 - 2 * ((tt >> i) & 1) for i in range(m)] for tt in range(2**m)])
     np.testing.assert_allclose(exact.mean, np.mean(np.max(signs @ out.T, axis=1)) / m, rtol=1e-12)
-    est = rad.rademacher_finite(cover, batch, KEY, num_draws=600, member_chunk_size=16)
+    est = rad.rademacher_finite(cover, batch, KEY, num_samples=600, member_chunk_size=16)
     assert abs(float(est.mean) - float(exact.mean)) <= 5 * float(est.stderr)
     # |f| <= max ||x_t||_inf, the McDiarmid b
     np.testing.assert_allclose(
@@ -228,7 +228,7 @@ def test_wqk_cover_compiles_once_for_new_data_and_radius():
     covers = [
         maurey.wqk_cover_outputs(dim=2, num_atoms=1, radius=jnp.asarray(r)) for r in (1.0, 2.0)
     ]
-    kw = dict(num_draws=4, member_chunk_size=9, chunk_size=2)
+    kw = dict(num_samples=4, member_chunk_size=9, chunk_size=2)
     rad.rademacher_finite(covers[0], batches[0], KEY, **kw)
     with count_compiles() as messages:
         est = rad.rademacher_finite(covers[1], batches[1], KEY, **kw)

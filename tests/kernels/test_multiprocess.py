@@ -70,15 +70,15 @@ SCRIPT = textwrap.dedent(
     # counts chosen so that the samples do not divide evenly over 4 devices (padding is used)
     calls = {
         "rademacher_linear": lambda k, x: rad.rademacher_linear(
-            x, k, norm=2, radius=1.0, num_draws=37, chunk_size=5),
+            x, k, norm=2, radius=1.0, num_samples=37, chunk_size=5),
         "rademacher_finite": lambda k, v: rad.rademacher_finite(
-            lambda i, b: b[i], v, k, num_draws=21, num_members=23, member_chunk_size=5,
+            lambda i, b: b[i], v, k, num_samples=21, num_members=23, member_chunk_size=5,
             chunk_size=4),
         "rademacher_search": lambda k, p, x: rad.rademacher_search(
-            apply, p, x, k, project=project, num_draws=10, num_steps=4, step_size=1.0,
+            apply, p, x, k, project=project, num_samples=10, num_steps=4, step_size=1.0,
             num_restarts=2, chunk_size=3),
         "hessian_trace_hutchinson": lambda k, p, b: curvature.hessian_trace(
-            loss, p, b, k, num_matvecs=10, method="hutchinson", chunk_size=3),
+            loss, p, b, k, num_samples=10, method="hutchinson", chunk_size=3),
         "hessian_trace_hutchpp": lambda k, p, b: curvature.hessian_trace(
             loss, p, b, k, num_matvecs=13, method="hutchpp", chunk_size=3),
         "average_sharpness": lambda k, p, b: sharpness.average_sharpness(

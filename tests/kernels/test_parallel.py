@@ -367,7 +367,7 @@ def test_counts_past_2_53_and_bad_indices_are_refused():
         parallel.sample_key(key, -1)
     with pytest.raises(ValueError, match=r"^index"):
         parallel.sample_key(key, 1.5)
-    assert parallel.check_num_samples(2**40, "num_draws") == 2**40
+    assert parallel.check_num_samples(2**40, "num_samples") == 2**40
 
 
 def two_point_sums(shift, a, b, count, dtype):

@@ -44,7 +44,7 @@ def take_rows(idx, v):
 def test_sign_layout_matches_raw_bits():
     # draw k, example i = bit i % 32 of word i // 32 of bits(fold_in(key, k)); bit 1 -> -1
     n = 70
-    signs = np.asarray(rad.sign_vectors(KEY, num_draws=3, num_examples=n))
+    signs = np.asarray(rad.sign_vectors(KEY, num_samples=3, num_examples=n))
     for k in range(3):
         words = np.asarray(jax.random.bits(jax.random.fold_in(KEY, k), (3,), jnp.uint32))
         bits = np.array([(int(words[i // 32]) >> (i % 32)) & 1 for i in range(n)])
@@ -52,9 +52,9 @@ def test_sign_layout_matches_raw_bits():
 
 
 def test_sign_chunks_regenerate_alone_and_dtypes_agree():
-    full = rad.sign_vectors(KEY, num_draws=12, num_examples=37, dtype=jnp.float64)
+    full = rad.sign_vectors(KEY, num_samples=12, num_examples=37, dtype=jnp.float64)
     assert full.dtype == jnp.float64
-    f32 = rad.sign_vectors(KEY, num_draws=12, num_examples=37)
+    f32 = rad.sign_vectors(KEY, num_samples=12, num_examples=37)
     assert f32.dtype == jnp.float32
     np.testing.assert_array_equal(full, f32.astype(jnp.float64))
     for c in range(3):
@@ -65,7 +65,7 @@ def test_sign_chunks_regenerate_alone_and_dtypes_agree():
 
 
 def test_signs_are_balanced_and_uncorrelated():
-    s = np.asarray(rad.sign_vectors(KEY, num_draws=512, num_examples=128, dtype=jnp.float64))
+    s = np.asarray(rad.sign_vectors(KEY, num_samples=512, num_examples=128, dtype=jnp.float64))
     assert set(np.unique(s)) == {-1.0, 1.0}
     assert abs(s.sum()) <= 5 * math.sqrt(s.size)
     # neighbouring examples and neighbouring draws are uncorrelated
@@ -75,11 +75,11 @@ def test_signs_are_balanced_and_uncorrelated():
 
 def test_sign_bad_arguments_raise():
     with pytest.raises(ValueError, match="key"):
-        rad.sign_vectors(0, num_draws=2, num_examples=3)
+        rad.sign_vectors(0, num_samples=2, num_examples=3)
     with pytest.raises(ValueError, match="num_examples"):
-        rad.sign_vectors(KEY, num_draws=2, num_examples=0)
+        rad.sign_vectors(KEY, num_samples=2, num_examples=0)
     with pytest.raises(ValueError, match="dtype"):
-        rad.sign_vectors(KEY, num_draws=2, num_examples=3, dtype=jnp.float16)
+        rad.sign_vectors(KEY, num_samples=2, num_examples=3, dtype=jnp.float16)
     with pytest.raises(ValueError, match="chunk_index"):
         rad.sign_chunk(KEY, -1, chunk_size=2, num_examples=3)
     with pytest.raises(ValueError, match="chunk_size"):
@@ -132,7 +132,9 @@ def test_linear_within_stderr_of_exact(p, run):
     x = np.random.default_rng(1).normal(size=(12, 5))
     exact, sd = linear_reference(x, p, 2.0)
     num = 2000
-    est = run(lambda: rad.rademacher_linear(jnp.asarray(x), KEY, norm=p, radius=2.0, num_draws=num))
+    est = run(
+        lambda: rad.rademacher_linear(jnp.asarray(x), KEY, norm=p, radius=2.0, num_samples=num)
+    )
     assert abs(float(est.mean) - exact) <= 5 * float(est.stderr)
     # reported stderr within 20% of the closed-form sd / sqrt(K)
     np.testing.assert_allclose(est.stderr, sd / math.sqrt(num), rtol=0.2)
@@ -155,7 +157,7 @@ def test_matrix_class_dual_group_norm(q, p):
     sup = rad.linear_sup(jnp.asarray(x), norm=(q, p), radius=1.0, readout=jnp.asarray(u))
     np.testing.assert_allclose(rad.rademacher_exact(sup).mean, exact, rtol=1e-12)
     est = rad.rademacher_linear(
-        jnp.asarray(x), KEY, norm=(q, p), radius=1.0, readout=jnp.asarray(u), num_draws=1000
+        jnp.asarray(x), KEY, norm=(q, p), radius=1.0, readout=jnp.asarray(u), num_samples=1000
     )
     assert abs(float(est.mean) - exact) <= 5 * float(est.stderr)
 
@@ -175,7 +177,7 @@ def test_matrix_class_sup_is_attained():
 
 def test_sup_objects_are_pytrees():
     x = jnp.asarray(np.random.default_rng(4).normal(size=(5, 3)))
-    s = rad.sign_vectors(KEY, num_draws=4, num_examples=5, dtype=jnp.float64)
+    s = rad.sign_vectors(KEY, num_samples=4, num_examples=5, dtype=jnp.float64)
     sup = rad.linear_sup(x, norm=1, radius=2.0)
     leaves = jax.tree_util.tree_leaves(sup)
     assert len(leaves) == 3  # inputs, scale and the power of two the inputs are scaled by
@@ -192,14 +194,14 @@ def test_sup_objects_are_pytrees():
 def test_chunking_does_not_change_result():
     x = jnp.asarray(np.random.default_rng(4).normal(size=(40, 3)))
     ests = [
-        rad.rademacher_linear(x, KEY, norm=2, radius=1.0, num_draws=300, chunk_size=c)
+        rad.rademacher_linear(x, KEY, norm=2, radius=1.0, num_samples=300, chunk_size=c)
         for c in (None, 1, 7, 256, 300)
     ]
     for e in ests[1:]:
         np.testing.assert_allclose(e.mean, ests[0].mean, rtol=1e-12)
         np.testing.assert_allclose(e.stderr, ests[0].stderr, rtol=1e-10)
     # and equals the plain average over the materialised sign vectors
-    s = np.asarray(rad.sign_vectors(KEY, num_draws=300, num_examples=40, dtype=jnp.float64))
+    s = np.asarray(rad.sign_vectors(KEY, num_samples=300, num_examples=40, dtype=jnp.float64))
     vals = np.linalg.norm(s @ np.asarray(x), axis=1) / 40
     np.testing.assert_allclose(ests[0].mean, vals.mean(), rtol=1e-12)
     np.testing.assert_allclose(ests[0].stderr, vals.std(ddof=1) / math.sqrt(300), rtol=1e-10)
@@ -207,7 +209,7 @@ def test_chunking_does_not_change_result():
 
 def test_float32_in_float32_out():
     x = jnp.ones((16, 3), jnp.float32)
-    est = rad.rademacher_linear(x, KEY, norm=1, radius=1.0, num_draws=10)
+    est = rad.rademacher_linear(x, KEY, norm=1, radius=1.0, num_samples=10)
     assert est.mean.dtype == jnp.float32
     assert est.stderr.dtype == jnp.float32
     assert est.lower.dtype == jnp.float32
@@ -219,7 +221,7 @@ def test_traced_once_for_new_keys():
 
     def body(key):
         count[0] += 1
-        return rad.rademacher_linear(x, key, norm=2, radius=1.0, num_draws=16, chunk_size=4)
+        return rad.rademacher_linear(x, key, norm=2, radius=1.0, num_samples=16, chunk_size=4)
 
     f = jax.jit(body)
     for i in range(3):
@@ -228,20 +230,20 @@ def test_traced_once_for_new_keys():
     # vmapped over keys equals the loop
     keys = jax.random.split(KEY, 3)
     batched = jax.vmap(
-        functools.partial(rad.rademacher_linear, x, norm=2, radius=1.0, num_draws=16)
+        functools.partial(rad.rademacher_linear, x, norm=2, radius=1.0, num_samples=16)
     )(keys)
     for i in range(3):
-        one = rad.rademacher_linear(x, keys[i], norm=2, radius=1.0, num_draws=16)
+        one = rad.rademacher_linear(x, keys[i], norm=2, radius=1.0, num_samples=16)
         np.testing.assert_allclose(batched.mean[i], one.mean, rtol=1e-12)
 
 
 def test_linear_bad_arguments_raise():
     x = jnp.ones((4, 2))
-    kw = dict(norm=2, radius=1.0, num_draws=4)
+    kw = dict(norm=2, radius=1.0, num_samples=4)
     with pytest.raises(ValueError, match="radius"):
         rad.rademacher_linear(x, KEY, **{**kw, "radius": 0.0})
-    with pytest.raises(ValueError, match="num_draws"):
-        rad.rademacher_linear(x, KEY, **{**kw, "num_draws": 1})
+    with pytest.raises(ValueError, match="num_samples"):
+        rad.rademacher_linear(x, KEY, **{**kw, "num_samples": 1})
     with pytest.raises(ValueError, match="inputs"):
         rad.rademacher_linear(jnp.ones(4), KEY, **kw)
     with pytest.raises(ValueError, match="inputs"):
@@ -258,9 +260,11 @@ def test_linear_bad_arguments_raise():
 def test_bad_chunk_size_raises_everywhere(chunk_size):
     x = jnp.ones((4, 2))
     with pytest.raises(ValueError, match="chunk_size"):
-        rad.rademacher_linear(x, KEY, norm=2, radius=1.0, num_draws=4, chunk_size=chunk_size)
+        rad.rademacher_linear(x, KEY, norm=2, radius=1.0, num_samples=4, chunk_size=chunk_size)
     with pytest.raises(ValueError, match="chunk_size"):
-        rad.rademacher_finite(take_rows, x, KEY, num_draws=4, num_members=4, chunk_size=chunk_size)
+        rad.rademacher_finite(
+            take_rows, x, KEY, num_samples=4, num_members=4, chunk_size=chunk_size
+        )
     with pytest.raises(ValueError, match="chunk_size"):
         rad.rademacher_search(
             linear_fn,
@@ -268,7 +272,7 @@ def test_bad_chunk_size_raises_everywhere(chunk_size):
             x,
             KEY,
             project=l2_ball,
-            num_draws=4,
+            num_samples=4,
             num_steps=2,
             step_size=0.1,
             chunk_size=chunk_size,
@@ -289,7 +293,7 @@ def test_bad_chunk_size_raises_everywhere(chunk_size):
 )
 def test_linear_bad_inputs_raise(inputs, key, match):
     with pytest.raises(ValueError, match=match):
-        rad.rademacher_linear(jnp.asarray(inputs), key, norm=2, radius=1.0, num_draws=4)
+        rad.rademacher_linear(jnp.asarray(inputs), key, norm=2, radius=1.0, num_samples=4)
 
 
 # ----------------------------------------------------------------------------- finite classes
@@ -301,7 +305,7 @@ def test_finite_matches_enumeration_and_chunks():
     exact = np.mean(np.max(all_signs(10) @ np.asarray(v).T, axis=1)) / 10
     got = rad.rademacher_exact(rad.finite_sup(take_rows, v, num_members=53, member_chunk_size=8))
     np.testing.assert_allclose(got.mean, exact, rtol=1e-12)
-    kw = dict(num_draws=1500, num_members=53)
+    kw = dict(num_samples=1500, num_members=53)
     a = rad.rademacher_finite(take_rows, v, KEY, member_chunk_size=8, chunk_size=100, **kw)
     b = rad.rademacher_finite(take_rows, v, KEY, **kw)
     c = rad.rademacher_finite(take_rows, v, KEY, member_chunk_size=53, chunk_size=None, **kw)
@@ -324,9 +328,9 @@ def test_finite_large_class_on_demand():
         return jnp.cos((idx[:, None] + 1).astype(xs.dtype) * xs[None, :])
 
     est = rad.rademacher_finite(
-        cosines, x, KEY, num_draws=8, num_members=m, member_chunk_size=4096, delta=None
+        cosines, x, KEY, num_samples=8, num_members=m, member_chunk_size=4096, delta=None
     )
-    s = np.asarray(rad.sign_vectors(KEY, num_draws=8, num_examples=n, dtype=jnp.float64))
+    s = np.asarray(rad.sign_vectors(KEY, num_samples=8, num_examples=n, dtype=jnp.float64))
     best = np.full(8, -np.inf)
     for start in range(0, m, 50_000):
         j = np.arange(start, min(m, start + 50_000))
@@ -336,7 +340,7 @@ def test_finite_large_class_on_demand():
 
 def test_finite_bad_arguments_raise():
     v = jnp.ones((5, 3))
-    kw = dict(num_draws=4, num_members=5)
+    kw = dict(num_samples=4, num_members=5)
     with pytest.raises(ValueError, match="outputs_fn"):
         rad.rademacher_finite(lambda idx, b: jnp.ones(3), v, KEY, **kw)
     with pytest.raises(ValueError, match=r"outputs_fn.*float32"):
@@ -346,9 +350,9 @@ def test_finite_bad_arguments_raise():
     with pytest.raises(ValueError, match="batch"):
         rad.rademacher_finite(take_rows, jnp.ones((5, 0)), KEY, **kw)
     with pytest.raises(ValueError, match="num_members"):
-        rad.rademacher_finite(take_rows, v, KEY, num_draws=4, num_members=0)
+        rad.rademacher_finite(take_rows, v, KEY, num_samples=4, num_members=0)
     with pytest.raises(ValueError, match="num_members"):
-        rad.rademacher_finite(take_rows, v, KEY, num_draws=4)
+        rad.rademacher_finite(take_rows, v, KEY, num_samples=4)
     with pytest.raises(ValueError, match="key"):
         rad.rademacher_finite(take_rows, v, 0, **kw)
     with pytest.raises(ValueError, match="batch"):
@@ -365,7 +369,7 @@ def test_finite_non_finite_outputs_are_counted():
         return jnp.where((idx == 2)[:, None], jnp.nan, b[idx])
 
     with pytest.raises(ValueError, match="outputs_fn: non-finite value at 5 of the 5"):
-        rad.rademacher_finite(outputs, v, KEY, num_draws=5, num_members=4)
+        rad.rademacher_finite(outputs, v, KEY, num_samples=5, num_members=4)
 
 
 # ----------------------------------------------------------------------------- search
@@ -378,14 +382,14 @@ def test_search_reaches_linear_sup_within_one_percent(p, steps):
     x = jnp.asarray(rng.normal(size=(n, d)))
     w0 = jnp.asarray(rng.normal(size=(d,))) * 0.01
     radius = 1.5
-    exact = rad.rademacher_linear(x, KEY, norm=p, radius=radius, num_draws=64, delta=None)
+    exact = rad.rademacher_linear(x, KEY, norm=p, radius=radius, num_samples=64, delta=None)
     est = rad.rademacher_search(
         linear_fn,
         w0,
         x,
         KEY,
         project=lambda w: norms.project_lp_ball(w, p=p, radius=radius),
-        num_draws=64,
+        num_samples=64,
         num_steps=steps,
         step_size=2 * radius,
         num_restarts=2,
@@ -417,7 +421,7 @@ def test_search_is_lower_bound_per_sign_vector_on_a_network():
         tanh_net, params, x, KEY, project=unit_balls, num_steps=40, step_size=0.3, num_restarts=3
     )
     assert sup.num_examples == n
-    s = rad.sign_vectors(KEY, num_draws=4, num_examples=n, dtype=jnp.float64)
+    s = rad.sign_vectors(KEY, num_samples=4, num_examples=n, dtype=jnp.float64)
     vals, top = (np.asarray(a) for a in sup.search(s))
     np.testing.assert_array_equal(vals, np.asarray(sup(s)))
     sweep = jax.vmap(unit_balls)(
@@ -438,7 +442,7 @@ def test_search_is_lower_bound_per_sign_vector_on_a_network():
 def test_search_chunking_does_not_change_result():
     rng = np.random.default_rng(8)
     x = jnp.asarray(rng.normal(size=(7, 3)))
-    kw = dict(project=l2_ball, num_draws=6, num_steps=6, step_size=1.0, num_restarts=2)
+    kw = dict(project=l2_ball, num_samples=6, num_steps=6, step_size=1.0, num_restarts=2)
     ests = [
         rad.rademacher_search(linear_fn, jnp.ones(3), x, KEY, chunk_size=c, **kw)
         for c in (None, 4, 6)
@@ -449,7 +453,7 @@ def test_search_chunking_does_not_change_result():
 
 
 def search_kw(**over):
-    kw = dict(project=l2_ball, num_draws=4, num_steps=10, step_size=0.5)
+    kw = dict(project=l2_ball, num_samples=4, num_steps=10, step_size=0.5)
     kw.update(over)
     return kw
 
@@ -529,7 +533,7 @@ def test_compile_once_linear_and_exact():
     rng = np.random.default_rng(10)
     x1, x2 = (jnp.asarray(rng.normal(size=(9, 3))) for _ in range(2))
     key2, radius2 = jax.random.key(7), jnp.asarray(2.0)
-    kw = dict(norm=2, num_draws=10, chunk_size=4)
+    kw = dict(norm=2, num_samples=10, chunk_size=4)
     rad.rademacher_linear(x1, KEY, radius=jnp.asarray(1.0), **kw)
     sup1, sup2 = (rad.linear_sup(x, norm=1, radius=1.0) for x in (x1, x2))
     rad.rademacher_exact(sup1)
@@ -543,7 +547,7 @@ def test_compile_once_finite():
     rng = np.random.default_rng(11)
     v1, v2 = (jnp.asarray(rng.normal(size=(20, 6))) for _ in range(2))
     fn = TraceCounter(take_rows)
-    kw = dict(num_draws=6, num_members=20, member_chunk_size=8, chunk_size=4)
+    kw = dict(num_samples=6, num_members=20, member_chunk_size=8, chunk_size=4)
     rad.rademacher_finite(fn, v1, KEY, **kw)
     # outputs of the first block (n, dtype), the bound pass, one shared trace of the sup pass
     assert fn.count <= 3
@@ -573,7 +577,7 @@ def test_compile_once_search():
     key2, bound2, ball2 = jax.random.key(9), jnp.asarray(5.0), Ball(jnp.asarray(0.5))
     apply_fn = TraceCounter(lambda w, xs: jnp.tanh(xs @ w))
     kw = dict(
-        num_draws=4,
+        num_samples=4,
         num_steps=3,
         step_size=jnp.asarray(0.5),
         num_restarts=2,
@@ -598,12 +602,14 @@ def test_compile_once_search():
 
 def jitted_kernels(x):
     """Fresh user-jitted calls (the switch applies to programs traced after it is set)."""
-    linear = jax.jit(lambda x, r: rad.rademacher_linear(x, KEY, norm=2, radius=r, num_draws=4).mean)
+    linear = jax.jit(
+        lambda x, r: rad.rademacher_linear(x, KEY, norm=2, radius=r, num_samples=4).mean
+    )
     search = jax.jit(
         lambda w: rad.rademacher_search(linear_fn, w, x, KEY, **search_kw(num_steps=2)).mean
     )
     finite = jax.jit(
-        lambda v: rad.rademacher_finite(take_rows, v, KEY, num_draws=4, num_members=6).mean
+        lambda v: rad.rademacher_finite(take_rows, v, KEY, num_samples=4, num_members=6).mean
     )
     return linear, search, finite
 
@@ -617,7 +623,7 @@ def test_runtime_checks_under_jit_and_switch():
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"radius: expected a finite value > 0"):
         jax.block_until_ready(linear(x, -1.0))
     with pytest.raises(ValueError, match="radius"):
-        rad.rademacher_linear(x, KEY, norm=2, radius=jnp.asarray(-1.0), num_draws=4)
+        rad.rademacher_linear(x, KEY, norm=2, radius=jnp.asarray(-1.0), num_samples=4)
     with pytest.raises(jax.errors.JaxRuntimeError, match="params: expected finite"):
         jax.block_until_ready(search(bad_w))
     with pytest.raises(jax.errors.JaxRuntimeError, match="batch: expected finite"):
@@ -628,23 +634,23 @@ def test_runtime_checks_under_jit_and_switch():
         assert np.isnan(float(search(bad_w)))
         assert np.isnan(float(finite(bad)))
         # eager calls compile a program without checks too
-        est = rad.rademacher_linear(bad, KEY, norm=2, radius=1.0, num_draws=4)
+        est = rad.rademacher_linear(bad, KEY, norm=2, radius=1.0, num_samples=4)
         assert np.isnan(float(est.mean))
 
 
 def test_mcdiarmid_halfwidth_checks():
     np.testing.assert_allclose(
-        mcd := rad.mcdiarmid_halfwidth(2.0, num_examples=8, num_draws=3, delta=0.1),
+        mcd := rad.mcdiarmid_halfwidth(2.0, num_examples=8, num_samples=3, delta=0.1),
         4 * math.sqrt(math.log(20) / 48),
         rtol=1e-12,
     )
     assert mcd > 0
     with pytest.raises(ValueError, match="delta"):
-        rad.mcdiarmid_halfwidth(1.0, num_examples=8, num_draws=3, delta=1.0)
+        rad.mcdiarmid_halfwidth(1.0, num_examples=8, num_samples=3, delta=1.0)
     with pytest.raises(ValueError, match="bound"):
-        rad.mcdiarmid_halfwidth(-1.0, num_examples=8, num_draws=3, delta=0.1)
+        rad.mcdiarmid_halfwidth(-1.0, num_examples=8, num_samples=3, delta=0.1)
     with pytest.raises(ValueError, match="num_examples"):
-        rad.mcdiarmid_halfwidth(1.0, num_examples=0, num_draws=3, delta=0.1)
+        rad.mcdiarmid_halfwidth(1.0, num_examples=0, num_samples=3, delta=0.1)
 
 
 # ----------------------------------------------------------------------------- readout search
@@ -659,7 +665,7 @@ def identity(v):
 
 
 def readout_kw(**over):
-    kw = dict(project=identity, readout_norm=2, readout_radius=1.0, num_draws=4, num_steps=1)
+    kw = dict(project=identity, readout_norm=2, readout_radius=1.0, num_samples=4, num_steps=1)
     kw.update(step_size=0.5, delta=None)
     kw.update(over)
     return kw
@@ -680,9 +686,9 @@ def test_readout_search_with_fixed_features_is_the_linear_closed_form(q):
     np.testing.assert_allclose(float(exact.mean), closed.mean(), rtol=1e-13)
     # the Monte Carlo kernel: the same sign vectors, values and stderr as rademacher_linear
     est = rad.rademacher_readout_search(
-        fixed_features, jnp.zeros(1), x, KEY, num_draws=32, chunk_size=8, delta=None, **kw
+        fixed_features, jnp.zeros(1), x, KEY, num_samples=32, chunk_size=8, delta=None, **kw
     )
-    lin = rad.rademacher_linear(x, KEY, norm=q, radius=radius, num_draws=32, delta=None)
+    lin = rad.rademacher_linear(x, KEY, norm=q, radius=radius, num_samples=32, delta=None)
     np.testing.assert_allclose(float(est.mean), float(lin.mean), rtol=1e-13)
     np.testing.assert_allclose(float(est.stderr), float(lin.stderr), rtol=1e-10)
     assert est.num_samples == 32
@@ -704,7 +710,7 @@ def test_readout_search_through_an_inner_matrix_reaches_its_closed_form(q, facto
     n, d, k, radius = 16, 4, 3, 0.8
     x = jnp.asarray(rng.normal(size=(n, d)))
     v0 = frobenius_ball(jnp.asarray(rng.normal(size=(d, k))))
-    s = rad.sign_vectors(KEY, num_draws=8, num_examples=n, dtype=jnp.float64)
+    s = rad.sign_vectors(KEY, num_samples=8, num_examples=n, dtype=jnp.float64)
     closed = factor * radius / n * np.linalg.norm(np.asarray(s) @ np.asarray(x), axis=1)
     sup = rad.readout_search_sup(
         inner_linear, v0, x, KEY, project=frobenius_ball, readout_norm=q, readout_radius=radius,
@@ -729,7 +735,7 @@ def test_readout_search_is_not_below_plain_ascent_on_a_two_layer_net():
     n, d, h, draws = 24, 3, 6, 16
     x = jnp.asarray(rng.normal(size=(n, d)))
     params = {"w": jnp.asarray(rng.normal(size=(d, h))) * 0.3, "v": jnp.asarray(rng.normal(size=h))}
-    common = dict(num_draws=draws, num_steps=15, step_size=1.0, chunk_size=8, delta=None)
+    common = dict(num_samples=draws, num_steps=15, step_size=1.0, chunk_size=8, delta=None)
     plain = rad.rademacher_search(tanh_net, params, x, KEY, project=unit_balls, **common)
     readout = rad.rademacher_readout_search(
         tanh_features, params["w"], x, KEY, project=frobenius_ball, readout_norm=2,
@@ -746,7 +752,7 @@ def test_readout_search_interval_chunks_and_dtype():
     n, d, h = 10, 3, 4
     x = jnp.asarray(rng.normal(size=(n, d)))
     w0 = frobenius_ball(jnp.asarray(rng.normal(size=(d, h))))
-    kw = readout_kw(project=frobenius_ball, num_draws=6, num_steps=4, delta=0.05)
+    kw = readout_kw(project=frobenius_ball, num_samples=6, num_steps=4, delta=0.05)
     run = functools.partial(rad.rademacher_readout_search, tanh_features)
     # |w^T tanh(.)| <= B ||tanh(.)||_2 <= B sqrt(h): a valid output bound gives the interval
     bound = math.sqrt(h)
@@ -795,7 +801,7 @@ def test_readout_search_bad_arguments_raise():
         ("step_size", {"step_size": 0}),
         ("num_steps", {"num_steps": 0}),
         ("num_restarts", {"num_restarts": 0}),
-        ("num_draws", {"num_draws": 1}),
+        ("num_samples", {"num_samples": 1}),
         ("chunk_size", {"chunk_size": 0}),
         ("init_scale", {"init_scale": -1.0}),
         ("output_bound", {"output_bound": -1.0, "delta": 0.05}),
@@ -845,7 +851,7 @@ def test_search_nan_iterate_is_reported_though_the_loop_is_unchecked():
     # the ascent's loop body runs without runtime checks; a NaN iterate must still fail
     x = jnp.asarray(np.random.default_rng(25).normal(size=(6, 3)))
     w0 = jnp.full(3, 0.1)
-    kw = dict(project=blows_up_outside_unit_ball, num_draws=4, num_steps=3, step_size=5.0)
+    kw = dict(project=blows_up_outside_unit_ball, num_samples=4, num_steps=3, step_size=5.0)
     with pytest.raises(ValueError, match=r"apply_fn: non-finite value at 4 of the 4 sign"):
         rad.rademacher_search(linear_fn, w0, x, KEY, **kw)
     with pytest.raises(ValueError, match=r"features_fn: non-finite value at 4 of the 4 sign"):
@@ -927,7 +933,7 @@ def test_linear_norms_neither_overflow_nor_underflow(dtype):
     sum of squares gave 0 in float32), and 1e20 eye(4) with radius 1e-20 too (it gave inf)."""
     x = jnp.eye(4, dtype=dtype)
     for scale in (1e-20, 1e20):
-        est = rad.rademacher_linear(scale * x, KEY, norm=2, radius=1 / scale, num_draws=8)
+        est = rad.rademacher_linear(scale * x, KEY, norm=2, radius=1 / scale, num_samples=8)
         assert est.mean.dtype == dtype
         np.testing.assert_allclose(float(est.mean), 0.5, rtol=tol(dtype))
         assert float(est.stderr) <= tol(dtype)
@@ -936,15 +942,15 @@ def test_linear_norms_neither_overflow_nor_underflow(dtype):
 
 def test_mcdiarmid_with_a_tiny_delta_is_finite():
     for delta in (1e-308, 5e-324):
-        got = float(rad.mcdiarmid_halfwidth(1.0, num_examples=10_000, num_draws=1, delta=delta))
+        got = float(rad.mcdiarmid_halfwidth(1.0, num_examples=10_000, num_samples=1, delta=delta))
         want = 2 * math.sqrt((math.log(2) - math.log(delta)) / (2 * 10_000))
         assert math.isfinite(got)
         np.testing.assert_allclose(got, want, rtol=1e-14)
 
 
 def test_counts_past_2_53_are_refused():
-    with pytest.raises(ValueError, match=r"^num_draws: at most 2\*\*53"):
-        rad.rademacher_linear(jnp.eye(3), KEY, norm=2, radius=1.0, num_draws=2**53 + 1)
+    with pytest.raises(ValueError, match=r"^num_samples: at most 2\*\*53"):
+        rad.rademacher_linear(jnp.eye(3), KEY, norm=2, radius=1.0, num_samples=2**53 + 1)
 
 
 def test_rbg_keys_keep_the_chunk_invariance():
@@ -953,10 +959,10 @@ def test_rbg_keys_keep_the_chunk_invariance():
     tests/kernels/test_parallel.py)."""
     key = jax.random.key(3, impl="rbg")
     x = jnp.asarray(np.random.default_rng(4).normal(size=(9, 3)))
-    means = [float(rad.rademacher_linear(x, key, norm=2, radius=1.0, num_draws=21,
+    means = [float(rad.rademacher_linear(x, key, norm=2, radius=1.0, num_samples=21,
                                          chunk_size=c).mean) for c in (None, 4, 64)]  # fmt: skip
     np.testing.assert_allclose(means, means[0], rtol=1e-12)
-    rows = rad.sign_vectors(key, num_draws=6, num_examples=9)
+    rows = rad.sign_vectors(key, num_samples=6, num_examples=9)
     np.testing.assert_array_equal(rad.sign_chunk(key, 1, chunk_size=3, num_examples=9), rows[3:])
 
 
@@ -1012,7 +1018,7 @@ def test_readout_search_under_reduced_precision_matmuls():
     n, d, h = 10, 3, 4
     x = jnp.asarray(rng.normal(size=(n, d)))
     w0 = frobenius_ball(jnp.asarray(rng.normal(size=(d, h))))
-    kw = readout_kw(project=frobenius_ball, num_draws=6, num_steps=4)
+    kw = readout_kw(project=frobenius_ball, num_samples=6, num_steps=4)
     e64 = rad.rademacher_readout_search(bf16_features, w0, x, KEY, **kw)
     e32 = rad.rademacher_readout_search(
         bf16_features, w0.astype(jnp.float32), x.astype(jnp.float32), KEY, **kw
@@ -1032,14 +1038,14 @@ def test_linear_bf16x2_is_far_below_the_monte_carlo_error():
     rng = np.random.default_rng(5)
     x = rng.normal(size=(64, 16))
     x32 = jnp.asarray(x, jnp.float32)
-    signs = rad.sign_vectors(KEY, num_draws=32, num_examples=64, dtype=jnp.float64)
+    signs = rad.sign_vectors(KEY, num_samples=32, num_examples=64, dtype=jnp.float64)
     exact = np.linalg.norm(np.asarray(signs) @ x, axis=1) / 64
     s32 = signs.astype(jnp.float32)
     split = rad.linear_sup(x32, norm=2, radius=1.0, precision="bf16x2")(s32)
     np.testing.assert_allclose(np.asarray(split, np.float64), exact, rtol=2.0**-15)
     highest = rad.linear_sup(x32, norm=2, radius=1.0, precision="highest")(s32)
     np.testing.assert_allclose(np.asarray(highest, np.float64), exact, rtol=tol(jnp.float32))
-    kw = dict(norm=2, radius=1.0, num_draws=512, chunk_size=64)
+    kw = dict(norm=2, radius=1.0, num_samples=512, chunk_size=64)
     plain = rad.rademacher_linear(x32, KEY, **kw)
     fast = rad.rademacher_linear(x32, KEY, precision="bf16x2", **kw)
     assert abs(float(fast.mean) - float(plain.mean)) < 0.01 * float(plain.stderr)
@@ -1061,7 +1067,7 @@ def test_linear_default_chunk_follows_the_backend(monkeypatch):
     monkeypatch.setattr(rad, "_ACCEL_CHUNK_BYTES", 4608 * 4 * 1000)  # fits 1000 draws
     assert rad._linear_chunk("auto", x) == 512
     with pytest.raises(ValueError, match=r"^chunk_size"):
-        rad.rademacher_linear(x[:4, :2], KEY, norm=2, radius=1.0, num_draws=4, chunk_size="big")
+        rad.rademacher_linear(x[:4, :2], KEY, norm=2, radius=1.0, num_samples=4, chunk_size="big")
 
 
 # ----------------------------------------------------------------------------- slow: 2**31 draws
@@ -1073,7 +1079,7 @@ def test_linear_past_2_31_draws_is_right():
     with probability 1/2 (the int32 count gave mean 1e10 and a NaN stderr)."""
     num = 2**31 + 2**22
     est = rad.rademacher_linear(jnp.ones((2, 1), jnp.float32), KEY, norm=2, radius=1.0,
-                                num_draws=num, chunk_size=2**22)  # fmt: skip
+                                num_samples=num, chunk_size=2**22)  # fmt: skip
     assert est.num_samples == num
     assert abs(float(est.mean) - 0.5) <= 5 * float(est.stderr)
     np.testing.assert_allclose(float(est.stderr), 0.5 / math.sqrt(num), rtol=1e-3)
@@ -1085,7 +1091,7 @@ def test_float32_linear_agrees_with_float64_at_2_24_draws():
     (the float32 running mean stopped moving), 21 stderr from float64 on the same draws."""
     rng = np.random.default_rng(0)
     x = np.eye(32) + 0.02 * rng.normal(size=(32, 32))
-    kw = dict(norm=2, radius=1.0, num_draws=2**24, chunk_size=4096)
+    kw = dict(norm=2, radius=1.0, num_samples=2**24, chunk_size=4096)
     e32 = rad.rademacher_linear(jnp.asarray(x, jnp.float32), KEY, **kw)
     e64 = rad.rademacher_linear(jnp.asarray(x), KEY, **kw)
     # summation now contributes nothing visible: what is left is each draw's float32 rounding
@@ -1095,7 +1101,8 @@ def test_float32_linear_agrees_with_float64_at_2_24_draws():
 @pytest.mark.parametrize(
     ("name", "call"),
     [
-        ("radius", lambda v: rad.rademacher_linear(jnp.eye(3), KEY, norm=2, radius=v, num_draws=4)),
+        ("radius", lambda v: rad.rademacher_linear(jnp.eye(3), KEY, norm=2, radius=v,
+                                                   num_samples=4)),
         ("step_size", lambda v: rad.rademacher_search(linear_fn, jnp.ones(3), jnp.eye(3), KEY,
                                                       **search_kw(step_size=v))),
         ("readout_radius", lambda v: rad.rademacher_readout_search(
@@ -1109,3 +1116,86 @@ def test_array_options_must_be_scalars(name, call):
     two-valued estimate): a ValueError names the option."""
     with pytest.raises(ValueError, match=rf"^{name}: expected a scalar, got an array of shape"):
         call(jnp.ones(2))
+
+
+# ------------------------------------------------- huge values: scaled statistics (issue 30)
+
+
+def _linear_reference(x64, norm, readout, k):
+    """float64 sups of the kernel's own draws (sign_vectors rows) for inputs ``x64``."""
+    n = x64.shape[0]
+    s = np.asarray(rad.sign_vectors(KEY, num_samples=k, num_examples=n, dtype=jnp.float64))
+    v = s @ x64
+    if isinstance(norm, tuple):
+        q, p = norm
+        scale = np.linalg.norm(readout, ord=norms.dual_exponent(q))
+        return scale * np_dual(v, p) / n
+    return np_dual(v, norm) / n
+
+
+@pytest.mark.parametrize("norm", [2, 1, np.inf, 3.0, (2, 1), (1, np.inf), (np.inf, 2)])
+def test_linear_huge_inputs_give_finite_stderr(norm):
+    rng = np.random.default_rng(30)
+    x = jnp.asarray(1e20 * rng.standard_normal((64, 8)), jnp.float32)
+    readout = None
+    if isinstance(norm, tuple):
+        readout = jnp.asarray([1.0, -2.0, 0.5], jnp.float32)
+    k = 256
+    est = rad.rademacher_linear(
+        x, KEY, norm=norm, radius=1.0, num_samples=k, readout=readout, precision="highest"
+    )
+    ro = None if readout is None else np.asarray(readout, np.float64)
+    vals = _linear_reference(np.asarray(x, np.float64), norm, ro, k)
+    assert np.isfinite(float(est.stderr))
+    np.testing.assert_allclose(float(est.mean), vals.mean(), rtol=1e-5)
+    np.testing.assert_allclose(float(est.stderr), vals.std(ddof=1) / np.sqrt(k), rtol=1e-4)
+    assert np.isfinite(float(est.lower))
+    assert np.isfinite(float(est.upper))
+
+
+def test_linear_scaling_is_exact():
+    """Inputs times 2**60: the estimate times 2**60, bit for bit (powers of two are exact)."""
+    rng = np.random.default_rng(31)
+    x = jnp.asarray(rng.standard_normal((32, 5)), jnp.float32)
+    kw = dict(norm=2, radius=1.0, num_samples=64, precision="highest")
+    small = rad.rademacher_linear(x, KEY, **kw)
+    big = rad.rademacher_linear(x * 2.0**60, KEY, **kw)
+    assert float(big.mean) == float(small.mean) * 2.0**60
+    assert float(big.stderr) == float(small.stderr) * 2.0**60
+
+
+def test_linear_result_beyond_the_range_raises_naming_inputs():
+    x = jnp.full((64, 8), 3e38, jnp.float32)
+    kw = dict(norm=np.inf, radius=10.0, num_samples=16)
+    message = r"^inputs: non-finite value at 16 of the 16 sign vectors \(NaN, or beyond the range"
+    with pytest.raises(ValueError, match=message):
+        rad.rademacher_linear(x, KEY, **kw)
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        jax.jit(lambda a: rad.rademacher_linear(a, KEY, **kw).mean)(x).block_until_ready()
+    assert _checks.failed_check_message(info.value).startswith("inputs: non-finite value at")
+
+
+def test_finite_huge_outputs_give_finite_stderr():
+    rng = np.random.default_rng(32)
+    v = jnp.asarray(1e20 * rng.standard_normal((7, 40)), jnp.float32)
+    k = 128
+    est = rad.rademacher_finite(take_rows, v, KEY, num_samples=k, num_members=7)
+    s = np.asarray(rad.sign_vectors(KEY, num_samples=k, num_examples=40, dtype=jnp.float64))
+    vals = (s @ np.asarray(v, np.float64).T).max(axis=1) / 40
+    assert np.isfinite(float(est.stderr))
+    np.testing.assert_allclose(float(est.mean), vals.mean(), rtol=1e-5)
+    np.testing.assert_allclose(float(est.stderr), vals.std(ddof=1) / np.sqrt(k), rtol=1e-4)
+    with pytest.raises(ValueError, match=r"^outputs_fn: non-finite value .* beyond the range"):
+        rad.rademacher_finite(
+            take_rows, jnp.full((3, 4), 3e38, jnp.float32), KEY, num_samples=4, num_members=3
+        )
+
+
+@pytest.mark.parametrize("norm", [0.5, -1, float("nan"), "two", (2, 0.5), (0, 2)])
+def test_linear_bad_norm_names_norm(norm):
+    readout = jnp.ones(2) if isinstance(norm, tuple) else None
+    with pytest.raises(ValueError, match=r"^norm: ") as info:
+        rad.rademacher_linear(
+            jnp.eye(3), KEY, norm=norm, radius=1.0, num_samples=4, readout=readout
+        )
+    assert "exponent in [1, inf]" in str(info.value)

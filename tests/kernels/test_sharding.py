@@ -34,23 +34,23 @@ SCRIPT = textwrap.dedent(
     x = jnp.asarray(rng.normal(size=(50, 6)))
     # 37 draws in chunks of 5: 8 chunks, padded to a multiple of the device count
     for name, kw in {
-        "linear_l2": dict(norm=2, radius=1.0, num_draws=37, chunk_size=5),
-        "linear_l1": dict(norm=1, radius=2.0, num_draws=64, chunk_size=16),
-        "linear_matrix": dict(norm=(2, 1), radius=1.0, num_draws=30, chunk_size=3,
+        "linear_l2": dict(norm=2, radius=1.0, num_samples=37, chunk_size=5),
+        "linear_l1": dict(norm=1, radius=2.0, num_samples=64, chunk_size=16),
+        "linear_matrix": dict(norm=(2, 1), radius=1.0, num_samples=30, chunk_size=3,
                               readout=jnp.arange(1.0, 4.0)),
     }.items():
         e = rad.rademacher_linear(x, key, **kw)
         out[name] = [float(e.mean), float(e.stderr), float(e.lower), float(e.upper)]
     e = jax.jit(lambda k: rad.rademacher_linear(x.astype(jnp.float32), k, norm=2, radius=1.0,
-                                                num_draws=40, chunk_size=4))(key)
+                                                num_samples=40, chunk_size=4))(key)
     out["linear_f32_jit"] = [float(e.mean), float(e.stderr)]
     v = jnp.asarray(rng.normal(size=(23, 50)))
-    e = rad.rademacher_finite(lambda i, b: b[i], v, key, num_draws=21, num_members=23,
+    e = rad.rademacher_finite(lambda i, b: b[i], v, key, num_samples=21, num_members=23,
                               member_chunk_size=5, chunk_size=4)
     out["finite"] = [float(e.mean), float(e.stderr), float(e.upper)]
     e = rad.rademacher_search(lambda w, xs: jnp.tanh(xs @ w), jnp.full(6, 0.1), x, key,
                               project=lambda w: norms.project_lp_ball(w, p=2, radius=1.0),
-                              num_draws=12, num_steps=5, step_size=1.0, num_restarts=2,
+                              num_samples=12, num_steps=5, step_size=1.0, num_restarts=2,
                               chunk_size=3)
     out["search"] = [float(e.mean), float(e.stderr)]
     from kernels import sharpness
@@ -65,7 +65,7 @@ SCRIPT = textwrap.dedent(
     from kernels import using_devices
 
     def scoped_linear():
-        e = rad.rademacher_linear(x, key, norm=2, radius=1.0, num_draws=37, chunk_size=5)
+        e = rad.rademacher_linear(x, key, norm=2, radius=1.0, num_samples=37, chunk_size=5)
         return [float(e.mean), float(e.stderr)], len(e.mean.sharding.device_set)
 
     with using_devices(jax.devices()[-2:]):

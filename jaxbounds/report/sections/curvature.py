@@ -64,7 +64,7 @@ def _curvature(
     """
     k_hutch, k_pp, k_lanczos = jax.random.split(key, 3)
     op = hvp(loss_fn, params, batch)
-    hutch = hutchinson_trace(op, params, k_hutch, num_probes=num_probes)
+    hutch = hutchinson_trace(op, params, k_hutch, num_samples=num_probes)
     hpp = hutchpp_trace(op, params, k_pp, num_matvecs=hutchpp_matvecs)
     top = top_eigenvalues(op, params, k_lanczos, k=top_k, num_steps=lanczos_steps)
     return hutch, hpp, top
@@ -91,7 +91,7 @@ def _gauss_newton(
     """
     k_ggn, k_fisher = jax.random.split(key)
     op = ggn(apply_fn, params, batch, loss=loss)
-    trace = hutchinson_trace(op, params, k_ggn, num_probes=num_probes)
+    trace = hutchinson_trace(op, params, k_ggn, num_samples=num_probes)
     emp = empirical_fisher_trace(
         apply_fn, params, batch, loss=loss, example_chunk_size=example_chunk
     )

@@ -121,7 +121,7 @@ def _search_row(run: Run, key: jax.Array, cfg: RademacherSizes) -> Row:
     # program, not part of its cache key
     est = rademacher_search(
         run.apply_fn, run.params, inputs, key, project=NormBallProjection.of(run.params),
-        num_draws=cfg.search_draws, num_steps=cfg.search_steps, step_size=0.5 * total,
+        num_samples=cfg.search_draws, num_steps=cfg.search_steps, step_size=0.5 * total,
         num_restarts=cfg.search_restarts, chunk_size=cfg.search_chunk,
         output_bound=jnp.asarray(bound),
     )  # fmt: skip
@@ -150,7 +150,7 @@ def rademacher_section(run: Run, *, sizes: RademacherSizes | None = None) -> lis
     inputs = jnp.asarray(run.train["inputs"])
     flat = inputs.reshape(inputs.shape[0], -1)
     lin = rademacher_linear(
-        flat, k_linear, norm=2, radius=jnp.asarray(1.0, flat.dtype), num_draws=cfg.linear_draws
+        flat, k_linear, norm=2, radius=jnp.asarray(1.0, flat.dtype), num_samples=cfg.linear_draws
     )
     rows.append(
         Row.from_estimate(

@@ -324,7 +324,7 @@ def test_one_unit_recomputed_by_hand(smoke_run):
     P = kernels.Perturbation
     with kernels.runtime_checks(False):
         est = kernels.hessian_trace(fns.loss, params, meas, key("hessian_trace"),
-                                    num_matvecs=cfg["hessian_probes"])  # fmt: skip
+                                    num_samples=cfg["hessian_probes"])  # fmt: skip
         _close(value("hessian_trace"), float(est.mean), 1e-4)
         _close(value("hessian_trace_stderr"), float(est.stderr), 1e-3)
         top = kernels.top_eigenvalues(
@@ -377,7 +377,7 @@ def test_one_unit_recomputed_by_hand(smoke_run):
             _close(value(f"{column}_flatness"), 1.0 / float(r.sigma) ** 2, 1e-5)
         xy = (meas["x"], meas["y"].astype(meas["x"].dtype))
         est = kernels.ggn_trace(fns.apply, params, xy, key("ggn_trace"), loss="logistic",
-                                num_matvecs=cfg["ggn_probes"])  # fmt: skip
+                                num_samples=cfg["ggn_probes"])  # fmt: skip
         _close(value("ggn_trace"), float(est.mean), 1e-4)
         ef = kernels.empirical_fisher_trace(fns.apply, params, xy, loss="logistic")
         _close(value("empirical_fisher_trace"), float(ef), 1e-4)
