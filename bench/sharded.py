@@ -152,7 +152,7 @@ def programs(loss):
     return {
         "gradient": lambda p, b, k: jax.value_and_grad(loss)(p, b),
         "hessian_trace_probe": lambda p, b, k: (
-            curvature.hessian_trace(loss, p, b, k, num_matvecs=2, chunk_size=1).mean
+            curvature.hessian_trace(loss, p, b, k, num_samples=2, chunk_size=1).mean
         ),
         "top_eigenvalues_10": lambda p, b, k: curvature.top_eigenvalues(
             curvature.hvp(loss, p, b), p, k, num_steps=10

@@ -73,7 +73,7 @@ def calls():
     ball = sharpness.Perturbation("l2_ball", 0.2)
     return {
         "hessian_trace_hutchinson": lambda p, b, k: curvature.hessian_trace(
-            loss, p, b, k, num_matvecs=11, chunk_size=3
+            loss, p, b, k, num_samples=11, chunk_size=3
         ),
         "hessian_trace_hutchpp": lambda p, b, k: curvature.hessian_trace(
             loss, p, b, k, num_matvecs=13, method="hutchpp", chunk_size=3
@@ -84,7 +84,7 @@ def calls():
             ),
             p,
             k,
-            num_probes=9,
+            num_samples=9,
             chunk_size=2,
         ),
         "top_eigenvalues": lambda p, b, k: curvature.top_eigenvalues(
@@ -94,10 +94,10 @@ def calls():
             curvature.hvp(loss, p, b), p, k, k=2, num_steps=12, linearize=False
         ),
         "slq_nodes": lambda p, b, k: curvature.slq_nodes(
-            curvature.hvp(loss, p, b), p, k, num_probes=5, num_steps=6, chunk_size=2
+            curvature.hvp(loss, p, b), p, k, num_samples=5, num_steps=6, chunk_size=2
         ),
         "ggn_trace": lambda p, b, k: gauss_newton.ggn_trace(
-            apply, p, b, k, loss="cross_entropy", num_matvecs=11, chunk_size=3
+            apply, p, b, k, loss="cross_entropy", num_samples=11, chunk_size=3
         ),
         "mc_fisher_trace": lambda p, b, k: gauss_newton.mc_fisher_trace(
             apply, p, b, k, loss="cross_entropy", num_samples=7, chunk_size=2
@@ -129,10 +129,10 @@ def calls():
             loss, p, b, k, perturbation=gauss, num_samples=5, num_probes=4, chunk_size=2
         ),
         "rademacher_linear": lambda p, b, k: rad.rademacher_linear(
-            b[0], k, norm=2, radius=1.0, num_draws=21, chunk_size=4
+            b[0], k, norm=2, radius=1.0, num_samples=21, chunk_size=4
         ),
         "rademacher_finite": lambda p, b, k: rad.rademacher_finite(
-            lambda i, w: apply(w, b[0]).T[i], p, k, num_draws=9, num_members=4, chunk_size=2
+            lambda i, w: apply(w, b[0]).T[i], p, k, num_samples=9, num_members=4, chunk_size=2
         ),
         "rademacher_search": lambda p, b, k: rad.rademacher_search(
             scalar_apply,
@@ -140,7 +140,7 @@ def calls():
             b[0],
             k,
             project=project,
-            num_draws=6,
+            num_samples=6,
             num_steps=3,
             step_size=0.5,
             num_restarts=2,
@@ -154,7 +154,7 @@ def calls():
             project=project,
             readout_norm=2,
             readout_radius=1.0,
-            num_draws=6,
+            num_samples=6,
             num_steps=3,
             step_size=0.5,
             chunk_size=2,
@@ -318,13 +318,13 @@ def errors(params, x, labels, key):
             got[name] = str(err)
 
     def trace():
-        return curvature.hessian_trace(loss, sharded, batch, key, num_matvecs=4)
+        return curvature.hessian_trace(loss, sharded, batch, key, num_samples=4)
 
     def scoped(samples, jit=False):
         def run():
             with kernels.using_mesh(mesh, samples=samples):
                 return (
-                    jax.jit(lambda p: curvature.hessian_trace(loss, p, batch, key, num_matvecs=4))(
+                    jax.jit(lambda p: curvature.hessian_trace(loss, p, batch, key, num_samples=4))(
                         sharded
                     )
                     if jit
@@ -377,7 +377,7 @@ def gathers():
     for chunk in (1, 2):
         probe = jax.jit(
             lambda p, b, k, c=chunk: curvature.hessian_trace(
-                mse, p, b, k, num_matvecs=2, chunk_size=c
+                mse, p, b, k, num_samples=2, chunk_size=c
             )
         )
         text = probe.lower(params, xs, jax.random.key(0)).compile().as_text()
@@ -399,7 +399,7 @@ def _explicit_param_axis(params, x, labels, key):
         jax.sharding.use_mesh(mesh) if hasattr(jax.sharding, "use_mesh") else jax.set_mesh(mesh),
         kernels.using_mesh(mesh, samples=("model",)),
     ):
-        return jax.jit(lambda p: curvature.hessian_trace(loss, p, batch, key, num_matvecs=4))(
+        return jax.jit(lambda p: curvature.hessian_trace(loss, p, batch, key, num_samples=4))(
             sharded
         )
 
