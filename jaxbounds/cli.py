@@ -7,7 +7,8 @@ r"""The ``jaxbounds`` command (thin: parse flags, call the engine, print, write 
 ``DIR/report_<model>.json`` (default ``jaxbounds_report/``) or ``FILE``. ``--list`` prints the
 models and sections of :mod:`jaxbounds.report.registry`.
 
-``jaxbounds reproduce NAME [--scale smoke|cpu|paper] [--out DIR] [--seeds N] [--from DIR] ...``
+``jaxbounds reproduce NAME [--scale smoke|cpu|paper] [--out DIR] [--seeds N] [--from DIR]
+[--fresh] ...``
 runs a paper's experiment with :func:`jaxbounds.experiments.runner.run_experiment`;
 ``jaxbounds reproduce --list`` lists them. ``jaxbounds --version`` prints the version.
 
@@ -26,6 +27,12 @@ are then optional and must agree with the runtime (exit 2 otherwise); without th
 split a run by hand as before (process 0 renders what exists when its share is done).
 
 What both commands guarantee:
+
+- The optional packages a command needs (an experiment's ``requires``, see
+  ``jaxbounds/_deps.py``) are checked before any work: a missing one stops it with one line
+  naming the package and the ``pip`` command, exit status 2. ``reproduce`` refuses, the same
+  way, to replace the report of another run (another scale or other seeds) in ``DIR/NAME``
+  unless ``--fresh`` is given.
 
 - No flag is guessed from a prefix (``allow_abbrev=False`` on every parser): ``reproduce NAME
   --seed 3`` is an error, not ``--seeds 3``. Unknown or malformed flags exit with status 2
@@ -70,6 +77,10 @@ What ``estimate`` guarantees besides:
   the job matches: model, seed, scale, sections and package version; ``--resume`` insists,
   ``--fresh`` starts over), skipping the finished sections, and ends with the same numbers as an
   uninterrupted run.
+- Nothing finished is replaced by another job without ``--fresh``: a finished report of another
+  model, seed, scale or sections, or a partial report of another job, at the output place
+  stops the command before any work (exit status 2, naming what differs). ``--resume`` with
+  nothing to resume is an error, and removes the ``--out`` directories it created.
 - Progress bars go to stderr only when it is a terminal (``--progress`` forces them, ``--quiet``
   silences every progress message), so redirected output has no ``\r`` lines.
 - Errors from bad data (:class:`jaxbounds.data.mnist.DataError`, other ``ValueError`` and
@@ -91,6 +102,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxbounds import __version__
+from jaxbounds.study import _cli as study_cli
 
 __all__ = ["main"]
 
@@ -163,8 +175,9 @@ def _estimate_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "--resume", action="store_true", help="resume an interrupted run (error if there is none)"
     )
     again.add_argument(
-        "--fresh", action="store_true", help="start over, ignoring an interrupted run's report"
-    )
+        "--fresh", action="store_true",
+        help="start over: replace the earlier report (partial or finished) of another job",
+    )  # fmt: skip
     est.add_argument("--list", action="store_true", help="list models and sections, then exit")
 
 
@@ -198,6 +211,10 @@ def _reproduce_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "--process-count", type=_positive_int, default=None, metavar="N",
         help="processes sharing the run (default: from the distributed runtime, else 1)",
     )  # fmt: skip
+    rep.add_argument(
+        "--fresh", action="store_true",
+        help="replace the report of another run (other scale or seeds) in DIR/NAME",
+    )  # fmt: skip
     shown = rep.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="no progress messages")
     shown.add_argument("--progress", action="store_true", help="progress bar even if no terminal")
@@ -216,6 +233,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _estimate_parser(commands, common)
     _reproduce_parser(commands, common)
+    study_cli.add_parser(commands, common)
     return parser
 
 
@@ -361,11 +379,27 @@ def _lock_place(directory: Path, flag: str, what: str, held: contextlib.ExitStac
         ) from None
 
 
-def _output_paths(args: argparse.Namespace, held: contextlib.ExitStack) -> tuple[Path, Path]:
+def _missing_dirs(directory: Path) -> list[Path]:
+    """``directory`` and its ancestors that do not exist yet, deepest first."""
+    return [p for p in (directory, *directory.parents) if not p.exists()]
+
+
+def _remove_created(created: Sequence[Path]) -> None:
+    """Remove the directories this run created (deepest first), only where still empty."""
+    for directory in created:
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
+def _output_paths(
+    args: argparse.Namespace, held: contextlib.ExitStack, created: list[Path]
+) -> tuple[Path, Path]:
     """The report and partial-report paths, checked (and ``--out`` created) before any work.
 
     The output directory is locked (``flock``) until ``held`` closes: a second
     ``jaxbounds estimate`` on the same directory stops here instead of doing the work twice.
+    The directories created for ``--out`` are appended to ``created`` (deepest first), so
+    that a run refused later, before any work, removes them again.
     """
     _not_empty("--out", args.out)
     _not_empty("--json", args.json)
@@ -381,12 +415,15 @@ def _output_paths(args: argparse.Namespace, held: contextlib.ExitStack) -> tuple
         directory, flag = Path(args.out), "--out"
         if directory.exists() and not directory.is_dir():
             raise _UsageError(f"--out {directory}: exists and is not a directory")
+        missing = _missing_dirs(directory)
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as err:
+            _remove_created(missing)
             raise _UsageError(
                 f"--out {directory}: cannot create the directory ({err.strerror or err})"
             ) from err
+        created.extend(missing)
         path = directory / f"report_{args.model}.json"
     for target in (path, _partial_path(path)):
         if target.exists() and not target.is_file():
@@ -396,33 +433,73 @@ def _output_paths(args: argparse.Namespace, held: contextlib.ExitStack) -> tuple
     return path, _partial_path(path)
 
 
-def _saved_partial(path: Path, config: Any, args: argparse.Namespace, say: Callable) -> Any:
-    """The partial report to resume from, or None; ``--resume`` without one is an error."""
+def _place_flag(args: argparse.Namespace) -> str:
+    return f"--json {args.json}" if args.json is not None else f"--out {args.out}"
+
+
+def _read_report(path: Path) -> tuple[Any, str | None]:
+    """The report at ``path`` and None, or None and why it cannot be read."""
     from jaxbounds.report.rows import Report
 
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        return None, f"{path} is not a readable JSON file ({err})"
+    try:
+        return Report.from_dict(data), None
+    except ValueError as err:  # "not a jaxbounds report (KeyError: 'rows')"
+        return None, f"{path} is {err}"
+
+
+def _finished_report_check(path: Path, config: Any, args: argparse.Namespace) -> None:
+    """A finished report of another job at ``path`` is replaced only with ``--fresh``.
+
+    The same job (model, seed, scale and sections; a newer package version is the same job
+    computed again) replaces its own report. Checked before any work: exit 2, nothing written.
+    """
+    if args.fresh or not path.exists():
+        return
+    report, problem = _read_report(path)
+    if report is not None:
+        diff = config.differences(report.meta.get("job"), ignore=("version",))
+        if not diff:
+            return
+        problem = f"{path} is the finished report of another job ({'; '.join(diff)})"
+    raise _UsageError(
+        f"{_place_flag(args)}: {problem}; --fresh replaces it, or choose another "
+        f"{_place_flag(args).split()[0]}"
+    )
+
+
+def _saved_partial(path: Path, config: Any, args: argparse.Namespace) -> Any:
+    """The partial report to resume from, or None (checked before any work).
+
+    ``--fresh`` ignores it (and the run replaces it). Otherwise a partial report of this job
+    is resumed, and a partial report of another job (or an unreadable one) stops the command
+    (exit 2): its finished sections are kept until ``--fresh`` says to discard them.
+    ``--resume`` without a partial report of this job is an error.
+    """
     if args.fresh:
         return None
-    problem = None
     if not path.exists():
-        problem = f"no interrupted run's report at {path}"
-    else:
-        try:
-            report = Report.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as err:
-            report, problem = None, f"{path} is not readable as a report ({err})"
-        if report is not None:
-            diff = config.differences(report.meta.get("job"))
-            if report.complete:
-                problem = f"{path} is a complete report"
-            elif diff:
-                problem = f"{path} is of another job: {'; '.join(diff)}"
-            else:
-                return report
-    if args.resume:
-        raise _UsageError(f"--resume: {problem}")
-    if path.exists():
-        say(f"[jaxbounds] not resuming: {problem}; starting over")
-    return None
+        if args.resume:
+            raise _UsageError(f"--resume: no interrupted run's report at {path}; nothing to resume")
+        return None
+    report, problem = _read_report(path)
+    if report is not None:
+        diff = config.differences(report.meta.get("job"))
+        if report.complete:
+            problem = f"{path} is a complete report, not an interrupted run's"
+        elif diff:
+            problem = (
+                f"{path} holds the finished sections of another job ({'; '.join(diff)}); "
+                "run that job's command to resume it"
+            )
+        else:
+            return report
+    flag = "--resume" if args.resume else _place_flag(args)
+    raise _UsageError(f"{flag}: {problem}; --fresh discards it, or choose another "
+                      f"{_place_flag(args).split()[0]}")  # fmt: skip
 
 
 def _start_processes() -> Any:
@@ -482,6 +559,20 @@ def _checked_everywhere(info: Any, check: Callable[[], Any]) -> Any:
     return value
 
 
+def _say_missing_packages(model: str) -> None:
+    """One line per optional package the model uses that is missing (before any work)."""
+    from jaxbounds import _deps
+    from jaxbounds.report import registry
+
+    if model == "shallow" and os.environ.get("JAXBOUNDS_MNIST_DIR"):
+        return  # real MNIST files: scikit-learn's digits are not used
+    uses = registry.MODEL_PACKAGES.get(model, {})
+    for module in _deps.missing(uses):
+        name = _deps.EXTRAS.get(module, (module,))[0]
+        _err(f"[jaxbounds] {name} is not installed: model {model} {uses[module]} "
+             f"({_deps.pip_command([module])})")  # fmt: skip
+
+
 def _list_estimate() -> int:
     from jaxbounds.report import registry
 
@@ -510,9 +601,20 @@ def _estimate(args: argparse.Namespace) -> int:
         info = _start_processes()
         if not info.is_main:
             return _estimate_follower(args, config, info, stop, run_estimate)
-        path, partial = _checked_everywhere(info, lambda: _output_paths(args, held))
+        if not args.quiet:
+            _say_missing_packages(config.model)
+        created: list[Path] = []
         say = (lambda _msg: None) if args.quiet else _err
-        resume = _checked_everywhere(info, lambda: _saved_partial(partial, config, args, say))
+        try:
+            path, partial = _checked_everywhere(info, lambda: _output_paths(args, held, created))
+            resume = _checked_everywhere(info, lambda: _saved_partial(partial, config, args))
+            if resume is None:  # resuming continues a job that started here after this check
+                _checked_everywhere(info, lambda: _finished_report_check(path, config, args))
+            else:
+                _checked_everywhere(info, lambda: None)
+        except _UsageError:
+            _remove_created(created)  # refused before any work: leave no empty --out behind
+            raise
         _share_resumed(info, config, resume)
         if resume is not None:
             stop.saved = f"finished sections ({len(resume.sections_done or [])}) are in {partial}"
@@ -530,7 +632,9 @@ def _estimate(args: argparse.Namespace) -> int:
                 should_stop=_stop_everywhere(info, stop),
             )  # fmt: skip
         if not result.complete:
-            return _stopped(stop.signum or signal.SIGINT, result, partial, report.format_table)
+            code = _stopped(stop.signum or signal.SIGINT, result, partial, report.format_table)
+            _remove_created(created)  # only if nothing was written there
+            return code
         with stop.writing():
             report.write_json(result, path)
             with contextlib.suppress(FileNotFoundError):
@@ -564,8 +668,9 @@ def _estimate_follower(
     args: argparse.Namespace, config: Any, info: Any, stop: _StopOnSignal, run_estimate: Callable
 ) -> int:
     """A process other than 0: the same steps (every kernel is collective), silently."""
-    _checked_everywhere(info, lambda: None)  # process 0 checks the output place
-    _checked_everywhere(info, lambda: None)  # and the report to resume from
+    _checked_everywhere(info, lambda: None)  # process 0 checks the output place,
+    _checked_everywhere(info, lambda: None)  # the report to resume from
+    _checked_everywhere(info, lambda: None)  # and the finished report it would replace
     done = _share_resumed(info, config, None)
     todo = [name for name in config.sections if name not in done]
     with _progress_shown(False):
@@ -593,6 +698,8 @@ def _reproduce(args: argparse.Namespace) -> int:
     from jaxbounds.experiments.registry import REGISTRY
 
     if args.list:
+        if args.name is not None:
+            raise _UsageError(f"--list takes no NAME (got {args.name!r})")
         print(REGISTRY.listing())
         return 0
     if args.name is None:
@@ -621,7 +728,7 @@ def _reproduce(args: argparse.Namespace) -> int:
             experiment, scale=args.scale, out_dir=args.out, seeds=args.seeds, jobs=args.jobs,
             quiet=args.quiet or not info.is_main, from_dir=args.from_dir, process_index=index,
             process_count=count, progress=True if args.progress else None,
-            wait_for_shares=many,
+            wait_for_shares=many, fresh=args.fresh,
         )  # fmt: skip
     except runner.Interrupted as exc:
         _err(f"jaxbounds: {exc}")
@@ -634,6 +741,10 @@ def _reproduce(args: argparse.Namespace) -> int:
         raise _UsageError(_busy_text(args, busy)) from None
     except runner.RunTooLarge as err:
         raise _UsageError(_size_text(args, err)) from None
+    except runner.OtherRunThere as err:
+        raise _UsageError(_other_run_text(args, err)) from None
+    except runner.MissingPackages as err:
+        raise _UsageError(str(err)) from None
     if info.is_main:
         print(f"{summary.experiment}: {summary.num_finished} of {summary.num_units} units in "
               f"{summary.out_dir}")  # fmt: skip
@@ -646,8 +757,13 @@ def _reproduce_checks(args: argparse.Namespace, experiment: Any, runner: Any) ->
     ``--out DIR`` (default ``jaxbounds_reproduce``) must be a directory in which ``DIR/NAME``
     and ``DIR/NAME/units`` can be created and written; with ``--from`` alone the outputs go
     to the source run, which must be writable. The run's size is estimated from one seed
-    (:func:`jaxbounds.experiments.runner.check_size`).
+    (:func:`jaxbounds.experiments.runner.check_size`). The experiment's optional packages
+    are checked first (:func:`jaxbounds.experiments.runner.check_packages`).
     """
+    try:
+        runner.check_packages(experiment, rendering_only=args.from_dir is not None)
+    except runner.MissingPackages as err:
+        raise _UsageError(str(err)) from None
     if args.from_dir is None:
         scale = args.scale or experiment.default_scale
         if scale not in experiment.scales:
@@ -685,6 +801,16 @@ def _reproduce_checks(args: argparse.Namespace, experiment: Any, runner: Any) ->
         target = run_dir / name
         if target.exists() and not target.is_file():
             raise _UsageError(f"{flag}: {target} exists and is not a regular file")
+
+
+def _other_run_text(args: argparse.Namespace, err: Any) -> str:
+    flag = "--out" if args.out is not None or args.from_dir is None else "--from"
+    place = args.out if flag == "--out" and args.out is not None else err.run_dir
+    return (
+        f"{flag} {place}: {err.run_dir} holds the report of another run "
+        f"({'; '.join(err.differences)}); --fresh replaces it (finished unit files are kept), "
+        f"or choose another {flag}"
+    )
 
 
 def _size_text(args: argparse.Namespace, err: Any) -> str:
@@ -731,8 +857,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "estimate":
             return _estimate(args)
+        if args.command == "study":
+            return study_cli.run(args)
         return _reproduce(args)
-    except _UsageError as err:
+    except (_UsageError, study_cli.StudyUsageError) as err:
         _err(f"jaxbounds {args.command}: error: {err}")
         return 2
     except _StartError as err:

@@ -260,3 +260,98 @@ def test_markdown_example(example, jax_user_defaults):
         example.evaluate()
     except unittest.SkipTest as skip:
         pytest.skip(str(skip))
+
+
+# ---------------------------------------------------------------------------------------------
+# Every block shows its result and says when it continues an earlier one (issue 30)
+
+_FENCE = re.compile(r"^([ \t]*)```python[ \t]*\n(.*?)^\1```", re.M | re.S)
+_CONTINUES = "# continues"
+
+
+def _python_blocks(text: str) -> list[tuple[int, str]]:
+    """(line of the opening fence, dedented source) of every ```python block of a page."""
+    import textwrap
+
+    return [
+        (text[: m.start()].count("\n") + 1, textwrap.dedent(m.group(2)))
+        for m in _FENCE.finditer(text)
+    ]
+
+
+def _bound_names(tree) -> set[str]:
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names
+
+
+def block_problems(text: str) -> list[str]:
+    """What a page's Python blocks do that a reader running one as a script would trip on.
+
+    - An expression statement that is not a call (``est.mean, est.stderr``) shows nothing when
+      the block runs as a script, and a block that ends in an expression other than
+      ``print(...)`` (``lazy.summary()``) drops its result: print it.
+    - A block that uses a name defined only in an earlier block of the page must say so on its
+      first line (``# continues the previous block``), and only such a block says so.
+    """
+    import ast
+    import builtins
+
+    problems, earlier = [], set()
+    for line, code in _python_blocks(text):
+        tree = ast.parse(code)
+        body = tree.body
+        for node in body:
+            if isinstance(node, ast.Expr) and not isinstance(node.value, ast.Call):
+                problems.append(f"line {line}: bare expression `{ast.unparse(node)[:50]}`")
+        last = body[-1] if body else None
+        if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+            func = last.value.func
+            if not (isinstance(func, ast.Name) and func.id == "print"):
+                problems.append(f"line {line}: ends in `{ast.unparse(last)[:50]}`, not print")
+        mine = _bound_names(tree)
+        loaded = {
+            n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        }
+        borrowed = sorted((loaded - mine - set(dir(builtins))) & earlier)
+        says = code.lstrip("\n").startswith(_CONTINUES)
+        if borrowed and not says:
+            problems.append(f"line {line}: uses {borrowed} of an earlier block; first line "
+                            f"'{_CONTINUES} ...' missing")  # fmt: skip
+        if says and not borrowed:
+            problems.append(f"line {line}: says it continues, but uses no earlier name")
+        earlier |= mine
+    return problems
+
+
+def test_block_problems_finds_each_problem():
+    fence = "```"
+    page = (
+        f"{fence}python\nimport jax\nx = jax.numpy.ones(2)\nx.sum(), x\n{fence}\n\ntext\n\n"
+        f"{fence}python\ny = x + 1\nsorted(y)\n{fence}\n\n"
+        f"{fence}python\n# continues the previous block\nprint(x)\n{fence}\n\n"
+        f"{fence}python\n# continues the previous block\nprint(1)\n{fence}\n"
+    )
+    assert block_problems(page) == [
+        "line 1: bare expression `(x.sum(), x)`",
+        "line 9: ends in `sorted(y)`, not print",
+        "line 9: uses ['x'] of an earlier block; first line '# continues ...' missing",
+        "line 19: says it continues, but uses no earlier name",
+    ]
+
+
+@pytest.mark.parametrize("path", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_block_shows_its_result_and_says_when_it_continues(path):
+    assert block_problems(path.read_text(encoding="utf-8")) == []

@@ -23,8 +23,8 @@ from typing import Any
 from jaxbounds._atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 
 __all__ = [
-    "csv_text", "machine_info", "new_figure", "save_figure", "sort_records", "versions",
-    "write_rendered",
+    "announce_no_figures", "csv_text", "figures_available", "machine_info", "new_figure",
+    "save_figure", "sort_records", "versions", "write_rendered",
 ]  # fmt: skip
 
 
@@ -108,6 +108,36 @@ def machine_info() -> dict[str, Any]:
 
 
 _SAID_NO_MATPLOTLIB = False
+_NO_FIGURES = (
+    "matplotlib is not installed: no figures will be drawn (pip install 'jaxbounds[plot]');\n"
+    "  tables, summary and report are still written; the report says which figures are missing"
+)
+
+
+def figures_available() -> bool:
+    """Whether matplotlib can be found (nothing is imported).
+
+    >>> isinstance(figures_available(), bool)
+    True
+    """
+    from jaxbounds._deps import missing
+
+    return not missing(["matplotlib"])
+
+
+def announce_no_figures() -> bool:
+    """Say once per process, before any work, that no figures will be drawn; True if drawn.
+
+    Returns:
+      Whether matplotlib is installed.
+    """
+    global _SAID_NO_MATPLOTLIB
+    if figures_available():
+        return True
+    if not _SAID_NO_MATPLOTLIB:
+        _SAID_NO_MATPLOTLIB = True
+        print(_NO_FIGURES, file=sys.stderr, flush=True)
+    return False
 
 
 def new_figure(**kwargs: Any) -> Any:
@@ -128,12 +158,7 @@ def new_figure(**kwargs: Any) -> Any:
     except ImportError:
         if not _SAID_NO_MATPLOTLIB:
             _SAID_NO_MATPLOTLIB = True
-            print(
-                "matplotlib is not installed: no figures (pip install 'jaxbounds[plot]'); "
-                "tables, summary and report are still written",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(_NO_FIGURES, file=sys.stderr, flush=True)
         return None
     return Figure(**kwargs)
 

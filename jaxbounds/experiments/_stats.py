@@ -26,6 +26,8 @@ __all__ = [
     "SignError",
     "Spread",
     "claim_line",
+    "format_interval",
+    "format_mean_std",
     "format_number",
     "granulated_tau",
     "group_rows",
@@ -60,7 +62,15 @@ class KendallTau:
     method: str
 
     def __str__(self) -> str:
-        return f"Kendall's tau = {self.tau:+.3f} (p = {self.p_value:.3g}, n = {self.n})"
+        """``Kendall's tau = +0.600 (p = 0.233, n = 5)``; ``n/a`` where it is undefined.
+
+        >>> print(KendallTau(math.nan, math.nan, 1, "undefined"))
+        Kendall's tau = n/a (undefined for n = 1)
+        """
+        if math.isnan(self.tau):
+            return f"Kendall's tau = n/a (undefined for n = {self.n})"
+        p_value = format_number(self.p_value, 3)
+        return f"Kendall's tau = {self.tau:+.3f} (p = {p_value}, n = {self.n})"
 
 
 def _dense_ranks(values: np.ndarray) -> np.ndarray:
@@ -176,9 +186,17 @@ class Spread:
         return dataclasses.asdict(self)
 
     def format(self, digits: int = 3) -> str:
-        """``mean ± std`` with ``digits`` significant digits (``mean (n=1)`` for one value)."""
+        """``mean ± std`` with ``digits`` significant digits.
+
+        One value gives ``mean (n=1, no spread)``, no value ``n/a``.
+
+        >>> mean_spread([2.0]).format(), mean_spread([]).format()
+        ('2 (n=1, no spread)', 'n/a')
+        """
+        if self.n == 0 or math.isnan(self.mean):
+            return "n/a"
         if self.n < 2:
-            return f"{format_number(self.mean, digits)} (n={self.n})"
+            return f"{format_number(self.mean, digits)} (n=1, no spread)"
         return f"{format_number(self.mean, digits)} ± {format_number(self.std, digits)}"
 
     def __str__(self) -> str:
@@ -207,8 +225,13 @@ def mean_spread(values: Iterable[float]) -> Spread:
 def format_number(value: Any, digits: int = 4) -> str:
     """A cell of a markdown table: ints as they are, floats with ``digits`` significant digits.
 
+    An undefined number (NaN) is ``n/a``, the word every report uses for an empty or undefined
+    cell (:func:`markdown_table` writes ``n/a`` for None and empty cells too).
+
     >>> format_number(3), format_number(0.000123456), format_number(None), format_number("a|b")
     ('3', '0.0001235', '', 'a|b')
+    >>> format_number(float("nan")), format_number(float("inf"))
+    ('n/a', 'inf')
     """
     if value is None:
         return ""
@@ -217,6 +240,8 @@ def format_number(value: Any, digits: int = 4) -> str:
     if isinstance(value, int | np.integer):
         return str(int(value))
     if isinstance(value, float | np.floating):
+        if math.isnan(value):
+            return "n/a"
         return f"{float(value):.{digits}g}"
     return str(value)
 
@@ -229,6 +254,8 @@ def markdown_table(
     digits: int = 4,
 ) -> str:
     """A GitHub markdown table; cells through :func:`format_number`, ``|`` escaped.
+
+    An empty or undefined cell (None, ``""``, NaN) reads ``n/a``, in every report.
 
     Args:
       header: column names.
@@ -265,6 +292,8 @@ def markdown_table(
 
 
 def _cell(value: Any, digits: int) -> str:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return "n/a"
     text = value if isinstance(value, str) else format_number(value, digits)
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -736,12 +765,61 @@ class Interval:
     num_resamples: int
 
     def format(self, digits: int = 2) -> str:
-        """``[low, high]`` with ``digits`` decimals.
+        """``[low, high]`` with ``digits`` decimals (see :func:`format_interval`).
 
         >>> Interval(-0.123, 0.456, 0.95, 100).format()
         '[-0.12, 0.46]'
+        >>> Interval(0.5, 0.5, 0.95, 100).format(), Interval(math.nan, math.nan, 0.95, 0).format()
+        ('0.50 (no spread over resamples)', 'n/a')
         """
-        return f"[{self.low:.{digits}f}, {self.high:.{digits}f}]"
+        return format_interval(self.low, self.high, digits)
+
+
+def format_mean_std(mean: Any, std: Any, digits: int = 3, std_digits: int | None = None) -> str:
+    """``mean ± std`` of a report, ``digits`` (``std_digits``) significant digits.
+
+    The rule of :func:`format_interval`: an undefined mean gives ``n/a``, and an undefined
+    spread (one value, e.g. one seed) gives the mean and says so instead of ``± nan``.
+
+    >>> format_mean_std(0.8815, 0.0123), format_mean_std(0.8815, math.nan)
+    ('0.881 ± 0.0123', '0.881 (n=1, no spread)')
+    >>> format_mean_std(None, 1.0), format_mean_std(2.0, 0.25, std_digits=1)
+    ('n/a', '2 ± 0.2')
+    """
+    if mean is None or math.isnan(float(mean)):
+        return "n/a"
+    text = f"{float(mean):.{digits}g}"
+    if std is None or math.isnan(float(std)):
+        return f"{text} (n=1, no spread)"
+    return f"{text} ± {float(std):.{digits if std_digits is None else std_digits}g}"
+
+
+def format_interval(low: Any, high: Any, digits: int = 2, *, signed: bool = False) -> str:
+    """An interval ``[low, high]`` of a report, with ``digits`` decimals.
+
+    One rule for every report: an undefined end (None or NaN) gives ``n/a``, and an interval
+    of no width (one value, or resamples that all agree, e.g. over one seed) gives the value
+    and says so instead of printing ``[x, x]``.
+
+    Args:
+      low: lower end.
+      high: upper end.
+      digits: decimals.
+      signed: print a ``+`` on non-negative numbers.
+
+    >>> format_interval(-0.123, 0.456), format_interval(0.666, 0.666, signed=True)
+    ('[-0.12, 0.46]', '+0.67 (no spread over resamples)')
+    >>> format_interval(None, 1.0), format_interval(math.nan, 1.0)
+    ('n/a', 'n/a')
+    """
+    if any(v is None or not math.isfinite(float(v)) for v in (low, high)):
+        if low is not None and high is not None and float(low) == float(high):  # +-inf alike
+            return f"{float(low):{'+' if signed else ''}.{digits}f}"
+        return "n/a"
+    spec = f"{'+' if signed else ''}.{digits}f"
+    if float(low) == float(high):
+        return f"{float(low):{spec}} (no spread over resamples)"
+    return f"[{float(low):{spec}}, {float(high):{spec}}]"
 
 
 def resample_index(seeds: Sequence[Any], drawn: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:

@@ -11,7 +11,10 @@ not finished yet and writes, under ``DIR/NAME/``::
     summary.json       package/jax versions, scale, seeds, wall time per unit, machine
     report.md, *.png   by the experiment's ``render`` hook
 
-Guarantees: one run at a time per output place (a lock the kernel releases when its process
+Guarantees: the experiment's optional packages are checked before any work
+(:func:`check_packages`); a folder holds one run, and the report of another scale or other seeds
+is replaced only with ``fresh=True`` (:func:`check_same_run`); a report links only the figures
+that were written; one run at a time per output place (a lock the kernel releases when its process
 dies, see :func:`run_experiment`); at most :data:`MAX_UNITS` units per run and at most
 ``max_batch_size`` units per batch, so memory does not grow with ``--seeds``; a unit's key is
 the SHA-256 of its configuration, seed, experiment name and package
@@ -42,11 +45,13 @@ import math
 import re
 import signal
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxbounds import _deps
 from jaxbounds._atomic import (
     Interrupted,
     LockBusy,
@@ -59,7 +64,9 @@ from jaxbounds._atomic import (
     write_text_atomic,
 )
 from jaxbounds.experiments._output import (
+    announce_no_figures,
     csv_text,
+    figures_available,
     machine_info,
     new_figure,
     save_figure,
@@ -71,6 +78,8 @@ from jaxbounds.experiments._stats import (
     KendallTau,
     Spread,
     claim_line,
+    format_interval,
+    format_mean_std,
     format_number,
     group_rows,
     kendall_tau,
@@ -89,20 +98,27 @@ from jaxbounds.experiments._units import (
 __all__ = [
     "DEFAULT_OUT",
     "MAX_UNITS",
+    "PROGRESS_WIDTH",
     "Experiment",
     "ExperimentRegistry",
     "Interrupted",
     "KendallTau",
     "LockBusy",
+    "MissingPackages",
+    "OtherRunThere",
     "RunSummary",
     "RunTooLarge",
     "Spread",
     "Unit",
     "canonical_json",
+    "check_packages",
+    "check_same_run",
     "check_size",
     "claim_line",
     "config_batch_key",
     "default_render",
+    "format_interval",
+    "format_mean_std",
     "format_number",
     "grid_units",
     "group_rows",
@@ -115,6 +131,8 @@ __all__ = [
     "run_experiment",
     "save_figure",
     "unit_key",
+    "unit_labels",
+    "unlink_missing_figures",
     "write_bytes_atomic",
     "write_json_atomic",
     "write_rendered",
@@ -122,6 +140,9 @@ __all__ = [
 ]
 
 DEFAULT_OUT = "jaxbounds_reproduce"
+#: The widest line the runner prints (a progress line, the ``--list`` listing), in columns.
+PROGRESS_WIDTH = 100
+MissingPackages = _deps.MissingPackages
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 
@@ -167,6 +188,13 @@ class Experiment:
       paper_numbers: the paper's reported numbers the report puts beside ours (JSON data).
       default_seeds: number of seeds, one int or ``{scale: int}``.
       default_scale: the scale when none is given.
+      requires: the optional packages (import names, e.g. ``"mlxtend"``) that running its
+        units needs; :func:`run_experiment` checks them before any work
+        (``importlib.util.find_spec``, nothing imported) and raises
+        :class:`MissingPackages` naming the ``pip`` command.
+      render_requires: the optional packages that rendering its report needs (checked before
+        any work too, also with ``from_dir``). Figures need ``matplotlib`` but are never
+        required: without it the report is written without them and says so.
     """
 
     name: str
@@ -183,6 +211,8 @@ class Experiment:
     paper_numbers: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     default_seeds: int | Mapping[str, int] = 3
     default_scale: str = "cpu"
+    requires: tuple[str, ...] = ()
+    render_requires: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -202,6 +232,12 @@ class Experiment:
             raise ValueError(f"Experiment {self.name}: max_batch_size must be an int >= 1, "
                              f"got {size!r}")  # fmt: skip
         object.__setattr__(self, "claims", tuple(self.claims))
+        for field in ("requires", "render_requires"):
+            value = getattr(self, field)
+            names = (value,) if isinstance(value, str) else tuple(value)
+            if not all(isinstance(name, str) and name for name in names):
+                raise TypeError(f"Experiment {self.name}: {field} must be import names")
+            object.__setattr__(self, field, names)
         to_jsonable(self.paper_numbers, where=f"Experiment {self.name}: paper_numbers")
 
     def seeds_for(self, scale: str) -> int:
@@ -256,6 +292,9 @@ class ExperimentRegistry:
 
     def __init__(self, entries: Iterable[Experiment | tuple[str, str, str]] = ()) -> None:
         self._entries: dict[str, Experiment | tuple[str, str]] = {}
+        # Lazy entries once imported; kept apart from the table so that the listing and the
+        # descriptions never depend on which experiments a process has already run.
+        self._loaded: dict[str, Experiment] = {}
         for entry in entries:
             name, value = self._entry(entry)
             if name in self._entries:
@@ -285,14 +324,32 @@ class ExperimentRegistry:
         return tuple(self._entries)
 
     def description(self, name: str) -> str:
-        """One-line description of ``name`` (without importing a lazy entry)."""
+        """One-line description of ``name`` (without importing a lazy entry).
+
+        A lazy entry keeps its table description after :meth:`get` has imported it.
+        """
         entry = self._entries[self._known(name)]
         return entry.description if isinstance(entry, Experiment) else entry[1]
 
-    def listing(self) -> str:
-        """``name  description`` lines for ``jaxbounds reproduce --list``."""
-        width = max((len(name) for name in self._entries), default=0)
-        return "\n".join(f"{n:<{width}}  {self.description(n)}" for n in self._entries)
+    def listing(self, width: int = PROGRESS_WIDTH) -> str:
+        """``name  description`` lines for ``jaxbounds reproduce --list``, ``width`` columns wide.
+
+        A long description wraps onto lines indented under the first (descriptions get at
+        least 20 columns).
+
+        >>> toy = Experiment("toy", "a toy", "none", {"cpu": {}}, run_unit=lambda u: {})
+        >>> print(ExperimentRegistry([toy, ("other", "m:E", "word " * 6)]).listing(width=27))
+        toy    a toy
+        other  word word word word
+               word word
+        """
+        names = max((len(name) for name in self._entries), default=0)
+        lines = []
+        for name in self._entries:
+            text = textwrap.wrap(self.description(name), max(width - names - 2, 20)) or [""]
+            lines.append(f"{name:<{names}}  {text[0]}")
+            lines += [" " * (names + 2) + more for more in text[1:]]
+        return "\n".join(lines)
 
     def get(self, name: str) -> Experiment:
         """The experiment called ``name`` (importing its module if lazy).
@@ -303,12 +360,14 @@ class ExperimentRegistry:
         entry = self._entries[self._known(name)]
         if isinstance(entry, Experiment):
             return entry
+        if name in self._loaded:
+            return self._loaded[name]
         module, _, attribute = entry[0].partition(":")
         value = getattr(importlib.import_module(module), attribute)
         experiment = value() if callable(value) and not isinstance(value, Experiment) else value
         if not isinstance(experiment, Experiment) or experiment.name != name:
             raise ValueError(f"ExperimentRegistry: {entry[0]} is not the experiment {name!r}")
-        self._entries[name] = experiment
+        self._loaded[name] = experiment
         return experiment
 
     def _known(self, name: str) -> str:
@@ -319,6 +378,15 @@ class ExperimentRegistry:
 
 
 def _emit(message: str) -> None:
+    """Print a progress or warning line on stderr, wrapped at :data:`PROGRESS_WIDTH` columns.
+
+    Continuation lines are indented; a path or other long word is never broken.
+    """
+    message = "\n".join(
+        textwrap.fill(line, PROGRESS_WIDTH, subsequent_indent="  ", break_long_words=False,
+                      break_on_hyphens=False) or line
+        for line in message.splitlines() or [""]
+    )  # fmt: skip
     try:
         from tqdm import tqdm
     except ImportError:
@@ -455,6 +523,144 @@ def check_size(experiment: Experiment, scale: str, seeds: int | Sequence[int]) -
     )  # fmt: skip
 
 
+def check_packages(experiment: Experiment, *, rendering_only: bool = False) -> None:
+    """Check the experiment's optional packages before any work (nothing is imported).
+
+    Args:
+      experiment: the :class:`Experiment`.
+      rendering_only: check only ``render_requires`` (``--from``: nothing is run).
+
+    Raises:
+      MissingPackages: naming the missing packages and the ``pip`` command that installs them.
+
+    >>> toy = Experiment("toy", "a toy", "none", {"cpu": {}}, run_unit=lambda u: {},
+    ...                  requires=("no_such_module_here",))
+    >>> try:
+    ...     check_packages(toy)
+    ... except MissingPackages as err:
+    ...     print(err.packages)
+    ['no_such_module_here']
+    >>> check_packages(toy, rendering_only=True)
+    """
+    needed = [*experiment.render_requires]
+    if not rendering_only:
+        needed = [*experiment.requires, *needed]
+    _deps.require(needed, experiment.name)
+
+
+class OtherRunThere(ValueError):
+    """The output folder holds the report of another run (another scale or other seeds).
+
+    Attributes:
+      run_dir: the folder.
+      differences: what differs, e.g. ``["scale cpu (now smoke)"]``.
+    """
+
+    def __init__(self, run_dir: Path, differences: list[str]) -> None:
+        self.run_dir, self.differences = run_dir, list(differences)
+        super().__init__(
+            f"{run_dir} holds the report of another run ({'; '.join(differences)}); "
+            "replacing it needs --fresh (fresh=True), or choose another output folder"
+        )
+
+
+def check_same_run(experiment: Experiment, run_dir: Path, scale: str, seeds: tuple) -> None:
+    """Refuse to replace the finished report of another run in ``run_dir`` (before any work).
+
+    The run recorded in ``run_dir/summary.json`` is the same run when its experiment, scale
+    and seeds are this run's (a newer package version is the same run, computed again). An
+    unreadable ``summary.json`` counts as another run's.
+
+    Raises:
+      OtherRunThere: naming what differs.
+    """
+    summary = Path(run_dir) / "summary.json"
+    if not summary.exists():
+        return
+    try:
+        recorded = json.loads(summary.read_text(encoding="utf-8"))
+        if not isinstance(recorded, Mapping):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as err:
+        raise OtherRunThere(run_dir, [f"{summary.name} is unreadable ({err})"]) from None
+    now = {"experiment": experiment.name, "scale": scale, "seeds": list(seeds)}
+    differences = [
+        f"{key} {_brief(recorded.get(key))} (now {_brief(value)})"
+        for key, value in now.items()
+        if recorded.get(key) != value
+    ]
+    if differences:
+        raise OtherRunThere(run_dir, differences)
+
+
+def _brief(value: Any, width: int = 40) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def unit_labels(units: Sequence[Unit]) -> list[str]:
+    """Short names of ``units`` for progress lines: the config keys that vary, and the seed.
+
+    A unit's whole configuration can be hundreds of characters; the keys whose value is the
+    same in every unit of the run say nothing about which unit finished, so they are left out
+    (the unit files and ``results.csv`` keep everything).
+
+    >>> units = [Unit({"T": t, "data": "x" * 300}, seed=s) for t in (20, 40) for s in (0, 1)]
+    >>> unit_labels(units)
+    ['T=20 seed=0', 'T=20 seed=1', 'T=40 seed=0', 'T=40 seed=1']
+    """
+    keys = _columns(u.config for u in units)
+    varying = [k for k in keys if len({canonical_json(u.config.get(k)) for u in units}) > 1]
+    return [Unit({k: u.config.get(k) for k in varying}, u.seed).label() for u in units]
+
+
+def _progress_line(head: str, label: str, tail: str, width: int = PROGRESS_WIDTH) -> str:
+    """``head label tail`` cut to ``width`` columns (the label is shortened, with ``...``).
+
+    >>> _progress_line("[1/9] toy", "a=1 " * 40, "0.5 s", width=30)
+    '[1/9] toy a=1 a=1 a= ... 0.5 s'
+    """
+    room = width - len(head) - len(tail) - 2
+    if len(label) > room:
+        label = label[: max(room - 4, 0)].rstrip() + " ..."
+    return f"{head} {label} {tail}"
+
+
+_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+
+
+def unlink_missing_figures(report: str, out_dir: Path, drawn: bool | None = None) -> str:
+    """``report``'s markdown images whose file was not written, replaced by a note saying so.
+
+    Args:
+      report: the text of ``report.md``.
+      out_dir: the folder of ``report.md`` (image targets are relative to it).
+      drawn: whether this run drew figures (default: whether matplotlib is installed). When
+        it did not, every image link is replaced, even where an older run left a file.
+
+    Returns:
+      The report with ``*(figure NAME not drawn: ...)*`` in place of each dead link.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     print(unlink_missing_figures("![tau](figure_tau.png) rest", Path(d), drawn=False))
+    *(figure figure_tau.png not drawn: matplotlib is not installed)* rest
+    """
+    drawn = figures_available() if drawn is None else drawn
+
+    def replace(match: re.Match) -> str:
+        target = match.group(2)
+        if "://" in target:
+            return match.group(0)
+        if not drawn:
+            return f"*(figure {target} not drawn: matplotlib is not installed)*"
+        if (Path(out_dir) / target).is_file():
+            return match.group(0)
+        return f"*(figure {target} not drawn)*"
+
+    return _IMAGE.sub(replace, report)
+
+
 def _plan(experiment: Experiment, scale: str, seeds: tuple, version: str) -> list:
     units = list(experiment.units(experiment.scales[scale], seeds))
     if not units or not all(isinstance(u, Unit) for u in units):
@@ -575,16 +781,17 @@ def _run_pending(experiment: Experiment, share: list, units_dir: Path, version: 
         log.info(f"{experiment.name}: {done} of {len(share)} units already finished in "
                  f"{units_dir}; running {len(pending)}")  # fmt: skip
     bar = _bar(len(share), done, experiment.name, show_bar)
+    labels = dict(zip([k for k, _ in share], unit_labels([u for _, u in share]), strict=True))
     try:
         for group in _groups(experiment, pending):
             check_stop()  # a first SIGINT/SIGTERM stops here, between two batches
             results, elapsed = _compute(experiment, group)
             _store(units_dir, experiment, version, group, results, elapsed)
-            for _, unit in group:
+            for key, _ in group:
                 done += 1
                 bar.update(1)
-                log.info(f"[{done}/{len(share)}] {experiment.name} {unit.label()} "
-                         f"{elapsed / len(group):.3g} s")  # fmt: skip
+                log.info(_progress_line(f"[{done}/{len(share)}] {experiment.name}", labels[key],
+                                        f"{elapsed / len(group):.3g} s"))  # fmt: skip
     except Interrupted as exc:
         raise Interrupted(
             exc.signum,
@@ -724,6 +931,12 @@ def _write_outputs(experiment: Experiment, scale: str, seeds: tuple, version: st
         log.warn(f"{experiment.name}: no finished units, nothing to render")
         return False
     (experiment.render or default_render)(rows, meta, run_dir)
+    report = run_dir / "report.md"
+    if report.is_file():  # link only the figures this run wrote
+        text = report.read_text(encoding="utf-8")
+        fixed = unlink_missing_figures(text, run_dir)
+        if fixed != text:
+            write_text_atomic(report, fixed)
     return True
 
 
@@ -759,6 +972,7 @@ def run_experiment(
     process_count: int = 1,
     progress: bool | None = None,
     wait_for_shares: bool = False,
+    fresh: bool = False,
 ) -> RunSummary:
     """Run the unfinished units of an experiment, then write results, summary and report.
 
@@ -792,6 +1006,10 @@ def run_experiment(
         a marker ``units/.stopped.process<i>`` with the reason; the waiting processes see it and
         stop too (``Interrupted``, exit status 143) instead of waiting for units that will
         never come.
+      fresh: replace the results and report of another run (another scale or other seeds)
+        found in ``out_dir/NAME``; without it such a run raises :class:`OtherRunThere` before
+        any work. Unit files are never removed: they are keyed by configuration, seed and
+        version, so each run uses only its own.
 
     Returns:
       A :class:`RunSummary`.
@@ -804,7 +1022,13 @@ def run_experiment(
     stays ignored; a first one stops after the batch in progress, a second one at once). Runs
     larger than :data:`MAX_UNITS` units are refused (:func:`check_size`).
 
+    Before any work the experiment's optional packages are checked (:func:`check_packages`)
+    and, when matplotlib is missing, one line says that no figures will be drawn.
+
     Raises:
+      MissingPackages: (an ``ImportError``) when a package the experiment needs is missing.
+      OtherRunThere: (a ``ValueError``) when ``out_dir/NAME`` holds another run's report and
+        ``fresh`` is not set.
       Interrupted: on SIGINT/SIGTERM (finished units are kept; rerun to resume).
       LockBusy: when another process runs the same share in the same place.
       RunTooLarge: (a ``ValueError``) above :data:`MAX_UNITS` units.
@@ -818,6 +1042,11 @@ def run_experiment(
     units_dir = (source or run_dir) / "units"
     version, log = package_version(), _Log(quiet)
     check_size(experiment, scale, seeds)
+    check_packages(experiment, rendering_only=source is not None)
+    if not fresh:
+        check_same_run(experiment, run_dir, scale, seeds)
+    if process_index == 0:
+        announce_no_figures()
     if source is None:
         _prepare_units_dir(units_dir)
     with _run_lock(units_dir, process_index, source is not None):

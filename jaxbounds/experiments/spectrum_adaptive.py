@@ -379,13 +379,17 @@ def _matrix_table(stats: Mapping[str, Any], cfg: Mapping[str, Any]) -> str:
     return runner.markdown_table(header, rows, align="lrrrrllrr", digits=3)
 
 
+def _mean_std(entry: Mapping[str, Any]) -> tuple[Any, Any]:
+    return entry["mean"], entry["std"]
+
+
 def _claims(stats: Mapping[str, Any]) -> list[str]:
     dg = {n: e for n, e in stats["depth_growth"].items() if e["norm_minus_spectrum"]["values"]}
     if dg:  # slopes need two depths of one (N, seed); a partial run may have none yet
         worst = min(min(e["norm_minus_spectrum"]["values"]) for e in dg.values())
         per_n = "; ".join(
-            f"N = {n}: {e['spectrum_adaptive']['mean']:.3g} ± {e['spectrum_adaptive']['std']:.2g}"
-            f" vs {e['norm_based']['mean']:.3g} ± {e['norm_based']['std']:.2g}"
+            f"N = {n}: {runner.format_mean_std(*_mean_std(e['spectrum_adaptive']), std_digits=2)}"
+            f" vs {runner.format_mean_std(*_mean_std(e['norm_based']), std_digits=2)}"
             for n, e in dg.items()
         )
         lines = [runner.claim_line(

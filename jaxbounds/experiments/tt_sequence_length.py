@@ -732,7 +732,7 @@ def _width_table(check: Mapping[str, Any], grid: Mapping[str, Any]) -> str:
         for part in (m, c):
             if t in part["T"]:
                 j = part["T"].index(t)
-                cells += [part["max"][j], f"{part['mean'][j]:.3g} ± {part['std'][j]:.3g}",
+                cells += [part["max"][j], runner.format_mean_std(part["mean"][j], part["std"][j]),
                           part["train_accuracy"][j], part["best_epoch"][j]]  # fmt: skip
             else:
                 cells += ["", "", "", ""]

@@ -79,12 +79,20 @@ class JobConfig:
             "version": self.version,
         }
 
-    def differences(self, recorded: Mapping[str, Any] | None) -> list[str]:
+    def differences(
+        self, recorded: Mapping[str, Any] | None, *, ignore: Sequence[str] = ()
+    ) -> list[str]:
         """Where a report's recorded ``meta["job"]`` differs from this job (empty: same job).
+
+        Args:
+          recorded: the report's ``meta["job"]``.
+          ignore: keys of :meth:`to_dict` not compared (e.g. ``("version",)``).
 
         >>> job = JobConfig("scalar", 1, True, ("training",), "0.1.0")
         >>> job.differences({**job.to_dict(), "seed": 2})
         ['seed 2 (now 1)']
+        >>> job.differences({**job.to_dict(), "version": "0.0.9"}, ignore=("version",))
+        []
         """
         if not isinstance(recorded, Mapping):
             return ["no job configuration recorded"]
@@ -92,7 +100,7 @@ class JobConfig:
         return [
             f"{key} {recorded.get(key)} (now {now[key]})"
             for key in now
-            if recorded.get(key) != now[key]
+            if key not in ignore and recorded.get(key) != now[key]
         ]
 
 

@@ -31,6 +31,7 @@ from jaxbounds.report.sections import (
 
 __all__ = [
     "MODELS",
+    "MODEL_PACKAGES",
     "SECTIONS",
     "Section",
     "model_names",
@@ -55,6 +56,17 @@ MODELS: Mapping[str, Callable[..., Run]] = MappingProxyType(
         "construction": runs.build_construction,
         "scalar": runs.build_scalar,
         "shallow": runs.build_shallow,
+    }
+)
+
+#: Model name -> the optional packages (import names) its build uses where they are installed,
+#: each with what the model does without it. No model *needs* one (the core install runs every
+#: model); ``jaxbounds estimate`` says before any work which of them is missing.
+MODEL_PACKAGES: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        "shallow": MappingProxyType(
+            {"sklearn": "trains on SYNTHETIC digits instead of scikit-learn's 8x8 digits"}
+        ),
     }
 )
 

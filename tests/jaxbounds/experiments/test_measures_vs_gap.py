@@ -3,8 +3,8 @@
 The fast tests check the grids of every scale (sizes, every axis has groups that differ only in
 it, batches share shapes), the refusal of bad grids, and the render on a synthetic table whose
 measures are planted (results.csv loses its timing columns cell for cell, measures.csv holds the
-statistics that ``_stats`` gives). The slow tests run the smoke scale once and recompute from
-its files: every statistic from results.csv, a unit's row computed alone and in another order
+statistics that ``jaxbounds.study`` gives, per family). The slow tests run the smoke scale once
+and recompute from its files: tau from results.csv, a unit's row computed alone and in another order
 (same bytes), and one unit's measures from its trained weights directly with the kernels.
 """
 
@@ -24,10 +24,13 @@ from scipy import stats
 
 import kernels
 from jaxbounds.bounds.from_model import scalar_bounds
-from jaxbounds.experiments import _stats, runner
 from jaxbounds.experiments import measures_vs_gap as mvg
+from jaxbounds.experiments import runner
 from jaxbounds.experiments._output import csv_text
+from jaxbounds.experiments.measures_vs_gap import rendering as mvg_rendering
+from jaxbounds.experiments.measures_vs_gap import study as mvg_study
 from jaxbounds.models import scalar_quantities
+from jaxbounds.study import ranking
 from tests.helpers import run_smoke
 
 # ------------------------------------------------------------------------------------ design
@@ -51,19 +54,83 @@ def test_every_axis_has_groups_that_differ_only_in_it(scale):
     grid = mvg.SCALES[scale]
     units = mvg.plan_units(grid, [0, 1])
     rows = [{**u.config, "seed": u.seed} for u in units]
-    settings, axes = mvg._settings(rows, grid)
-    assert {a.split(":")[1] for a in axes if a.startswith(mvg.SPARSE)} == {
-        "learning_rate", "batch_size", "width", "num_train", "seq_len"}  # fmt: skip
-    assert {a.split(":")[1] for a in axes if a.startswith(mvg.MNIST)} == {
-        "learning_rate", "max_steps", "width", "num_train"}  # fmt: skip
+    for family, want in (
+        (
+            mvg.SPARSE,
+            {"optimizer", "lr_scale", "batch_size", "width", "num_train", "seq_len",
+             "weight_decay"},
+        ),
+        (mvg.MNIST, {"optimizer", "lr_scale", "max_steps", "width", "num_train",
+                     "weight_decay"}),
+    ):  # fmt: skip
+        sub = [r for r in rows if r["family"] == family]
+        # learning_rate is derived (base rate of the optimizer x lr_scale), not an axis
+        axes = [a for a in mvg.AXIS_KEYS if a != "learning_rate" and len({r[a] for r in sub}) > 1]
+        assert set(axes) == want
+        assert set(mvg.family_axes(grid, family)) == want
+        configs = [tuple(r[a] for a in axes) for r in sub]
+        groups = ranking.psi_groups(configs, [r["seed"] for r in sub], axes)
+        assert all(len(groups[a]) >= 2 for a in axes)
     for family in mvg.FAMILIES:
-        for values in grid["families"][family]["axes"].values():
-            assert len(values) in (1, 3)
-    rng = np.random.default_rng(0)
-    g = _stats.granulated_tau(rng.normal(size=len(rows)), rng.normal(size=len(rows)), settings,
-                              axes, seed_key="seed")  # fmt: skip
-    assert all(g.num_groups[a] >= 2 for a in axes)
-    assert all(not math.isnan(v) for v in g.per_axis.values())
+        for axis, values in grid["families"][family]["axes"].items():
+            assert len(values) == 2 if axis == "optimizer" else len(values) in (1, 3)
+
+
+def _product(values):
+    return math.prod(len(v) for v in values)
+
+
+@pytest.mark.parametrize("scale", ["cpu", "paper"])
+def test_the_optimizer_and_learning_rate_axes_are_crossed(scale):
+    """lr_scale has the same levels for Adam and SGD; the rate is the optimizer's base times it."""
+    grid = mvg.SCALES[scale]
+    units = mvg.plan_units(grid, [0])
+    for family, spec in grid["families"].items():
+        sub = [u.config for u in units if u.config["family"] == family]
+        base = spec["base_learning_rate"]
+        optimizers = spec["axes"]["optimizer"]
+        assert len(optimizers) == 2
+        assert "adam" in optimizers
+        other = next(o for o in optimizers if o != "adam")
+        assert base["adam"] < base[other] / 3  # rates of different scales
+        for c in sub:
+            assert c["learning_rate"] == pytest.approx(base[c["optimizer"]] * c["lr_scale"],
+                                                       rel=1e-12)  # fmt: skip
+        # every optimizer meets every lr_scale, at equal other axes (the centre of the star)
+        others = [a for a in mvg.AXIS_KEYS if a not in ("optimizer", "lr_scale", "learning_rate")]
+        cells = {}
+        for c in sub:
+            cells.setdefault(tuple(c[a] for a in others), set()).add((c["optimizer"],
+                                                                      c["lr_scale"]))  # fmt: skip
+        full = {(o, s) for o in spec["axes"]["optimizer"] for s in spec["axes"]["lr_scale"]}
+        assert full in cells.values()
+        # per optimizer, one rate per level; the same level is a different rate per optimizer
+        for level in spec["axes"]["lr_scale"]:
+            rates = {o: {c["learning_rate"] for c in sub if c["lr_scale"] == level
+                         and c["optimizer"] == o} for o in optimizers}  # fmt: skip
+            assert all(len(r) == 1 for r in rates.values())
+            assert rates["adam"] != rates[other]
+    if scale == "paper":  # every axis crossed: the full factorial per family
+        for family, spec in grid["families"].items():
+            n = sum(u.config["family"] == family for u in units)
+            assert n == _product(spec["axes"].values())
+            assert set(spec["crossed"]) == {a for a, v in spec["axes"].items() if len(v) > 1}
+    else:  # the optimizer is a star arm, crossed with lr_scale (and the step budget)
+        counts = {f: sum(u.config["family"] == f for u in units) for f in mvg.FAMILIES}
+        assert counts == {mvg.SPARSE: (1 + 1 + 2 * 5) * 3, mvg.MNIST: (1 + 1 + 2 * 3) * 3 * 3}
+        assert len(mvg.plan_units(grid, range(8))) == 864
+
+
+def test_the_statistics_take_lr_scale_as_the_learning_rate_axis():
+    """With lr_scale the absolute rate (tied to the optimizer) is no axis; without, it is."""
+    new = [{"lr_scale": 1.0, "learning_rate": 0.02}, {"lr_scale": 0.4, "learning_rate": 0.002}]
+    old = [{"learning_rate": 0.02}, {"learning_rate": 0.002, "lr_scale": ""}]
+    assert "learning_rate" not in mvg_study._axes(new)
+    assert {"optimizer", "lr_scale"} <= set(mvg_study._axes(new))
+    assert "learning_rate" in mvg_study._axes(old)
+    assert mvg_study._lr_axis(mvg_study._axes(new)) == "lr_scale"
+    assert mvg_study._lr_axis(["width", "learning_rate"]) == "learning_rate"
+    assert mvg_study._lr_axis(["width"]) is None
 
 
 def test_batches_share_their_shape_and_are_cut_at_16():
@@ -75,7 +142,10 @@ def test_batches_share_their_shape_and_are_cut_at_16():
         for key in ("family", "width", "num_train", "seq_len", "batch_size"):
             assert len({c[key] for c in configs}) == 1
     shapes = {mvg._batch_key(u) for u in units}
-    assert len(shapes) == 9 + 5  # star designs: 1 + 2 x 4 and 1 + 2 x 2 shapes
+    # star designs: 1 + 2 x 4 and 1 + 2 x 2 shapes, and one batch per other optimizer
+    assert len(shapes) == (9 + 1) + (5 + 1)
+    for group in groups:
+        assert len({u.config["optimizer"] for _, u in group}) == 1
 
 
 def test_star_design_points():
@@ -100,8 +170,18 @@ def _bad(mutate):
         (lambda g: g["families"]["mnist01"]["crossed"].append("seq_len"), "crossed"),
         (lambda g: g["families"]["mnist01"]["axes"].update(width=[8, 8]), "distinct"),
         (lambda g: g["families"]["mnist01"]["fixed"].update(measure_examples=40), "measure_ex"),
-        (lambda g: g.update(worst_batches=3), "worst_batches"),
+        (lambda g: g.update(worst_batches=5), "worst_batches"),
         (lambda g: g.update(measure_lanes=0), "measure_lanes"),
+        (lambda g: g["families"]["mnist01"]["axes"].update(learning_rate=[1.0]), "lr_scale"),
+        (lambda g: g["families"]["mnist01"]["axes"].pop("optimizer"), "lr_scale"),
+        (
+            lambda g: g["families"]["mnist01"]["axes"].update(optimizer=["sgd", "momentum"]),
+            "base_learning_rate",
+        ),
+        (
+            lambda g: g["families"]["mnist01"]["base_learning_rate"].update(sgd=0.0),
+            "base_learning_rate",
+        ),
     ],
 )
 def test_bad_grids_raise(mutate, message):
@@ -120,8 +200,8 @@ def _synthetic_rows():
     grid = copy.deepcopy(mvg.SCALES["cpu"])
     for spec in grid["families"].values():
         for axis, values in spec["axes"].items():
-            if axis not in ("learning_rate", "width"):
-                spec["axes"][axis] = values[1:2] if len(values) == 3 else values
+            if axis not in ("lr_scale", "width"):
+                spec["axes"][axis] = values[len(values) // 2 : len(values) // 2 + 1]
     units = mvg.plan_units(grid, range(2))
     rng = np.random.default_rng(1)
     rows = []
@@ -153,7 +233,7 @@ def _json_cell(text: str):
 
 
 def test_render_on_planted_measures(tmp_path, monkeypatch):
-    monkeypatch.setattr(mvg, "BOOTSTRAP_RESAMPLES", 20)
+    monkeypatch.setattr(mvg_rendering, "BOOTSTRAP_RESAMPLES", 20)
     rows, grid = _synthetic_rows()
     columns = list(rows[0])
     (tmp_path / "results.csv").write_text(csv_text(rows, columns))
@@ -167,23 +247,28 @@ def test_render_on_planted_measures(tmp_path, monkeypatch):
     keep = [j for j, c in enumerate(before[0]) if not c.startswith(("seconds_", "compile_"))]
     assert after == [[line[j] for j in keep] for line in before]
     assert "seconds_hessian_trace" in (tmp_path / "seconds.csv").read_text().splitlines()[0]
-    measures = {r["measure"]: r for r in csv.DictReader((tmp_path / "measures.csv").open())}
-    assert set(measures) == {s.name for s in mvg.measure_specs(rows[0])}
-    assert float(measures["hessian_trace"]["tau"]) == pytest.approx(1.0, abs=1e-12)
-    assert float(measures["hessian_trace"]["psi"]) == pytest.approx(1.0, abs=1e-12)
-    assert float(measures["hessian_trace"]["sign_error_worst"]) == 0.0
-    assert float(measures["log_prod_spectral"]["psi"]) == pytest.approx(-1.0, abs=1e-12)
-    assert float(measures["hessian_trace"]["seconds_per_model"]) == 0.5
-    # the planted measure ranks first; a pure-noise measure has |tau| within 4 null sd
-    assert next(iter(measures)) == "hessian_trace"
-    n = int(measures["param_norm"]["num_models"])
-    null_sd = math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1)))
-    assert abs(float(measures["param_norm"]["tau"])) < 4 * null_sd
+    table = list(csv.DictReader((tmp_path / "measures.csv").open()))
+    for family in mvg.FAMILIES:
+        measures = {r["measure"]: r for r in table if r["family"] == family}
+        assert set(measures) == {s.name for s in mvg.measure_specs(rows[0])
+                                 if family in s.families}  # fmt: skip
+        assert float(measures["hessian_trace"]["tau"]) == 1.0
+        assert float(measures["hessian_trace"]["psi"]) == 1.0
+        assert float(measures["log_prod_spectral"]["psi"]) == -1.0
+        # 2 seeds: an environment has at most 4 pairs, below Dziugaite's effective size of 12
+        assert measures["hessian_trace"]["sign_error_max"] == ""
+        assert float(measures["hessian_trace"]["seconds_per_model"]) == 0.5
+        # the planted measure ranks first; a noise measure's tau is scipy's on the family
+        assert next(iter(measures)) == "hessian_trace"
+        sub = [r for r in rows if r["family"] == family]
+        want = stats.kendalltau([r["param_norm"] for r in sub], [r["gap"] for r in sub])
+        assert float(measures["param_norm"]["tau"]) == pytest.approx(want.statistic, abs=1e-12)
     report = (tmp_path / "report.md").read_text()
-    assert report.count("- **") == len(mvg.CLAIMS)
+    assert report.count("- **") == len(mvg.CLAIMS) * len(mvg.FAMILIES)
     assert "norm products correlate negatively" in report
-    stats = json.loads((tmp_path / "statistics.json").read_text())
-    assert stats["models"]["num_models"] == len(rows)
+    assert "null: random measure" in report
+    statistics = json.loads((tmp_path / "statistics.json").read_text())
+    assert statistics["loss"]["families"][mvg.SPARSE]["num_models"] == len(rows) // 2
     # rendered again from results.csv (no timings) and summary.json alone: the same files
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["measure_cost"]["hessian_trace"] == {"seconds_per_model": 0.5,
@@ -196,17 +281,6 @@ def test_render_on_planted_measures(tmp_path, monkeypatch):
     mvg.render(read_back, summary, again)
     for name in ("report.md", "measures.csv", "statistics.json"):
         assert (again / name).read_text() == (tmp_path / name).read_text(), name
-
-
-def test_bootstrap_tau_equals_scipy_on_the_repeated_sample():
-    """The resampled tau-b from sign matrices is scipy's tau-b of the sample with its repeats."""
-    rng = np.random.default_rng(8)
-    x = np.round(rng.normal(size=40), 1)  # ties in x
-    y = rng.normal(size=40)
-    sx, sy = mvg._signs(x), mvg._signs(y)
-    for index in (np.arange(40), rng.integers(0, 40, size=40), np.r_[0:20, 0:20, 5:9]):
-        want = stats.kendalltau(x[index], y[index]).statistic
-        assert mvg._tau_b_resample(sx, sy, index) == pytest.approx(want, abs=1e-12)
 
 
 # -------------------------------------------------------------------- slow: the smoke run
@@ -236,8 +310,6 @@ def test_smoke_files(smoke_run):
         "report.md",
         "statistics.json",
         "figure_tau.png",
-        "figure_psi.png",
-        "figure_scatter.png",
     ):
         assert (smoke_run / name).exists(), name  # fmt: skip
     rows = _rows(smoke_run)
@@ -251,26 +323,26 @@ def test_smoke_files(smoke_run):
     seconds = list(csv.DictReader((smoke_run / "seconds.csv").open()))
     assert all(float(r["seconds_hessian_trace"]) > 0 for r in seconds)
     report = (smoke_run / "report.md").read_text()
-    assert report.count("- **not tested at this scale**") == len(mvg.CLAIMS)
+    assert report.count("- **not tested at this scale**") == len(mvg.CLAIMS) * len(mvg.FAMILIES)
 
 
 @pytest.mark.slow
 def test_smoke_statistics_recomputed_from_results_csv(smoke_run):
-    rows = _rows(smoke_run)
-    gap = np.array([float(r["gap"]) for r in rows])
-    measures = {r["measure"]: r for r in csv.DictReader((smoke_run / "measures.csv").open())}
-    settings = [{f"{mvg.SPARSE}:learning_rate": float(r["learning_rate"])
-                 if r["family"] == mvg.SPARSE else None,
-                 f"{mvg.MNIST}:max_steps": int(r["max_steps"]) if r["family"] == mvg.MNIST
-                 else None, "family": r["family"], "seed": int(r["seed"])}
-                for r in rows]  # fmt: skip
-    axes = [f"{mvg.SPARSE}:learning_rate", f"{mvg.MNIST}:max_steps"]
-    for name in ("hessian_trace", "adaptive_sharpness_0.05", "l1_norm"):
-        mu = np.array([float(r[name]) for r in rows])
-        assert float(measures[name]["tau"]) == pytest.approx(
-            _stats.kendall_tau(mu, gap).tau, abs=1e-12)  # fmt: skip
-        psi = _stats.granulated_tau(mu, gap, settings, axes).psi
-        assert float(measures[name]["psi"]) == pytest.approx(psi, abs=1e-12)
+    rows = [r for r in _rows(smoke_run) if r["reached"] == "true"]
+    table = list(csv.DictReader((smoke_run / "measures.csv").open()))
+    for family in mvg.FAMILIES:
+        sub = [r for r in rows if r["family"] == family]
+        measures = {r["measure"]: r for r in table if r["family"] == family}
+        gap = np.array([float(r["gap"]) for r in sub])
+        for name in ("hessian_trace", "adaptive_sharpness_0.05", "l1_norm"):
+            mu = np.array([float(r[name]) for r in sub])
+            assert int(measures[name]["num_models"]) == len(sub)
+            if len(sub) < 2 or len(set(mu)) < 2:
+                assert measures[name]["tau"] == ""  # n/a, never a number from nothing
+                continue
+            s = np.sign(mu[:, None] - mu[None, :]) * np.sign(gap[:, None] - gap[None, :])
+            tau = s.sum() / (len(sub) * (len(sub) - 1))
+            assert float(measures[name]["tau"]) == pytest.approx(tau, abs=1e-12)
 
 
 def _strip(row: dict) -> str:
@@ -309,7 +381,7 @@ def test_one_unit_recomputed_by_hand(smoke_run):
     fns = mvg._family_fns(cfg)
     params = jax.tree_util.tree_map(jnp.asarray, model["params"])
     params0 = model["params0"]
-    m = cfg["measure_examples"]
+    m = mvg.measure_size(cfg)
     meas = {"x": jnp.asarray(model["train"]["x"][:m]), "y": jnp.asarray(model["train"]["y"][:m])}
     key = lambda name: mvg._key(seed, name)  # noqa: E731
     value = lambda name: float(row[name])  # noqa: E731
@@ -344,7 +416,7 @@ def test_one_unit_recomputed_by_hand(smoke_run):
         for s in cfg["adaptive_sigmas"]:
             name = f"adaptive_sharpness_{s:g}"
             est = kernels.average_sharpness(
-                fns.loss, params, meas, key(name),
+                fns.normalized_loss, params, meas, key(name),
                 perturbation=P("gaussian", jnp.float32(s), adaptive=True),
                 num_samples=cfg["sharpness_pairs"])  # fmt: skip
             _close(value(name), float(est.mean), 1e-3, 1e-7)
@@ -354,7 +426,7 @@ def test_one_unit_recomputed_by_hand(smoke_run):
             name = f"worst_adaptive_{norm}"
             values = [
                 float(kernels.worst_case_sharpness(
-                    fns.loss, params, jax.tree_util.tree_map(lambda a, i=i: a[i * m // b:
+                    fns.normalized_loss, params, jax.tree_util.tree_map(lambda a, i=i: a[i * m // b:
                                                              (i + 1) * m // b], meas),
                     jax.random.fold_in(key(name), i),
                     perturbation=P(kind, jnp.float32(rho), adaptive=True),
@@ -413,3 +485,88 @@ def test_one_unit_recomputed_by_hand(smoke_run):
     _close(value("tt_gap_cor411"), float(bounds["T&T Corollary 4.1.1 gap"].value), 1e-12)
     _close(value("edelman_cover"), float(bounds["Edelman multi-layer log cover"].value), 1e-12)
     assert row["tt_gap_cor411_status"] == bounds["T&T Corollary 4.1.1 gap"].status.name
+
+
+# ------------------------------------------- the committed run, recomputed independently
+
+COMMITTED = Path(__file__).resolve().parents[3] / "docs" / "reproduce" / "measures-vs-gap"
+
+
+def test_committed_tau_and_psi_recomputed_from_results_csv():
+    """tau (Jiang's eq. 3) and Psi per family, converged models, duplicates once: plain loops."""
+    with (COMMITTED / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    table = list(csv.DictReader((COMMITTED / "measures.csv").open()))
+    names = ["hessian_trace", "log_prod_spectral", "pacbayes_mag_flatness", "dist_init"]
+    for family in mvg.FAMILIES:
+        seen, sub = set(), []
+        for r in rows:
+            if r["family"] != family or r["reached"] != "true":
+                continue
+            key = (r["seed"], r["gap"], *(r[s.name] for s in mvg.measure_specs(mvg.SCALES["cpu"])))
+            if key not in seen:
+                seen.add(key)
+                sub.append(r)
+        axes = [a for a in mvg.AXIS_KEYS if len({r.get(a) for r in sub}) > 1]
+        got = {r["measure"]: r for r in table if r["family"] == family}
+        gap = [float(r["gap"]) for r in sub]
+        for name in names:
+            mu = [float(r[name]) for r in sub]
+            n = len(sub)
+            s = sum(np.sign(mu[i] - mu[j]) * np.sign(gap[i] - gap[j])
+                    for i in range(n) for j in range(n) if i != j)  # fmt: skip
+            assert float(got[name]["tau"]) == pytest.approx(s / (n * (n - 1)), abs=1e-12)
+            per_axis = []
+            for axis in axes:
+                groups: dict = {}
+                for i, r in enumerate(sub):
+                    groups.setdefault((r["seed"], *(r[a] for a in axes if a != axis)), []).append(i)
+                taus = []
+                for members in groups.values():
+                    if len({sub[i][axis] for i in members}) < 2:
+                        continue
+                    m = len(members)
+                    t = sum(np.sign(mu[i] - mu[j]) * np.sign(gap[i] - gap[j])
+                            for i in members for j in members if i != j)  # fmt: skip
+                    taus.append(t / (m * (m - 1)))
+                if taus:
+                    per_axis.append(np.mean(taus))
+                    assert float(got[name][f"psi[{axis}]"]) == pytest.approx(np.mean(taus),
+                                                                             abs=1e-12)  # fmt: skip
+            assert float(got[name]["psi"]) == pytest.approx(np.mean(per_axis), abs=1e-12)
+    report = (COMMITTED / "report.md").read_text()
+    assert "54 duplicate runs counted once" in report
+
+
+# ----------------------------------------------- the magnitude-aware search (SPEC section 8)
+
+
+def test_mag_sigma_search_closed_form_without_floor():
+    """0.5 ||w||^2: an antithetic pair raises it by s^2 ||w * z||^2 / 2, solved for s."""
+    w = jnp.array([1.0, -2.0, 0.5])
+    key = jax.random.key(3)
+    num_samples, target = 8, 0.3
+    z = jax.vmap(lambda k: jax.random.normal(k, (3,), w.dtype))(jax.random.split(key, 8))
+    mean_sq = float(jnp.mean(jnp.sum(jnp.square(w[None, :] * z), axis=1)))
+    want = math.sqrt(2 * target / mean_sq)
+    r = mvg.mag_sigma_search(lambda p, b: 0.5 * jnp.sum(p**2), w, None, key, eps=0.0,
+                             target_increase=target, sigma_lower=1e-4, sigma_upper=10.0,
+                             num_samples=num_samples, num_steps=50)  # fmt: skip
+    assert bool(r["bracketed"])
+    assert float(r["sigma"]) == pytest.approx(want, rel=1e-8)
+    assert float(r["increase"]) == pytest.approx(target, rel=1e-7)
+
+
+def test_mag_sigma_search_floor_perturbs_zero_weights():
+    """All weights 0: without the floor nothing moves; a floor of 2 always exceeds the target."""
+    w = jnp.zeros(4)
+    err = lambda p, b: jnp.mean(jnp.abs(p) > 1.0).astype(p.dtype)  # noqa: E731
+    kw = {"target_increase": 0.1, "sigma_lower": 1e-3, "sigma_upper": 10.0, "num_samples": 16,
+          "num_steps": 10}  # fmt: skip
+    none = mvg.mag_sigma_search(err, w, None, jax.random.key(0), eps=0.0, **kw)
+    # never above target: every step moves the lower end up, to 10 (1e-4)^(2^-10)
+    assert float(none["sigma"]) == pytest.approx(10.0 * 1e-4 ** (2.0**-10), rel=1e-5)
+    assert not bool(none["bracketed"])
+    big = mvg.mag_sigma_search(err, w, None, jax.random.key(0), eps=2.0, **kw)
+    assert float(big["sigma"]) == pytest.approx(1e-3)  # the lower end: always above target
+    assert float(big["increase"]) > 0.1

@@ -421,7 +421,9 @@ def test_run_batch_gets_the_seeds_of_one_configuration(tmp_path):
 def test_progress_lines_and_bad_inputs(tmp_path, capsys):
     _run(tmp_path, quiet=False, jobs=2)
     err = capsys.readouterr().err
-    assert len(re.findall(r"\[\d+/12\] toy n=\d+ scale=[\d.]+ kind=normal seed=\d", err)) == 12
+    # a unit is named by the settings that vary in the run (kind is "normal" in every unit)
+    assert len(re.findall(r"\[\d+/12\] toy n=\d+ scale=[\d.]+ seed=\d [\d.e-]+ s\n", err)) == 12
+    assert "kind=" not in err
     assert "jobs=2" in err
     with pytest.raises(ValueError, match="scale"):
         _run(tmp_path, scale="huge")
@@ -442,7 +444,8 @@ def test_registry_is_explicit_ordered_and_lazy(tmp_path, monkeypatch):
     (tmp_path / "lazy_toy_module.py").write_text(
         "from jaxbounds.experiments.runner import Experiment\n"
         "def make():\n"
-        "    return Experiment('lazy', 'lazy toy', '', {'cpu': {'n': [1]}}, lambda u: {})\n"
+        "    return Experiment('lazy', 'its own longer text', '', {'cpu': {'n': [1]}},\n"
+        "                      lambda u: {})\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     toy = make_toy()
@@ -451,8 +454,13 @@ def test_registry_is_explicit_ordered_and_lazy(tmp_path, monkeypatch):
     assert len(registry) == 2
     assert "lazy_toy_module" not in sys.modules
     assert registry.listing().splitlines()[0].split() == ["lazy", "lazy", "toy"]
+    listing = registry.listing()
     assert registry.get("lazy").name == "lazy"
+    assert registry.get("lazy") is registry.get("lazy")
     assert registry.get("toy") is toy
+    # Importing a lazy entry changes neither its table description nor the listing.
+    assert registry.description("lazy") == "lazy toy"
+    assert registry.listing() == listing
     with pytest.raises(ValueError, match="unknown experiment 'x'; known: lazy, toy"):
         registry.get("x")
     with pytest.raises(ValueError, match="twice"):
@@ -506,9 +514,9 @@ def test_mean_spread_table_and_claim_lines():
     assert spread.std == pytest.approx(np.std(values, ddof=1))
     assert spread.stderr == pytest.approx(np.std(values, ddof=1) / np.sqrt(3))
     assert spread.format(2) == "2.3 ± 1.5"
-    assert mean_spread([5.0]).format() == "5 (n=1)"
+    assert mean_spread([5.0]).format() == "5 (n=1, no spread)"
     table = markdown_table(["a", "b|c"], [[1, 0.123456], ["x|y", None]], align="lr")
-    assert table == "| a | b\\|c |\n| --- | ---: |\n| 1 | 0.1235 |\n| x\\|y |  |\n"
+    assert table == "| a | b\\|c |\n| --- | ---: |\n| 1 | 0.1235 |\n| x\\|y | n/a |\n"
     with pytest.raises(ValueError, match="row 0"):
         markdown_table(["a"], [[1, 2]])
     assert claim_line("Gap has no trend.", True, "tau = 0.1").startswith("- **reproduced**: Gap")
@@ -654,3 +662,94 @@ def test_an_ignored_sigint_stays_ignored_and_a_default_one_stops(tmp_path):
         assert len(calls) == 1
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# --- issue 30: reports say n/a, never nan or a degenerate interval; brief progress lines -------
+
+
+def test_reports_use_one_rule_for_undefined_cells_and_degenerate_intervals():
+    from jaxbounds.experiments.runner import format_interval, format_mean_std, format_number
+
+    nan = float("nan")
+    table = markdown_table(["a", "b", "c", "d"], [[nan, None, "", " "], [1, 0.5, "x", 2.0]])
+    assert table.splitlines()[2] == "| n/a | n/a | n/a | n/a |"
+    assert table.splitlines()[3] == "| 1 | 0.5 | x | 2 |"
+    assert format_number(nan) == "n/a"
+    assert format_number(float("-inf")) == "-inf"
+    # an interval over one value (one seed: every bootstrap resample agrees)
+    assert format_interval(0.6666, 0.6666, signed=True) == "+0.67 (no spread over resamples)"
+    assert format_interval(-0.5, 0.25, signed=True) == "[-0.50, +0.25]"
+    assert format_interval(0.1234, 0.5678, 3) == "[0.123, 0.568]"
+    assert format_interval(nan, 0.3) == "n/a"
+    assert format_interval(None, None) == "n/a"
+    assert format_mean_std(0.882, nan) == "0.882 (n=1, no spread)"
+    assert format_mean_std(0.882, 0.0123) == "0.882 ± 0.0123"
+    assert format_mean_std(nan, 0.1) == "n/a"
+    assert mean_spread([]).format() == "n/a"
+    assert mean_spread([2.0, nan]).format() == "n/a"
+
+
+def test_unlink_missing_figures(tmp_path):
+    from jaxbounds.experiments.runner import unlink_missing_figures
+
+    (tmp_path / "drawn.png").write_bytes(b"png")
+    text = "![a](drawn.png) ![b](gone.png)\n![web](https://example.org/x.png)\n"
+    assert unlink_missing_figures(text, tmp_path, drawn=True) == (
+        "![a](drawn.png) *(figure gone.png not drawn)*\n![web](https://example.org/x.png)\n"
+    )
+    # without matplotlib no figure was drawn by this run, not even one an older run left
+    assert unlink_missing_figures(text, tmp_path, drawn=False) == (
+        "*(figure drawn.png not drawn: matplotlib is not installed)* "
+        "*(figure gone.png not drawn: matplotlib is not installed)*\n"
+        "![web](https://example.org/x.png)\n"
+    )
+
+
+def test_progress_lines_name_a_unit_briefly():
+    from jaxbounds.experiments.runner import PROGRESS_WIDTH, _progress_line, unit_labels
+
+    big = {"model": {"layers": list(range(200))}, "data": "x" * 500}
+    units = [Unit({**big, "lr": lr, "width": 8}, seed=s) for lr in (0.1, 0.01) for s in (0, 1)]
+    assert unit_labels(units) == ["lr=0.1 seed=0", "lr=0.1 seed=1", "lr=0.01 seed=0",
+                                  "lr=0.01 seed=1"]  # fmt: skip
+    assert unit_labels(units[:1]) == ["seed=0"]
+    many = [Unit({f"key{i}": "v" * 30 + str(s) for i in range(20)}, seed=s) for s in range(2)]
+    line = _progress_line("[1/2] toy", unit_labels(many)[0], "0.5 s")
+    assert len(line) <= PROGRESS_WIDTH
+    assert line.startswith("[1/2] toy key0=")
+    assert line.endswith(" ... 0.5 s")
+
+
+def test_another_run_in_the_output_folder_is_refused(tmp_path):
+    from jaxbounds.experiments.runner import OtherRunThere
+
+    experiment = make_toy()
+    run_experiment(experiment, scale="smoke", seeds=1, out_dir=tmp_path, quiet=True)
+    report = (tmp_path / "toy" / "report.md").read_bytes()
+    with pytest.raises(OtherRunThere, match=r"seeds \[0\] \(now \[0, 1\]\)") as err:
+        run_experiment(experiment, scale="smoke", seeds=2, out_dir=tmp_path, quiet=True)
+    assert err.value.differences == ["seeds [0] (now [0, 1])"]
+    assert (tmp_path / "toy" / "report.md").read_bytes() == report
+    (tmp_path / "toy" / "summary.json").write_text("{not json")
+    with pytest.raises(OtherRunThere, match=r"summary\.json is unreadable"):
+        run_experiment(experiment, scale="smoke", seeds=1, out_dir=tmp_path, quiet=True)
+    summary = run_experiment(experiment, scale="smoke", seeds=2, out_dir=tmp_path, quiet=True,
+                             fresh=True)  # fmt: skip
+    assert summary.seeds == (0, 1)
+
+
+def test_missing_packages_are_named_before_any_work(tmp_path):
+    from jaxbounds.experiments.runner import MissingPackages
+
+    calls = []
+    needy = Experiment("needy", "", "", {"smoke": {"n": [1]}}, lambda u: calls.append(u) or {},
+                       default_scale="smoke", requires=("no_such_module_x", "json"),
+                       render_requires=("no_such_module_y",))  # fmt: skip
+    with pytest.raises(MissingPackages, match="no_such_module_x, no_such_module_y") as err:
+        run_experiment(needy, scale="smoke", out_dir=tmp_path)
+    assert err.value.packages == ["no_such_module_x", "no_such_module_y"]
+    assert "pip install no_such_module_x no_such_module_y" in str(err.value)
+    assert calls == []
+    assert not (tmp_path / "needy").exists()
+    with pytest.raises(TypeError, match="requires must be import names"):
+        Experiment("bad", "", "", {"cpu": {}}, lambda u: {}, requires=("",))

@@ -40,11 +40,11 @@ def test_format_table_and_json(tmp_path):
     assert lines[0] == "jaxbounds estimate: model scalar, seed 1, full run"
     assert "VACUOUS" in table
     assert "± 0.001" in table
-    assert "[0.1, 0.15]" in table
+    assert "interval [0.1, 0.15]" in table  # on the note line below its row
     assert lines[-1] == "time (s): build 2.0; total 2.0"
     assert "" in lines  # a blank line between sections
     # Columns are aligned: the value column ends at the same offset in every data row.
-    data_lines = [ln for ln in lines[3:-1] if ln]
+    data_lines = [ln for ln in lines[4:-1] if ln and not ln.startswith(" ")]
     ends = {
         ln.index(v) + len(v)
         for ln, v in zip(data_lines, ("12.5", "0.12346", "scalar"), strict=True)

@@ -1,0 +1,111 @@
+"""``jaxbounds study --from results.csv``: the study of any CSV of trained models.
+
+Flags map the CSV's columns; a missing column, a value that is not a number and a bad option
+exit 2 with one line naming the flag and the column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+_FLAG = {
+    "family": "--family", "axes": "--axes", "seed": "--seed", "gap": "--gap",
+    "measures": "--measures", "converged": "--converged", "gap_stderr": "--gap-stderr",
+    "run_id": "--run-id", "num_test": "--num-test", "train_size": "--train-size",
+    "source": "--from",
+}  # fmt: skip
+
+
+def _names(text: str) -> list[str]:
+    out = [s.strip() for s in text.split(",") if s.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of column names")
+    return out
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Add the ``study`` subcommand to ``commands`` (an argparse subparsers object)."""
+    p = commands.add_parser(
+        "study",
+        parents=[common],
+        allow_abbrev=False,
+        help="Kendall tau, Psi, CMI, sign error and null baselines of measures in a CSV",
+        description="Read a CSV of trained models (one row per model), analyse every measure "
+        "against the gap per family (jaxbounds.study) and write report.md, study.json and "
+        "figures under --out.",
+    )
+    p.add_argument("--from", dest="source", required=True, metavar="CSV", help="the models")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--axes", required=True, type=_names, metavar="A,B", help="axis columns")
+    p.add_argument("--seed", required=True, metavar="COL", help="seed column")
+    p.add_argument("--gap", required=True, metavar="COL", help="generalization-gap column")
+    p.add_argument("--measures", required=True, type=_names, metavar="M,N", help="measures")
+    p.add_argument("--family", default=None, metavar="COL", help="family column (default: one)")
+    p.add_argument("--converged", default=None, metavar="COL",
+                   help="true/false column: the model met the stopping criterion")  # fmt: skip
+    p.add_argument("--gap-stderr", default=None, metavar="COL", help="gap standard error column")
+    p.add_argument("--run-id", default=None, metavar="COL", help="run identifier column")
+    p.add_argument("--num-test", default=None, metavar="COL|N", help="test-set size (column/int)")
+    p.add_argument(
+        "--train-size",
+        default=None,
+        metavar="COL",
+        help="training-set size column (size-adjusts the sign error's measures)",
+    )
+    p.add_argument("--loss-range", type=float, default=1.0, help="range of the per-example "
+                   "loss behind the gap (default 1: the 0-1 error)")  # fmt: skip
+    p.add_argument("--all-models", action="store_true",
+                   help="analyse capped (not converged) models too")  # fmt: skip
+    p.add_argument("--keep-duplicates", action="store_true", help="count repeated runs each")
+    p.add_argument("--null-draws", type=int, default=100, help="draws per null (default 100)")
+    p.add_argument("--resamples", type=int, default=200, help="bootstrap resamples")
+    p.add_argument("--rng-seed", type=int, default=0, help="seed of the nulls and bootstrap")
+    p.add_argument("--title", default="Measures versus the gap", help="report title")
+
+
+class StudyUsageError(ValueError):
+    """A flag names a column that is not there, or a value that does not parse."""
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``jaxbounds study``; print where the report went.
+
+    Raises:
+      StudyUsageError: with the flag named, for a column or value the table lacks.
+    """
+    from jaxbounds.study import analyze, load_table
+    from jaxbounds.study.report import render_report
+
+    num_test: Any = args.num_test
+    if isinstance(num_test, str) and num_test.isdigit():
+        num_test = int(num_test)
+    for name, value in (("--null-draws", args.null_draws), ("--resamples", args.resamples)):
+        if value < 1:
+            raise StudyUsageError(f"{name}: expected an integer >= 1, got {value}")
+    if not args.loss_range > 0:
+        raise StudyUsageError(f"--loss-range: expected a number > 0, got {args.loss_range}")
+    try:
+        table = load_table(
+            args.source, family=args.family, axes=args.axes, seed=args.seed, gap=args.gap,
+            measures=args.measures, converged=args.converged, gap_stderr=args.gap_stderr,
+            run_id=args.run_id, num_test=num_test, train_size=args.train_size,
+        )  # fmt: skip
+    except ValueError as err:
+        argument, _, rest = str(err).partition(": ")
+        raise StudyUsageError(f"{_FLAG.get(argument, argument)}: {rest}") from None
+    study = analyze(
+        table, converged_only=not args.all_models, collapse_duplicates=not args.keep_duplicates,
+        num_null_draws=args.null_draws, num_resamples=args.resamples, rng_seed=args.rng_seed,
+        loss_range=args.loss_range,
+    )  # fmt: skip
+    paths = render_report(study, args.out, title=args.title)
+    for fr in study.families.values():
+        print(f"{fr.family}: {fr.num_models} models analysed of {fr.num_rows}", file=sys.stdout)
+        for note in fr.notes:
+            print(f"  {note}", file=sys.stdout)
+    print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stdout)
+    return 0

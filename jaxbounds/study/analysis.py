@@ -1,0 +1,349 @@
+"""The study of a table of models: every statistic per family, beside its null baselines.
+
+Protocol (Jiang et al. 2020's by default):
+
+1. Each family is analysed on its own; a pooled tau over all families is reported apart and
+   labelled (pooling families of different gap scales can reverse a correlation).
+2. Models without a gap are reported and left out (never silently).
+3. Only converged models are analysed (``converged_only``); the capped ones are counted and
+   their own tau is reported apart.
+4. Duplicates count once: models with the same ``run_id``, or without a run id the same seed,
+   gap and measure values (a run that converged before the smaller step cap is the same run at
+   every cap). The first in table order is kept.
+5. The axes of a family are those with at least two values among its kept models.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxbounds.study import bootstrap, cmi, nulls, ranking, sign_error
+from jaxbounds.study._table import ModelTable
+
+__all__ = ["FamilyResult", "MeasureResult", "Study", "analyze"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureResult:
+    """Every statistic of one measure in one family.
+
+    Attributes:
+      name: the measure.
+      num_models: models with a value (of the family's kept models).
+      num_missing: kept models without a value (NaN), left out of this measure's statistics.
+      tau: :class:`~jaxbounds.study.ranking.Tau` over the family's kept models.
+      tau_interval: its seed-bootstrap interval (of Jiang's tau-a).
+      psi: :class:`~jaxbounds.study.ranking.Psi`.
+      psi_interval: the seed-bootstrap interval of Psi.
+      cmi: :class:`~jaxbounds.study.cmi.CMI` (None with fewer than two axes... or no pairs).
+      sign_error: :class:`~jaxbounds.study.sign_error.SignError` (size-adjusted measure).
+      tau_capped: tau over the family's capped (not converged) models, apart; None if none.
+    """
+
+    name: str
+    num_models: int
+    num_missing: int
+    tau: ranking.Tau
+    tau_interval: bootstrap.Interval
+    psi: ranking.Psi
+    psi_interval: bootstrap.Interval
+    cmi: cmi.CMI | None
+    sign_error: sign_error.SignError
+    tau_capped: ranking.Tau | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyResult:
+    """The study of one family.
+
+    Attributes:
+      family: its label.
+      axes: the axes it varies (at least two values among its kept models).
+      num_rows: its rows in the table.
+      num_no_gap: rows without a gap (left out, reported).
+      num_capped: rows not converged (left out with ``converged_only``, reported).
+      num_duplicates: rows that repeat an earlier run (counted once).
+      duplicate_axes: axes whose values differ between copies of one run.
+      num_models: models analysed.
+      seeds: the seeds of the analysed models.
+      measures: measure -> :class:`MeasureResult`.
+      nulls: ``"random"`` / ``"gap+noise"`` -> :class:`~jaxbounds.study.nulls.NullBaseline`.
+      notes: what a reader must know (a single seed, constant measures, ...).
+      rows: the table rows of the analysed models, in analysis order.
+    """
+
+    family: str
+    axes: tuple[str, ...]
+    num_rows: int
+    num_no_gap: int
+    num_capped: int
+    num_duplicates: int
+    duplicate_axes: tuple[str, ...]
+    num_models: int
+    seeds: tuple[Any, ...]
+    measures: dict[str, MeasureResult]
+    nulls: dict[str, nulls.NullBaseline]
+    notes: tuple[str, ...] = ()
+    rows: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """The study of a table.
+
+    Attributes:
+      families: family -> :class:`FamilyResult`.
+      pooled: measure -> tau over every family's kept models (a labelled extra, never a
+        verdict).
+      options: the options of :func:`analyze`.
+    """
+
+    families: dict[str, FamilyResult]
+    pooled: dict[str, ranking.Tau]
+    options: dict[str, Any]
+
+
+def _duplicates(t: ModelTable) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Keep-mask of first copies, and the axes that differ between copies."""
+    keys: dict[Any, int] = {}
+    keep = np.ones(t.num_rows, dtype=bool)
+    differ: set[str] = set()
+    for i in range(t.num_rows):
+        if t.run_id is not None:
+            key: Any = ("id", t.run_id[i])
+        else:
+            key = (t.seed[i], repr(float(t.gap[i])),
+                   tuple(repr(float(v[i])) for v in t.measures.values()))  # fmt: skip
+        first = keys.setdefault(key, i)
+        if first != i:
+            keep[i] = False
+            differ |= {a for a in t.axes if t.settings[a][i] != t.settings[a][first]}
+    return keep, tuple(a for a in t.axes if a in differ)
+
+
+def _log_scale(name: str, log_measures: Sequence[str] | None) -> bool:
+    if log_measures is not None:
+        return name in log_measures
+    return name.lower().startswith("log")
+
+
+def _family(t: ModelTable, family: str, opts: dict[str, Any]) -> tuple[FamilyResult, np.ndarray]:
+    rows = np.flatnonzero(t.family == family)
+    ft = t.take(rows)
+    notes: list[str] = []
+    has_gap = np.isfinite(ft.gap)
+    if (~has_gap).any():
+        notes.append(f"{int((~has_gap).sum())} row(s) without a gap (NaN) left out")
+    capped = has_gap & ~ft.converged
+    use = has_gap & (ft.converged if opts["converged_only"] else True)
+    if capped.any():
+        notes.append(f"{int(capped.sum())} capped (not converged) model(s) "
+                     + ("reported apart" if opts["converged_only"] else "included"))  # fmt: skip
+    kept = ft.take(np.flatnonzero(use))
+    kept_rows = rows[np.flatnonzero(use)]
+    dup_axes: tuple[str, ...] = ()
+    num_dup = 0
+    if opts["collapse_duplicates"] and kept.num_rows:
+        keep, dup_axes = _duplicates(kept)
+        num_dup = int((~keep).sum())
+        kept = kept.take(np.flatnonzero(keep))
+        kept_rows = kept_rows[keep]
+        if num_dup:
+            notes.append(
+                f"{num_dup} duplicate run(s) counted once"
+                + (f" (they differ only in {', '.join(dup_axes)})" if dup_axes else "")
+            )
+    axes = tuple(a for a in kept.axes
+                 if len({kendall_key(v) for v in kept.settings[a]}) >= 2)  # fmt: skip
+    seeds = tuple(sorted(set(kept.seed.tolist()), key=lambda s: (str(type(s)), s)))
+    if len(seeds) == 1:
+        notes.append("one seed: no bootstrap interval over seeds")
+    configs = [tuple(kendall_key(kept.settings[a][i]) for a in axes)
+               for i in range(kept.num_rows)]  # fmt: skip
+    resamples = bootstrap.seed_resamples(list(kept.seed) or [0],
+                                         num_resamples=opts["num_resamples"],
+                                         rng_seed=opts["rng_seed"])  # fmt: skip
+    n_test = kept.num_test if kept.num_test is not None else None
+    if n_test is None:
+        notes.append("no test-set size: every pair of the sign error weighs 1 (no noise filter)")
+    capped_t = ft.take(np.flatnonzero(capped))
+
+    def sign(mu: np.ndarray, g: np.ndarray, cfg: list, nt: Any, env: Any) -> Any:
+        return sign_error.robust_sign_error(mu, g, cfg, list(axes), nt,
+                                            loss_range=opts["loss_range"],
+                                            min_ess=opts["min_ess"], env=env)  # fmt: skip
+
+    env_all = sign_error.environments(configs, list(axes))
+    groups_all = ranking.psi_groups(configs, list(kept.seed), list(axes))
+    pairs_all = None
+    if kept.num_rows <= opts["cmi_max_models"]:
+        pairs_all = cmi.pair_codes(configs, list(axes))
+    else:
+        notes.append(f"CMI skipped: {kept.num_rows} models, more than cmi_max_models = "
+                     f"{opts['cmi_max_models']} (it uses all n(n-1) ordered pairs)")  # fmt: skip
+    measures: dict[str, MeasureResult] = {}
+    for name, values in kept.measures.items():
+        have = np.isfinite(values)
+        idx = np.flatnonzero(have)
+        mu, g = values[idx], kept.gap[idx]
+        cfg = [configs[i] for i in idx]
+        sd = [kept.seed[i] for i in idx]
+        full = bool(have.all())
+        groups = groups_all if full else ranking.psi_groups(cfg, sd, list(axes))
+        tau = ranking.kendall(mu, g)
+        if tau.note and idx.size:
+            notes.append(f"{name}: tau n/a ({tau.note})")
+        psi = ranking.granulated_psi(mu, g, groups, sd)
+        pair = ranking.signs(mu).astype(np.int64) * ranking.signs(g)
+        codes = {s: np.array([x == s for x in sd], dtype=float) for s in set(sd)}
+
+        def tau_stat(c: dict, pair=pair, codes=codes, defined=not tau.note) -> float:
+            if not defined:
+                return math.nan
+            w = sum((c.get(s, 0) * v for s, v in codes.items()), np.zeros(len(pair)))
+            return bootstrap.tau_weighted(pair, w)
+
+        tau_ci = bootstrap.seed_interval(sd, tau_stat, resamples, confidence=opts["confidence"])
+        psi_ci = bootstrap.seed_interval(sd, psi.resampled, resamples,
+                                         confidence=opts["confidence"])  # fmt: skip
+        the_cmi = None
+        if axes and idx.size >= 2 and (pairs_all is not None or idx.size <= opts["cmi_max_models"]):
+            the_cmi = cmi.conditional_mutual_information(
+                mu, g, cfg, list(axes), max_size=opts["cmi_max_size"],
+                pairs=pairs_all if full else None)  # fmt: skip
+        adj = mu
+        if kept.train_size is not None:
+            adj = sign_error.size_adjusted(
+                mu, kept.train_size[idx], log_scale=_log_scale(name, opts["log_measures"])
+            )
+        nt = None if n_test is None else n_test[idx]
+        if np.isnan(adj).any():
+            nan = math.nan
+            se = sign_error.SignError(
+                {a: () for a in axes},
+                dict.fromkeys(axes, 0),
+                nan,
+                nan,
+                nan,
+                "",
+                "negative values: sqrt(v/m) is undefined",
+            )
+        elif not axes:
+            nan = math.nan
+            se = sign_error.SignError({}, {}, nan, nan, nan, "", "no axis with two values")
+        else:
+            se = sign(adj, g, cfg, nt, env_all if full else None)
+        tc = None
+        if capped_t.num_rows:
+            cv = capped_t.measures[name]
+            ok = np.isfinite(cv)
+            tc = ranking.kendall(cv[ok], capped_t.gap[ok])
+        measures[name] = MeasureResult(name, int(idx.size), int((~have).sum()), tau, tau_ci,
+                                       psi, psi_ci, the_cmi, se, tc)  # fmt: skip
+
+    def null_stats(m: np.ndarray) -> dict[str, float]:
+        s = sign(m, kept.gap, configs, n_test, env_all) if axes else None
+        return {
+            "tau": ranking.tau_a(m, kept.gap),
+            "psi": ranking.granulated_psi(m, kept.gap, groups_all, list(kept.seed)).psi,
+            "sign_error_worst": math.nan if s is None else s.worst,
+            "sign_error_mean": math.nan if s is None else s.mean,
+        }
+
+    base = nulls.null_draws(kept.gap, kept.gap_stderr, null_stats,
+                            num_samples=opts["num_null_draws"],
+                            rng_seed=opts["rng_seed"])  # fmt: skip
+    result = FamilyResult(
+        family=family, axes=axes, num_rows=int(rows.size), num_no_gap=int((~has_gap).sum()),
+        num_capped=int(capped.sum()), num_duplicates=num_dup, duplicate_axes=dup_axes,
+        num_models=kept.num_rows, seeds=seeds, measures=measures, nulls=base,
+        notes=tuple(notes), rows=tuple(int(i) for i in kept_rows),
+    )  # fmt: skip
+    return result, kept_rows
+
+
+def kendall_key(value: Any) -> Any:
+    """A hashable setting value (lists and dicts as JSON text)."""
+    from jaxbounds.study._table import _hashable
+
+    return _hashable(value)
+
+
+def analyze(
+    table: ModelTable,
+    *,
+    converged_only: bool = True,
+    collapse_duplicates: bool = True,
+    num_null_draws: int = 100,
+    num_resamples: int = 200,
+    confidence: float = 0.95,
+    rng_seed: int = 0,
+    loss_range: float = 1.0,
+    min_ess: float = sign_error.MIN_ESS,
+    log_measures: Sequence[str] | None = None,
+    cmi_max_size: int = 2,
+    cmi_max_models: int = 400,
+) -> Study:
+    """Every statistic of every measure, per family, beside its null baselines.
+
+    Args:
+      table: the models (:func:`~jaxbounds.study.load_table`).
+      converged_only: analyse converged models only (Jiang et al.'s protocol); capped models
+        are counted and their tau reported apart. False mixes them in (said in the notes).
+      collapse_duplicates: count repeated runs once (module docstring).
+      num_null_draws: draws of each null baseline (>= 1; 100 or more for a report).
+      num_resamples: seed-bootstrap resamples.
+      confidence: coverage of the bootstrap intervals, in (0, 1).
+      rng_seed: seed of the bootstrap and the nulls.
+      loss_range: range of the per-example loss behind the gap (1 for the 0-1 error), for the
+        Hoeffding weights of the sign error.
+      min_ess: effective sample size an environment of the sign error needs (12 as
+        Dziugaite et al.).
+      log_measures: the measures on the log scale for the size adjustment; None: the names
+        that start with ``log``.
+      cmi_max_size: largest conditioning set of the CMI test (Jiang et al.: 2).
+      cmi_max_models: families with more kept models skip the CMI test (it uses all n(n-1)
+        ordered pairs).
+
+    Returns:
+      A :class:`Study`.
+
+    Raises:
+      ValueError: for a confidence outside (0, 1), or num_null_draws / num_resamples < 1.
+
+    >>> from jaxbounds.study import load_table
+    >>> rows = [{"lr": lr, "seed": s, "gap": lr + s / 10, "m": lr} for lr in (1, 2, 3)
+    ...         for s in (0, 1)]
+    >>> t = load_table(rows, axes=["lr"], seed="seed", gap="gap", measures=["m"])
+    >>> r = analyze(t, num_null_draws=5, num_resamples=10)
+    >>> r.families["all"].measures["m"].psi.psi, r.families["all"].axes
+    (1.0, ('lr',))
+    """
+    if not (isinstance(confidence, float) and 0.0 < confidence < 1.0):
+        raise ValueError(f"confidence: expected a float in (0, 1), got {confidence!r}")
+    opts = {
+        "converged_only": bool(converged_only), "collapse_duplicates": bool(collapse_duplicates),
+        "num_null_draws": num_null_draws, "num_resamples": num_resamples,
+        "confidence": confidence, "rng_seed": rng_seed, "loss_range": float(loss_range),
+        "min_ess": float(min_ess), "log_measures": None if log_measures is None
+        else tuple(log_measures), "cmi_max_size": int(cmi_max_size),
+        "cmi_max_models": int(cmi_max_models),
+    }  # fmt: skip
+    families: dict[str, FamilyResult] = {}
+    pooled_rows: list[np.ndarray] = []
+    for family in dict.fromkeys(table.family.tolist()):
+        result, rows = _family(table, family, opts)
+        families[family] = result
+        pooled_rows.append(rows)
+    every = np.concatenate(pooled_rows) if pooled_rows else np.zeros(0, dtype=int)
+    pooled = {}
+    for name, values in table.measures.items():
+        v, g = values[every], table.gap[every]
+        ok = np.isfinite(v)
+        pooled[name] = ranking.kendall(v[ok], g[ok])
+    return Study(families, pooled, opts)

@@ -1,0 +1,125 @@
+"""Null baselines: what a measure that knows nothing, or knows the gap, scores.
+
+Two references beside every statistic of a family, each over ``num_samples`` seeded draws:
+
+- ``random``: a measure of independent standard normal values (it predicts nothing);
+- ``gap+noise``: the gap itself plus normal noise at the gap's own standard error (the best a
+  measure can do when the gap is known only to its standard error).
+
+Draw ``d`` of a family takes, from ``numpy.random.default_rng(rng_seed)``, first the random
+measure ``standard_normal(n)`` and then the noise ``standard_normal(n)``, in that order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["NullBaseline", "Summary", "null_draws"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """Mean and 2.5 / 50 / 97.5 percentiles of a statistic over the draws of a null.
+
+    Attributes:
+      values: the statistic of every draw (NaN where undefined).
+      mean: mean of the finite values (NaN if none).
+      low: 2.5th percentile.
+      median: median.
+      high: 97.5th percentile.
+    """
+
+    values: tuple[float, ...]
+    mean: float
+    low: float
+    median: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Summary:
+        """The summary of ``values``.
+
+        >>> Summary.of([0.0, 1.0, 2.0, math.nan]).median
+        1.0
+        """
+        v = np.asarray(values, dtype=float)
+        f = v[np.isfinite(v)]
+        if f.size == 0:
+            nan = math.nan
+            return cls(tuple(v.tolist()), nan, nan, nan, nan)
+        lo, med, hi = np.percentile(f, [2.5, 50, 97.5])
+        return cls(tuple(v.tolist()), float(f.mean()), float(lo), float(med), float(hi))
+
+
+@dataclasses.dataclass(frozen=True)
+class NullBaseline:
+    """The statistics of one null measure over its draws.
+
+    Attributes:
+      kind: ``"random"`` or ``"gap+noise"``.
+      num_samples: draws.
+      stats: statistic name (``tau``, ``psi``, ``sign_error_worst``, ``sign_error_mean``) ->
+        :class:`Summary`.
+      note: why the null is n/a (``""`` when computed).
+    """
+
+    kind: str
+    num_samples: int
+    stats: dict[str, Summary]
+    note: str = ""
+
+
+def null_draws(
+    gap: np.ndarray,
+    gap_stderr: np.ndarray | None,
+    statistics: Callable[[np.ndarray], dict[str, float]],
+    *,
+    num_samples: int,
+    rng_seed: int,
+) -> dict[str, NullBaseline]:
+    """Both nulls: ``statistics(measure)`` of every draw, summarised.
+
+    Args:
+      gap: (n,) gaps.
+      gap_stderr: (n,) their standard errors, or None (the gap+noise null is then n/a).
+      statistics: measure -> {statistic name: value}.
+      num_samples: draws per null (>= 1).
+      rng_seed: seed of the generator.
+
+    Returns:
+      ``{"random": NullBaseline, "gap+noise": NullBaseline}``.
+
+    >>> out = null_draws(np.arange(4.0), None, lambda m: {"first": float(m[0])}, num_samples=3,
+    ...                  rng_seed=0)
+    >>> out["random"].num_samples, out["gap+noise"].note
+    (3, 'no standard error of the gap')
+    """
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples: expected an int >= 1, got {num_samples!r}")
+    rng = np.random.default_rng(rng_seed)
+    have_se = gap_stderr is not None and bool(np.all(np.isfinite(gap_stderr)))
+    random_stats: list[dict[str, float]] = []
+    noise_stats: list[dict[str, float]] = []
+    for _ in range(num_samples):
+        random_measure = rng.standard_normal(gap.size)
+        noise = rng.standard_normal(gap.size)
+        random_stats.append(statistics(random_measure))
+        if have_se:
+            noise_stats.append(statistics(gap + np.asarray(gap_stderr) * noise))
+
+    def summarise(kind: str, draws: list[dict[str, float]], note: str = "") -> NullBaseline:
+        names = list(draws[0]) if draws else []
+        stats = {k: Summary.of([d[k] for d in draws]) for k in names}
+        return NullBaseline(kind, len(draws), stats, note)
+
+    note = (
+        ""
+        if have_se
+        else ("no standard error of the gap" if gap_stderr is None else "NaN standard errors")
+    )
+    return {"random": summarise("random", random_stats),
+            "gap+noise": summarise("gap+noise", noise_stats, note)}  # fmt: skip

@@ -1,0 +1,225 @@
+r"""Kendall's rank correlation of a measure with the gap, and Jiang et al.'s granulated $\Psi$.
+
+Jiang et al. 2020 (arXiv:1912.02178), section 4: eq. (3) is Kendall's coefficient over the
+pairs of models, $\tau = \frac{1}{n(n-1)}\sum_{i\ne j}\operatorname{sign}(\mu_i - \mu_j)
+\operatorname{sign}(g_i - g_j)$ (tau-a: a tied pair counts 0), and eq. (4) the granulated
+coefficient $\psi_k$, the mean of eq. (3) over the groups of models that differ only in axis
+$k$, and $\Psi$, the mean of $\psi_k$ over the axes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Psi", "Tau", "granulated_psi", "kendall", "psi_groups", "signs", "tau_a"]
+
+
+def signs(values: Any) -> np.ndarray:
+    """The matrix ``sign(v_i - v_j)`` (int8).
+
+    >>> signs([1.0, 3.0, 2.0]).tolist()
+    [[0, -1, -1], [1, 0, 1], [1, -1, 0]]
+    """
+    v = np.asarray(values, dtype=float).reshape(-1)
+    return np.sign(v[:, None] - v[None, :]).astype(np.int8)
+
+
+def tau_a(measure: Any, gap: Any) -> float:
+    r"""Jiang et al.'s Kendall coefficient, eq. (3) (tau-a: a tied pair counts 0).
+
+    $\frac{1}{n(n-1)}\sum_{i\ne j}\operatorname{sign}(\mu_i-\mu_j)\operatorname{sign}(g_i-g_j)$.
+
+    Args:
+      measure: (n,) values.
+      gap: (n,) gaps.
+
+    Returns:
+      tau in [-1, 1]; NaN for n < 2 or a NaN value.
+
+    Raises:
+      ValueError: for samples of different sizes.
+
+    References:
+      Jiang et al. 2020, arXiv:1912.02178, eq. (3).
+
+    >>> tau_a([1, 2, 3], [1, 3, 2]), tau_a([1, 1, 1], [1, 2, 3])
+    (0.3333333333333333, 0.0)
+    """
+    mu = np.asarray(measure, dtype=float).reshape(-1)
+    g = np.asarray(gap, dtype=float).reshape(-1)
+    if mu.size != g.size:
+        raise ValueError(f"measure and gap differ in size ({mu.size} != {g.size})")
+    n = mu.size
+    if n < 2 or np.isnan(mu).any() or np.isnan(g).any():
+        return math.nan
+    s = signs(mu).astype(np.int64) * signs(g)
+    return float(s.sum() / (n * (n - 1)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Tau:
+    """Kendall's coefficient of a measure with the gap over a set of models.
+
+    Attributes:
+      tau: Jiang et al.'s eq. (3) (tau-a); NaN (n/a) when the measure or the gap is constant
+        over the models, or fewer than two models have values.
+      tau_b: tau-b (``scipy.stats.kendalltau``'s default), NaN with ``tau``.
+      p_value: the two-sided p-value of tau-b under independence.
+      num_models: models used.
+      note: why the coefficient is n/a (``""`` when defined).
+    """
+
+    tau: float
+    tau_b: float
+    p_value: float
+    num_models: int
+    note: str = ""
+
+
+def kendall(measure: Any, gap: Any) -> Tau:
+    """Kendall's tau-a (Jiang's eq. 3) and tau-b of ``measure`` with ``gap``.
+
+    A constant measure (or gap) predicts no order: its coefficient is n/a, not 0.
+
+    Args:
+      measure: (n,) finite values.
+      gap: (n,) finite gaps.
+
+    Returns:
+      A :class:`Tau`.
+
+    >>> r = kendall([1, 2, 3, 4], [1, 2, 4, 3])
+    >>> r.tau, round(r.tau_b, 4), r.num_models
+    (0.6666666666666666, 0.6667, 4)
+    >>> kendall([2, 2, 2], [1, 2, 3]).note
+    'the measure is constant'
+    """
+    from jaxbounds.experiments import _stats
+
+    mu = np.asarray(measure, dtype=float).reshape(-1)
+    g = np.asarray(gap, dtype=float).reshape(-1)
+    n = int(mu.size)
+    nan = math.nan
+    if n == 0:
+        return Tau(nan, nan, nan, n, "no values")
+    if n < 2:
+        return Tau(nan, nan, nan, n, "one model: needs two")
+    if np.isnan(mu).any() or np.isnan(g).any():
+        return Tau(nan, nan, nan, n, "NaN values")
+    if np.all(mu == mu[0]):
+        return Tau(nan, nan, nan, n, "the measure is constant")
+    if np.all(g == g[0]):
+        return Tau(nan, nan, nan, n, "the gap is constant")
+    b = _stats.kendall_tau(mu, g)
+    return Tau(tau_a(mu, g), b.tau, b.p_value, n)
+
+
+@dataclasses.dataclass(frozen=True)
+class Psi:
+    r"""Jiang et al.'s granulated coefficient of one measure.
+
+    Attributes:
+      psi: $\Psi$, the mean of ``per_axis`` over the axes where it is defined (NaN if none).
+      per_axis: axis -> $\psi_k$ (NaN when no group of models differs only in that axis).
+      num_groups: axis -> number of groups averaged.
+      group_taus: axis -> the tau of each group, in the order of ``group_seeds``.
+      group_seeds: axis -> the seed of each group (for the seed bootstrap).
+    """
+
+    psi: float
+    per_axis: dict[str, float]
+    num_groups: dict[str, int]
+    group_taus: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    group_seeds: dict[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+
+    def resampled(self, counts: dict[Any, int]) -> float:
+        r"""$\Psi$ when seed ``s`` is drawn ``counts[s]`` times (a seed bootstrap resample).
+
+        Every group lies within one seed, so a resample weighs each group's tau by the number
+        of times its seed was drawn.
+
+        >>> p = Psi(0.0, {"lr": 0.0}, {"lr": 2}, {"lr": (1.0, -1.0)}, {"lr": (0, 1)})
+        >>> p.resampled({0: 2}), p.resampled({1: 1, 0: 1})
+        (1.0, 0.0)
+        """
+        values = []
+        for axis, taus in self.group_taus.items():
+            w = np.array([counts.get(s, 0) for s in self.group_seeds[axis]], dtype=float)
+            if w.sum() > 0:
+                values.append(float(w @ np.asarray(taus) / w.sum()))
+        return float(np.mean(values)) if values else math.nan
+
+
+def psi_groups(
+    configs: Sequence[tuple], seeds: Sequence[Any], axes: Sequence[str]
+) -> dict[str, list[np.ndarray]]:
+    """Per axis, the groups of models (index arrays) that differ only in that axis.
+
+    A group holds the models of one seed with equal values of every other axis; only groups of
+    at least two models with at least two values of the axis are kept.
+
+    >>> g = psi_groups([(1, 1), (2, 1), (1, 2)], [0, 0, 0], ["lr", "bs"])
+    >>> {a: [x.tolist() for x in v] for a, v in g.items()}
+    {'lr': [[0, 1]], 'bs': [[0, 2]]}
+    """
+    out: dict[str, list[np.ndarray]] = {}
+    for k, axis in enumerate(axes):
+        groups: dict[tuple, list[int]] = {}
+        for i, (config, seed) in enumerate(zip(configs, seeds, strict=True)):
+            rest = (config[:k] + config[k + 1 :], seed)
+            groups.setdefault(rest, []).append(i)
+        out[axis] = [
+            np.asarray(m)
+            for m in groups.values()
+            if len(m) >= 2 and len({configs[i][k] for i in m}) >= 2
+        ]
+    return out
+
+
+def granulated_psi(
+    measure: Any,
+    gap: Any,
+    groups: dict[str, list[np.ndarray]],
+    seeds: Sequence[Any],
+) -> Psi:
+    r"""Jiang et al.'s $\psi_k$ per axis and $\Psi$ from the groups of :func:`psi_groups`.
+
+    $\psi_k = \frac{1}{|G_k|}\sum_{g\in G_k}\tau_a(\mu_g, g_g)$ (eq. 3 within each group; a
+    measure constant within a group scores 0 there, as eq. 3 gives), $\Psi$ the mean over the
+    axes with at least one group.
+
+    Args:
+      measure: (n,) finite values.
+      gap: (n,) finite gaps.
+      groups: axis -> index arrays (:func:`psi_groups`).
+      seeds: (n,) seed of each model.
+
+    Returns:
+      A :class:`Psi`.
+
+    References:
+      Jiang et al. 2020, arXiv:1912.02178, eq. (4).
+
+    >>> groups = {"lr": [np.array([0, 1]), np.array([2, 3])], "bs": [np.array([0, 2])]}
+    >>> r = granulated_psi([1, 2, 3, 4], [1, 2, 4, 3], groups, [0, 0, 0, 0])
+    >>> r.per_axis, r.psi
+    ({'lr': 0.0, 'bs': 1.0}, 0.5)
+    """
+    mu = np.asarray(measure, dtype=float)
+    g = np.asarray(gap, dtype=float)
+    per_axis, counts, taus, gseeds = {}, {}, {}, {}
+    for axis, members in groups.items():
+        t = [tau_a(mu[m], g[m]) for m in members]
+        per_axis[axis] = float(np.mean(t)) if t else math.nan
+        counts[axis] = len(t)
+        if t:
+            taus[axis] = tuple(t)
+            gseeds[axis] = tuple(seeds[int(m[0])] for m in members)
+    defined = [v for v in per_axis.values() if not math.isnan(v)]
+    psi = float(np.mean(defined)) if defined else math.nan
+    return Psi(psi, per_axis, counts, taus, gseeds)

@@ -1,0 +1,138 @@
+"""The study of a table: per family, converged only, duplicates once, NaN rows reported."""
+
+import math
+
+import numpy as np
+import pytest
+
+from jaxbounds.study import analyze, kendall, load_table, tau_a
+
+
+def _rows(rng_seed=0, seeds=(0, 1, 2)):
+    rng = np.random.default_rng(rng_seed)
+    rows = []
+    for fam, scale in (("small", 1.0), ("big", 10.0)):
+        for s in seeds:
+            for lr in (1, 2, 3):
+                for bs in (8, 16):
+                    gap = scale * (lr + 0.5 * bs / 8 + 0.1 * rng.standard_normal())
+                    # within each family the measure rises with the gap; across families the
+                    # big-gap family has the smaller measure (Simpson's paradox when pooled)
+                    m = gap / scale + (100.0 if fam == "small" else 0.0)
+                    rows.append({"fam": fam, "lr": lr, "bs": bs, "seed": s, "gap": gap,
+                                 "m": m, "const": 1.0, "se": 0.01, "done": True})  # fmt: skip
+    return rows
+
+
+ARGS = {"family": "fam", "axes": ["lr", "bs"], "seed": "seed", "gap": "gap",
+        "measures": ["m", "const"], "converged": "done", "gap_stderr": "se"}  # fmt: skip
+
+
+def _study(rows, **kw):
+    return analyze(load_table(rows, **ARGS), num_null_draws=20, num_resamples=30, **kw)
+
+
+def test_per_family_tau_is_the_family_tau_and_pooled_is_apart():
+    rows = _rows()
+    r = _study(rows)
+    for fam in ("small", "big"):
+        sub = [x for x in rows if x["fam"] == fam]
+        expected = tau_a([x["m"] for x in sub], [x["gap"] for x in sub])
+        assert r.families[fam].measures["m"].tau.tau == pytest.approx(expected, abs=1e-15)
+        assert r.families[fam].measures["m"].tau.tau > 0.8
+    assert r.pooled["m"].tau < 0  # the pooled coefficient reverses: never a verdict
+    assert r.families["small"].axes == ("lr", "bs")
+
+
+def test_constant_measure_is_na():
+    r = _study(_rows())
+    m = r.families["small"].measures["const"]
+    assert math.isnan(m.tau.tau)
+    assert m.tau.note == "the measure is constant"
+    assert math.isnan(m.tau_interval.low)
+    assert any("const: tau n/a" in n for n in r.families["small"].notes)
+
+
+def test_capped_models_are_reported_apart():
+    rows = _rows()
+    for x in rows[:5]:
+        x["done"] = False
+    r = _study(rows)
+    f = r.families["small"]
+    assert f.num_capped == 5
+    assert f.num_models == 18 - 5
+    assert f.measures["m"].tau_capped is not None
+    sub = [x for x in rows if x["fam"] == "small" and x["done"]]
+    expected = tau_a([x["m"] for x in sub], [x["gap"] for x in sub])
+    assert f.measures["m"].tau.tau == pytest.approx(expected, abs=1e-15)
+    everything = _study(rows, converged_only=False).families["small"]
+    assert everything.num_models == 18
+
+
+def test_duplicates_count_once():
+    rows = _rows()
+    copy = dict(rows[0]) | {"bs": 99}  # the same run under another cap
+    r = _study([*rows, copy])
+    f = r.families["small"]
+    assert f.num_duplicates == 1
+    assert f.duplicate_axes == ("bs",)
+    assert f.num_models == 18
+    assert f.axes == ("lr", "bs")
+
+
+def test_duplicates_by_run_id():
+    rows = [x | {"run": i} for i, x in enumerate(_rows())]
+    rows.append(rows[3] | {"gap": rows[3]["gap"] + 1.0})  # same run id: one run
+    t = load_table(rows, **ARGS, run_id="run")
+    f = analyze(t, num_null_draws=5, num_resamples=5).families["small"]
+    assert f.num_duplicates == 1
+
+
+def test_nan_rows_are_reported_not_dropped_silently():
+    rows = _rows()
+    rows[1]["gap"] = math.nan
+    rows[2]["m"] = math.nan
+    f = _study(rows).families["small"]
+    assert f.num_no_gap == 1
+    assert any("without a gap" in n for n in f.notes)
+    assert f.measures["m"].num_missing == 1
+    assert f.measures["m"].num_models == 16
+
+
+def test_one_seed_gives_statistics_but_no_interval():
+    f = _study(_rows(seeds=(0,))).families["small"]
+    assert f.seeds == (0,)
+    assert math.isfinite(f.measures["m"].psi.psi)
+    assert math.isnan(f.measures["m"].tau_interval.low)
+    assert any("one seed" in n for n in f.notes)
+
+
+def test_nulls_bracket_the_measure():
+    f = _study(_rows()).families["small"]
+    random_tau = f.nulls["random"].stats["tau"]
+    assert random_tau.high < f.measures["m"].tau.tau
+    assert f.nulls["gap+noise"].stats["tau"].mean > 0.9
+    assert len(random_tau.values) == 20
+
+
+def test_one_group_kendall_matches_scipy():
+    from scipy import stats
+
+    rows = _rows()
+    f = _study(rows).families["big"]
+    sub = [x for x in rows if x["fam"] == "big"]
+    expected = stats.kendalltau([x["m"] for x in sub], [x["gap"] for x in sub]).statistic
+    assert f.measures["m"].tau.tau_b == pytest.approx(expected, abs=1e-12)
+    assert kendall([1, 2], [2, 1]).tau == -1.0
+
+
+def test_bad_confidence():
+    with pytest.raises(ValueError, match="confidence"):
+        _study(_rows(), confidence=1.5)
+
+
+def test_cmi_skipped_on_large_families_is_said():
+    f = _study(_rows(), cmi_max_models=5).families["small"]
+    assert f.measures["m"].cmi is None
+    assert any(n.startswith("CMI skipped: 18 models") for n in f.notes)
+    assert _study(_rows()).families["small"].measures["m"].cmi is not None

@@ -1,0 +1,50 @@
+"""The study's report: every statistic beside its nulls, JSON without NaN, figures optional."""
+
+import builtins
+import json
+import math
+
+from jaxbounds.study import analyze, load_table
+from jaxbounds.study.report import as_json, render_report, study_markdown
+
+
+def _study():
+    rows = [{"lr": lr, "bs": bs, "seed": s, "gap": lr + 0.1 * bs + 0.01 * s, "m": lr * bs,
+             "flat": 1.0, "se": 0.001}
+            for lr in (1, 2, 3) for bs in (1, 2) for s in (0, 1, 2, 3)]  # fmt: skip
+    t = load_table(rows, axes=["lr", "bs"], seed="seed", gap="gap", measures=["m", "flat"],
+                   gap_stderr="se", num_test=100000)  # fmt: skip
+    return analyze(t, num_null_draws=10, num_resamples=20)
+
+
+def test_markdown_has_nulls_measures_and_per_axis():
+    text = study_markdown(_study())
+    assert "| random measure | 10 |" in text
+    assert "| gap + noise at its stderr | 10 |" in text
+    # tau-a of lr * bs with the gap over 276 pairs: 36 same-setting pairs and 16 pairs of
+    # (1, 2) with (2, 1) tie, 16 pairs of (3, 1) with (2, 2) disagree, 13 * 16 agree: 192 / 276
+    assert f"| m | 24 | {192 / 276:+.3f} |" in text
+    assert "the measure is constant" in text
+    assert "### Per axis" in text
+
+
+def test_json_has_no_nan(tmp_path):
+    paths = render_report(_study(), tmp_path, figures=False)
+    data = json.loads((tmp_path / "study.json").read_text())
+    assert data["families"]["all"]["measures"]["flat"]["tau"]["tau"] is None
+    assert [p.name for p in paths] == ["report.md", "study.json"]
+    assert as_json({"x": math.inf}) == {"x": None}
+
+
+def test_without_matplotlib_the_report_says_so(tmp_path, monkeypatch):
+    real = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    paths = render_report(_study(), tmp_path)
+    assert "matplotlib is not installed" in (tmp_path / "report.md").read_text()
+    assert not [p for p in paths if p.suffix == ".png"]
