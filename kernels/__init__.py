@@ -91,6 +91,7 @@ from kernels.parallel import (
     map_samples,
     sample_statistics,
     using_devices,
+    using_mesh,
 )
 from kernels.rademacher import (
     FiniteSup,
@@ -253,6 +254,7 @@ __all__ = [
     "tree_project_lp_ball",
     "tree_schatten_norms",
     "using_devices",
+    "using_mesh",
     "vector_norm",
     "walsh_spectrum",
     "worst_case_sharpness",

@@ -24,10 +24,17 @@ backend). Inside a user's ``jit`` every check raises in place through a host cal
 callbacks cannot raise, the collected checks turn the kernel's floating outputs into NaN). A
 check inside a loop of the kernel records its failure through a callback, and an eager call
 raises it after the program ran.
+
+Sharded inputs: the wrapper reads the mesh of the arguments' ``NamedSharding`` s and the axes
+their parameter leaves use (:func:`kernels._devices.resolve_layout`; leaves of ``batch``,
+``inputs`` and keys only name the mesh), and traces the kernel with that layout, which places
+its Monte Carlo samples (:mod:`kernels.parallel`). The layout and an eager call's input
+shardings are part of the compilation cache key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -83,7 +90,15 @@ def _run(
     collect: bool,
     dynamic: list,
 ):
-    del checks  # cache key only: checks, device scope and sample window are read when tracing
+    # cache key: the checks, device scope, sample window and layout are read while tracing; the
+    # last entry holds the shardings of an eager call's placed arrays (parameter-shaped outputs
+    # keep them)
+    shardings = checks[-1] or (None,) * len(dynamic)
+    with _devices.tracing_inputs(dynamic, shardings):
+        return _call(fn, treedef, mask, static, collect, dynamic)
+
+
+def _call(fn, treedef, mask, static, collect, dynamic):
     dyn = iter(dynamic)
     stat = iter(static)
     leaves = [next(dyn) if is_dyn else _unwrap(next(stat).value) for is_dyn in mask]
@@ -93,6 +108,14 @@ def _run(
     with _checks.collecting() as collector:
         out = fn(*args, **kwargs)
     return out, collector.failures()
+
+
+def _placed(leaves: list[Any]) -> tuple | None:
+    """The NamedShardings of concrete placed array leaves (None where there is none)."""
+    if not _concrete(leaves):
+        return None
+    shardings = tuple(_devices.input_sharding(leaf) for leaf in leaves)
+    return shardings if any(s is not None for s in shardings) else None
 
 
 def _int_parameters(fn: Callable[..., Any]) -> tuple[dict[int, str], frozenset[str]]:
@@ -146,6 +169,44 @@ def _concrete(leaves: list[Any]) -> bool:
     return not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
 
 
+def _layout(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> Any:
+    """The sample layout of a kernel called with these arguments (see ``_devices``).
+
+    A kernel called inside another kernel's trace keeps the caller's layout; otherwise the
+    layout is read from the shardings of the arguments' array leaves, those of the data
+    arguments (``batch``, ``inputs``, keys) naming the mesh without claiming its axes.
+    """
+    outer = _devices.sample_layout()
+    if outer is not None and _checks.under_trace():
+        return outer
+    params: list[Any] = []
+    data: list[Any] = []
+    try:
+        bound = signature.bind(*args, **kwargs) if signature is not None else None
+    except TypeError:
+        bound = None
+    if bound is None:
+        params = jax.tree_util.tree_leaves((args, kwargs))
+    else:
+        for name, value in bound.arguments.items():
+            _split(name, value, params, data)
+    return _devices.resolve_layout(params, data)
+
+
+def _split(name: str, value: Any, params: list[Any], data: list[Any]) -> None:
+    """Add ``value``'s array leaves to ``params`` or ``data`` by argument (or field) name.
+
+    An operator argument (a dataclass such as ``curvature.hvp(...)``) is split by its fields:
+    its ``batch`` is data, its ``params`` parameters.
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            _split(field.name, getattr(value, field.name), params, data)
+        return
+    leaves = jax.tree_util.tree_leaves(value)
+    (data if name in _devices.DATA_ARGUMENTS else params).extend(leaves)
+
+
 def compile_once(fn: F) -> F:
     """Wrap a kernel so it is compiled once per (callables, static options, shapes and dtypes).
 
@@ -153,6 +214,11 @@ def compile_once(fn: F) -> F:
     runtime checks fail raise the ``ValueError`` of the first failed check, in the order the
     kernel traced them (see :mod:`kernels._checks`).
     """
+    try:
+        signature: inspect.Signature | None = inspect.signature(fn)
+    except (TypeError, ValueError):  # pragma: no cover - a callable without a signature
+        signature = None
+
     positions, names = _int_parameters(fn)
 
     @functools.wraps(fn)
@@ -165,6 +231,11 @@ def compile_once(fn: F) -> F:
             # inside a block of a sample stream (kernels.blocks): inline, so that the block's
             # sums recorded by sample_statistics stay values of the block's own program
             return fn(*args, **kwargs)
+        layout = _layout(signature, args, kwargs)
+        with _devices.tracing_layout(layout):
+            return call(layout, *args, **kwargs)
+
+    def call(layout: Any, *args: Any, **kwargs: Any) -> Any:
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         mask = tuple(_is_dynamic(leaf) for leaf in leaves)
         dynamic = [leaf for leaf, is_dyn in zip(leaves, mask, strict=True) if is_dyn]
@@ -177,6 +248,8 @@ def compile_once(fn: F) -> F:
             enabled and _checks.host_callbacks_raise(),
             _devices.devices_cache_key(),
             parallel.window_cache_key(),
+            layout,
+            _placed(dynamic) if layout is not None else None,
         )
         if not _concrete(dynamic) or _checks.under_trace():
             # inside a trace (also with concrete arguments the traced function closes over):

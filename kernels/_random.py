@@ -13,6 +13,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.extend import random as jex_random
 
 WORD_BITS = 32
 
@@ -47,3 +49,28 @@ def sign_vector(key: jax.Array, size: int, dtype: Any) -> jax.Array:
     """
     words = jax.random.bits(key, (-(-size // WORD_BITS),), jnp.uint32)
     return unpack_signs(words, size, dtype)
+
+
+def sign_block(key: jax.Array, start: int, shape: tuple[int, ...], dtype: Any) -> jax.Array:
+    """Entries ``start .. start + prod(shape) - 1`` of a threefry key's :func:`sign_vector`.
+
+    Shaped ``shape`` (row-major), computed entry by entry from the word counters (JAX's
+    partitionable threefry: word ``w`` is the XOR of ``threefry_2x32(key, (0, w))``), so the
+    block of a sharded parameter is drawn where its shards live, without the whole vector.
+    Each entry hashes its word again (32 times the hashing of :func:`sign_vector`); for
+    threefry2x32 keys with ``jax_threefry_partitionable`` on and ``start + size <= 2**32``.
+
+    >>> key = jax.random.key(1)
+    >>> full = sign_vector(key, 100, jnp.float32)
+    >>> bool(jnp.all(sign_block(key, 37, (3, 7), jnp.float32).ravel() == full[37:58]))
+    True
+    """
+    data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+    index = jnp.uint32(start) + jax.lax.iota(jnp.uint32, max(1, int(np.prod(shape))))
+    index = index[: int(np.prod(shape))].reshape(shape)
+    word = index // jnp.uint32(WORD_BITS)
+    # the elementwise primitive (threefry_2x32 would flatten the counters: a gather when sharded)
+    bits1, bits2 = jex_random.threefry2x32_p.bind(data[0], data[1], jnp.zeros_like(word), word)
+    bits = (bits1 ^ bits2) >> (index % jnp.uint32(WORD_BITS))
+    one = jnp.ones((), dtype)
+    return jnp.where((bits & jnp.uint32(1)) == jnp.uint32(1), -one, one)

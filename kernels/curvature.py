@@ -86,7 +86,6 @@ from jax.flatten_util import ravel_pytree
 
 from kernels._backend import is_accelerator
 from kernels._checks import (
-    check_array_leaves,
     check_chunk_size,
     check_finite,
     check_key,
@@ -95,17 +94,28 @@ from kernels._checks import (
     check_that,
     describe,
 )
+from kernels._devices import keep_sharding
 from kernels._jit import compile_once
 from kernels._names import method_count, renamed_kwargs
-from kernels._random import sign_vector
+from kernels._operators import (
+    _all_finite,
+    _as_scalar,
+    _check_floating,
+    _check_params,
+    _LossOperator,
+    _num_batches,
+)
+from kernels._random import sign_block, sign_vector
 from kernels.estimate import Estimate
 from kernels.parallel import (
     check_num_samples,
     map_samples,
     num_leading,
-    sample_devices,
     sample_key,
+    sample_layout,
     sample_statistics,
+    splits_user_mesh,
+    vmap_safe_key,
 )
 
 __all__ = [
@@ -130,31 +140,10 @@ __all__ = [
 ]
 
 Matvec = Callable[[Any], Any]
-_SUPPORTED = ("float32", "float64")
 _MODES = ("auto", "forms", "products")
 
 
 # --------------------------------------------------------------------------- input checks
-
-
-def _check_floating(tree: Any, name: str) -> None:
-    """Static: ``tree`` has array leaves, all float32/float64, and at least one element."""
-    check_array_leaves(tree, name)
-    leaves = jax.tree_util.tree_leaves(tree)
-    if not leaves:
-        raise ValueError(f"{name}: expected a pytree with at least one array leaf, got {tree!r}")
-    for leaf in leaves:
-        dtype = np.dtype(jnp.result_type(leaf))
-        if dtype.name in ("float16", "bfloat16"):
-            raise ValueError(
-                f"{name}: {dtype.name} is not supported (float32 and float64 are): cast with "
-                "jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), tree)"
-            )
-        if dtype.name not in _SUPPORTED:
-            raise ValueError(f"{name}: expected float32 or float64 leaves, got {dtype.name}")
-    if sum(int(np.prod(jnp.shape(leaf))) for leaf in leaves) == 0:
-        shapes = [jnp.shape(leaf) for leaf in leaves]
-        raise ValueError(f"{name}: expected at least one element, got leaves of shapes {shapes}")
 
 
 # Hutchinson's chunk_size="auto": probes one at a time on a CPU (vectorising them measured
@@ -169,64 +158,7 @@ def _auto_chunk(chunk_size: Any) -> int:
     return 1 if chunk is None else chunk
 
 
-def _all_finite(tree: Any) -> jax.Array:
-    leaves = jax.tree_util.tree_leaves(tree)
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
-
-
-def _check_params(params: Any) -> jax.Array:
-    """Runtime check that ``params`` is finite; returns the (possibly traced) verdict."""
-    ok = _all_finite(params)
-    check_that(ok, "params: expected finite values, found NaN or inf")
-    return ok
-
-
-def _as_scalar(loss_fn: Callable[[Any, Any], jax.Array], batch: Any) -> Callable:
-    """``p -> (loss, loss)`` for ``jax.grad(..., has_aux=True)``, checking the loss's type."""
-
-    def value(p: Any) -> tuple[jax.Array, jax.Array]:
-        out = loss_fn(p, batch)
-        shape, dtype = jnp.shape(out), jnp.result_type(out)
-        if shape != () or not jnp.issubdtype(dtype, jnp.floating):
-            raise ValueError(
-                f"loss_fn: must return a real floating scalar, got {dtype} of shape {shape}"
-            )
-        return out, out
-
-    return value
-
-
 # --------------------------------------------------------------------------- operators
-
-
-class _LossOperator:
-    """Hessian of a loss as a pytree operator: kernels call :meth:`linearize` once."""
-
-    params: Any
-
-    def linearize(self) -> tuple[Matvec, jax.Array]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def form(self, v: Any) -> jax.Array:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def check_inputs(self) -> jax.Array:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def recomputed(self) -> tuple[Matvec, jax.Array]:
-        """``(product, valid)`` as :meth:`linearize`, keeping nothing between products.
-
-        Each product runs the operator's whole program afresh (for a Hessian: the forward and
-        backward pass and their tangents), so no residuals stay alive across the products of a
-        kernel; ``valid`` comes from :meth:`check_inputs`. Operators over stacked batches
-        already work this way, and return :meth:`linearize`.
-        """
-        return self.linearize()
-
-    def __call__(self, v: Any) -> Any:
-        """$H v$ for one pytree ``v`` shaped like ``params`` (linearises afresh each call)."""
-        product, _ = self.linearize()
-        return product(v)
 
 
 @jax.tree_util.register_dataclass
@@ -411,19 +343,6 @@ def hvp(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any) -> He
     return HessianOperator(loss_fn=loss_fn, params=params, batch=batch)
 
 
-def _num_batches(batches: Any) -> int:
-    """Static check of stacked batches: B >= 1 along a shared leading axis."""
-    if not jax.tree_util.tree_leaves(batches):
-        raise ValueError("batches: expected a pytree with array leaves stacked along axis 0")
-    try:
-        num_batches = num_leading(batches)
-    except (ValueError, IndexError) as err:
-        raise ValueError(f"batches: leaves must share a leading batch axis ({err})") from None
-    if num_batches < 1:
-        raise ValueError("batches: expected at least one batch, got a leading axis of length 0")
-    return num_batches
-
-
 def dataset_hvp(
     loss_fn: Callable[[Any, Any], jax.Array],
     params: Any,
@@ -593,6 +512,35 @@ class _Flat:
     valid: jax.Array
     name: str  # the argument a non-finite product is blamed on
     form: Callable[[jax.Array], jax.Array] | None = None  # x -> x^T A x (set by _setup_forms)
+    # x -> x^T A x on pytrees shaped like ``template`` (forms of a loss operator only)
+    tree_form: Callable[[Any], jax.Array] | None = None
+    template: Any = None
+
+    def leafwise(self, key: jax.Array, kind: str) -> bool:
+        """Whether Rademacher probes are drawn leaf by leaf (:func:`_leaf_probe`).
+
+        On a user's mesh a flat probe would be split into the parameters' leaves, which
+        gathers sharded leaves; the leaves of the same probe are drawn where they live instead
+        (threefry keys with JAX's partitionable threefry, up to 2**32 parameters).
+        """
+        return (
+            self.tree_form is not None
+            and kind == "rademacher"
+            and sample_layout() is not None
+            and vmap_safe_key(key)
+            and bool(jax.config.jax_threefry_partitionable)
+            and self.size <= 2**32
+        )
+
+    def leaf_probe(self, key: jax.Array) -> Any:
+        """The Rademacher probe of ``key`` as a pytree: ``unravel(probe(key))``, leaf by leaf."""
+        leaves, treedef = jax.tree_util.tree_flatten(self.template)
+        out, start = [], 0
+        for leaf in leaves:
+            shape = tuple(np.shape(leaf))
+            out.append(sign_block(key, start, shape, jnp.result_type(leaf)))
+            start += int(np.prod(shape))
+        return keep_sharding(jax.tree_util.tree_unflatten(treedef, out), self.template)
 
     def probe(self, key: jax.Array, kind: str = "rademacher") -> jax.Array:
         if kind == "rademacher":
@@ -663,18 +611,22 @@ def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> 
     ``x . (A x)`` from the products of :func:`_setup` (the operator linearised once). Which
     one: ``mode`` (``"auto"``: :func:`_auto_uses_products`).
     """
+    # on a user's mesh, quadratic forms on the parameters' leaves (products would flatten
+    # them: gathers), and any products are recomputed inside the shard_maps of the samples
+    inside = not splits_user_mesh()
+    placed = sample_layout() is not None
     if not isinstance(matvec, _LossOperator) or mode == "products":
-        return _with_product_forms(_setup(matvec, like))
+        return _with_product_forms(_setup(matvec, like, linearize=inside))
     form = jax.jit(matvec.form)
     valid = None
-    if mode == "auto" and isinstance(matvec, HessianOperator) and chunk == 1:
+    if mode == "auto" and isinstance(matvec, HessianOperator) and chunk == 1 and not placed:
         like = _template(like)
         _check_like(matvec, like)
         product, valid = matvec.linearize()
         if _residual_bytes(product) <= _PRODUCT_RESIDUAL_BYTES:
             return _with_product_forms(_setup(matvec, like, (product, valid, "loss_fn")))
     if not _forward_mode_ok(form, matvec.params):  # e.g. a custom_vjp in the loss
-        return _with_product_forms(_setup(matvec, like))
+        return _with_product_forms(_setup(matvec, like, linearize=inside))
     like = _template(like)
     _check_like(matvec, like)
     valid = matvec.check_inputs() if valid is None else valid
@@ -683,7 +635,10 @@ def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> 
     def flat_form(x: jax.Array) -> jax.Array:
         return form(unravel(x)).astype(dtype)
 
-    return _Flat(size, dtype, None, valid, "loss_fn", form=flat_form)
+    def tree_form(tree: Any) -> jax.Array:
+        return form(tree).astype(dtype)
+
+    return _Flat(size, dtype, None, valid, "loss_fn", flat_form, tree_form, matvec.params)
 
 
 def _with_product_forms(flat: _Flat) -> _Flat:
@@ -815,8 +770,9 @@ def _hutchinson(
     flat = _setup_forms(matvec, like, mode, chunk)
 
     def one(k: jax.Array) -> jax.Array:
-        v = flat.probe(k, probe)
-        return flat.form(v)
+        if flat.leafwise(key, probe):  # a sharded model: the probe's leaves where they live
+            return flat.tree_form(flat.leaf_probe(k))
+        return flat.form(flat.probe(k, probe))
 
     stats = sample_statistics(one, key, num_samples=num_samples, chunk_size=chunk)
     flat.check_products(stats.num_nonfinite, num_samples, "probes")
@@ -911,13 +867,12 @@ def hutchpp_memory_bytes(num_matvecs: int, size: int, dtype: Any) -> int:
     return 3 * num_sketch * int(size) * np.dtype(dtype).itemsize
 
 
-def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int, devices: list):
+def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int):
     """Orthonormal basis Q of A S (S Rademacher, row j from fold_in(key, j)) and tr(Q'AQ) terms."""
     images = map_samples(
         lambda j: flat.matvec(flat.probe(sample_key(key, j))),
         _indices(num_sketch),
         chunk_size=chunk,
-        devices=devices,
         key=key,  # an rbg key's draws change under vmap: such a map runs one at a time
     )  # (s, n): rows A s_j
     basis = jnp.linalg.qr(images.T)[0]  # (n, s)
@@ -926,7 +881,7 @@ def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int, devi
         q = basis[:, j]
         return jnp.vdot(q, flat.matvec(q))
 
-    quad = map_samples(column, _indices(num_sketch), chunk_size=chunk, devices=devices)
+    quad = map_samples(column, _indices(num_sketch), chunk_size=chunk)
     return basis, quad, _num_bad_rows(images) + _num_bad_rows(quad)
 
 
@@ -934,7 +889,8 @@ def _hutchpp(matvec: Any, like: Any, key: Any, num_matvecs: int, chunk_size: Any
     key = check_key(key, "key")
     check_num_samples(num_matvecs, "num_matvecs", minimum=4)
     chunk = _auto_chunk(chunk_size)
-    flat = _setup(matvec, like)
+    # on a user's mesh the products run inside shard_maps: recomputed there (splits_user_mesh)
+    flat = _setup(matvec, like, linearize=not splits_user_mesh())
     num_sketch = min(num_matvecs // 3, flat.size)
     if num_sketch > _MAX_KEPT:
         raise ValueError(
@@ -945,18 +901,16 @@ def _hutchpp(matvec: Any, like: Any, key: Any, num_matvecs: int, chunk_size: Any
     key_sketch, key_hutch = jax.random.split(key)
     # one program may not mix shard_maps over different device sets, and in a multi-process
     # program a subset such as jax.devices()[:k] may leave out every device of some process
-    # (whose result would then not be addressable there): use all devices throughout
-    devices = sample_devices()
-    basis, quad, bad = _sketch_basis(flat, key_sketch, num_sketch, chunk, devices)
+    # (whose result would then not be addressable there): every map and statistic below uses
+    # the kernel's one placement (all devices, or the parameters' mesh)
+    basis, quad, bad = _sketch_basis(flat, key_sketch, num_sketch, chunk)
 
     def one(k: jax.Array) -> jax.Array:
         g = flat.probe(k)
         g = g - basis @ (basis.T @ g)
         return jnp.vdot(g, flat.matvec(g))
 
-    stats = sample_statistics(
-        one, key_hutch, num_samples=num_hutch, chunk_size=chunk, devices=devices
-    )
+    stats = sample_statistics(one, key_hutch, num_samples=num_hutch, chunk_size=chunk)
     flat.check_products(bad + stats.num_nonfinite, num_matvecs, "products")
     rest = stats.estimate(num_evaluations=num_matvecs)
     return dataclasses.replace(rest, mean=jnp.sum(quad) + rest.mean)
@@ -1474,6 +1428,8 @@ def _slq(
     if start is not None:  # a block of the probe stream (kernels.blocks): a traced uint32 start
         indices = start + indices
     chunk = _auto_chunk(chunk_size)
+    # on a user's mesh the probes run inside shard_maps: products recomputed there
+    linearize = _check_linearize(linearize) and not splits_user_mesh()
     flat = _setup(matvec, like, linearize=linearize)
     _check_steps(num_steps, flat.size)
     store = _check_basis_dtype(basis_dtype, flat.dtype)

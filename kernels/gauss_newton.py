@@ -53,7 +53,7 @@ no stored activations. The Fisher operators cost the same (their $H_{\rm out}$ i
 per-example outer products of the output scores). The exact empirical-Fisher trace and the
 Monte Carlo Fisher trace take per-example gradients, ``example_chunk_size`` at a time.
 
-**Estimators.** Every operator is a :class:`kernels.curvature._LossOperator` (a registered
+**Estimators.** Every operator is a :class:`kernels._operators._LossOperator` (a registered
 frozen-dataclass pytree: ``apply_fn`` and ``loss`` static, parameters, data, weights and key
 leaves), so :func:`~kernels.curvature.hutchinson_trace`, :func:`~kernels.curvature.hutchpp_trace`,
 :func:`~kernels.curvature.lanczos`, :func:`~kernels.curvature.top_eigenvalues`,
@@ -95,15 +95,14 @@ from kernels._checks import (
 )
 from kernels._jit import compile_once
 from kernels._names import method_count
-from kernels.curvature import (
+from kernels._operators import (
     _all_finite,
     _check_floating,
     _check_params,
     _LossOperator,
     _num_batches,
-    hutchinson_trace,
-    hutchpp_trace,
 )
+from kernels.curvature import hutchinson_trace, hutchpp_trace
 from kernels.estimate import Estimate
 from kernels.parallel import check_num_samples, map_chunked, map_samples, sample_statistics
 

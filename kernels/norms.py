@@ -41,6 +41,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from kernels._checks import check_finite, describe
+from kernels._devices import keep_sharding
 from kernels._jit import compile_once
 from kernels._ordered import CheckChain
 
@@ -697,4 +698,5 @@ def tree_project_lp_ball(tree: Any, *, p: float, radius: Any) -> Any:
     (0.6, 0.8)
     """
     flat, unravel = ravel_pytree(tree)
-    return unravel(project_lp_ball(flat, p=p, radius=radius))
+    # the projection keeps the sharding of placed leaves (an eager call on a user's mesh)
+    return keep_sharding(unravel(project_lp_ball(flat, p=p, radius=radius)), tree)

@@ -54,6 +54,13 @@ passed to a multi-host ``shard_map``.) Tested with 2 processes x 2 forced CPU de
 host (``tests/kernels/test_multiprocess.py``). Work that one process does alone in such a
 program runs inside ``with using_devices(jax.local_devices()):``, which makes the kernels traced
 in the block shard over those devices instead of ``jax.devices()``.
+
+Sharded models: when a kernel's parameters (or batch) lie on a user's ``Mesh`` (leaves with a
+``NamedSharding``), its samples are split over the mesh axes that no parameter leaf is sharded
+on (a ``shard_map`` manual over those axes and automatic over the others, so JAX's partitioner
+keeps the parameters' sharding inside each share), or run one share at a time on the whole
+mesh when every axis holds parameters. :func:`using_mesh` names the axes explicitly
+(``docs/sharded.md``).
 """
 
 from __future__ import annotations
@@ -76,7 +83,7 @@ from jax.sharding import Mesh, PartitionSpec
 from kernels import _accumulate as dw
 from kernels._backend import auto_chunk_size
 from kernels._checks import check_chunk_size, check_key, check_positive_int, describe
-from kernels._devices import sample_devices, using_devices
+from kernels._devices import sample_devices, sample_layout, using_devices, using_mesh
 from kernels.estimate import Estimate
 
 __all__ = [
@@ -89,8 +96,10 @@ __all__ = [
     "reserved_key",
     "sample_devices",
     "sample_key",
+    "sample_layout",
     "sample_statistics",
     "using_devices",
+    "using_mesh",
     "vmap_safe_key",
 ]
 
@@ -370,6 +379,70 @@ def _leading_one(leaf: Any) -> jax.Array:
     return (leaf if isinstance(leaf, jax.Array) else jnp.asarray(leaf))[None]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Placement:
+    """The mesh and its manual axes that a map or statistic splits its samples over.
+
+    ``mesh`` None: no split (one share, traced in place: JAX's partitioner places it along
+    the inputs). Otherwise a ``shard_map`` over ``mesh``, manual over ``axes`` (the samples'
+    axes) and automatic over the others (the parameters' axes).
+    """
+
+    mesh: Any
+    axes: tuple[str, ...]
+    num_shares: int
+
+    def shard_map(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` on each share of the leading axis, split over ``axes``."""
+        spec = PartitionSpec(self.axes)
+        return jax.shard_map(
+            fn,
+            mesh=self.mesh,
+            in_specs=spec,
+            out_specs=spec,
+            axis_names=frozenset(self.axes),
+            check_vma=False,
+        )
+
+
+_SEQUENTIAL = _Placement(None, (), 1)
+
+
+def _placement(devices: Sequence[jax.Device] | None) -> _Placement:
+    """Where samples run: the given devices, else the traced kernel's layout, else all devices.
+
+    Given devices (or, when the inputs carry no mesh, :func:`sample_devices`) form a one-axis
+    mesh ``"samples"``. When the kernel's inputs lie on a user's mesh
+    (:func:`kernels._devices.resolve_layout`), the samples are split over the mesh axes the
+    parameters leave free, or run in one share when there are none or they are already manual
+    (a kernel called inside another kernel's share).
+    """
+    if devices is None:
+        layout = sample_layout()
+        if layout is not None:
+            context = jax.sharding.get_abstract_mesh()
+            manual = set() if context.empty else set(context.manual_axes)
+            if not layout.axes or manual & set(layout.axes) or layout.num_shares <= 1:
+                return _SEQUENTIAL
+            return _Placement(layout.mesh, layout.axes, layout.num_shares)
+        devices = sample_devices()
+    devices = list(devices)
+    if len(devices) <= 1:
+        return _SEQUENTIAL
+    return _Placement(Mesh(np.asarray(devices), ("samples",)), ("samples",), len(devices))
+
+
+def splits_user_mesh() -> bool:
+    """Whether samples traced now run in a ``shard_map`` over axes of the user's mesh.
+
+    A product linearised outside such a ``shard_map`` (``jax.linearize``) cannot be evaluated
+    inside it in JAX 0.10 (its residuals keep the mesh's automatic axis types): a kernel then
+    recomputes its products inside each share instead.
+    """
+    place = _placement(None)
+    return place.mesh is not None and sample_layout() is not None
+
+
 def map_samples(
     fn: Callable[[Any], Any],
     xs: Any,
@@ -392,8 +465,9 @@ def map_samples(
       chunk_size: samples per vectorised batch on each device, an int >= 1 (static); ``None``:
         one at a time; ``"auto"``: ``None`` on a CPU, on a GPU or TPU
         :func:`kernels._backend.default_chunk_size` ``("probes", ...)`` of an element's size.
-      devices: devices to shard over; default ``jax.devices()`` (or the innermost
-        :func:`using_devices` scope).
+      devices: devices to shard over; default: inside a kernel whose inputs lie on a mesh, the
+        mesh axes its parameters leave free (:func:`using_mesh`), else ``jax.devices()`` (or
+        the innermost :func:`using_devices` scope).
       key: optional PRNG key that ``fn`` draws from; an "rbg" / "unsafe_rbg" key makes each
         device's map sequential (see :func:`map_chunked`).
 
@@ -409,28 +483,18 @@ def map_samples(
     ()
     """
     chunk_size = _resolve_chunk(chunk_size, _row_size(xs))
-    devices = sample_devices() if devices is None else list(devices)
+    place = _placement(devices)
     if _sequential_keys(xs, key):
         chunk_size = None
-    if len(devices) <= 1:
+    if place.mesh is None:
         return map_chunked(fn, xs, chunk_size=chunk_size)
     num = num_leading(xs)
-    num_dev = len(devices)
-    pad = (-num) % num_dev
+    pad = (-num) % place.num_shares
     if pad:
         xs = jax.tree_util.tree_map(
             lambda leaf: jnp.concatenate([leaf, jnp.repeat(leaf[:1], pad, axis=0)]), xs
         )
-    mesh = Mesh(np.asarray(devices), ("samples",))
-    spec = PartitionSpec("samples")
-    per_device = jax.shard_map(
-        lambda part: map_chunked(fn, part, chunk_size=chunk_size),
-        mesh=mesh,
-        in_specs=spec,
-        out_specs=spec,
-        check_vma=False,
-    )
-    out = per_device(xs)
+    out = place.shard_map(lambda part: map_chunked(fn, part, chunk_size=chunk_size))(xs)
     return jax.tree_util.tree_map(lambda leaf: leaf[:num], out)
 
 
@@ -623,26 +687,20 @@ def _sharded(
     run_share: Callable[[jax.Array], tuple[Any, ...]],
     starts: np.ndarray,
     counts: list[int],
-    devices: list[jax.Device],
+    place: _Placement,
 ) -> Sums:
-    """Run ``run_share(start words)`` on each device of a one-axis mesh; merge in order.
+    """Run ``run_share(start words)`` on each share of ``place``; merge in order.
 
-    One device: ``run_share`` directly, without a mesh.
+    One share: ``run_share`` directly, without a ``shard_map``.
     """
-    if len(devices) == 1:
+    if place.mesh is None:
         return Sums(*run_share(jnp.asarray(starts[0])), count=counts[0])
-    mesh = Mesh(np.asarray(devices), ("samples",))
-    spec = PartitionSpec("samples")
-    parts = jax.shard_map(
-        lambda s: jax.tree_util.tree_map(lambda x: x[None], run_share(s[0])),
-        mesh=mesh,
-        in_specs=spec,
-        out_specs=spec,
-        check_vma=False,
-    )(jnp.asarray(starts))
+    parts = place.shard_map(lambda s: jax.tree_util.tree_map(lambda x: x[None], run_share(s[0])))(
+        jnp.asarray(starts)
+    )
     shares = [
         Sums(*jax.tree_util.tree_map(lambda x, d=d: x[d], parts), count=counts[d])
-        for d in range(len(devices))
+        for d in range(place.num_shares)
     ]
     return merge_sums(shares)
 
@@ -734,8 +792,9 @@ def sample_statistics(
       chunk_size: samples per vectorised batch, an int >= 1 (static); ``None`` runs them one
         at a time; ``"auto"``: ``None`` on a CPU, on a GPU or TPU
         :func:`kernels._backend.default_chunk_size` ``("probes", ...)`` of size 1 (16 samples).
-      devices: devices to spread chunks over; default ``jax.devices()`` (or the innermost
-        :func:`using_devices` scope).
+      devices: devices to spread chunks over; default: inside a kernel whose inputs lie on a
+        mesh, the mesh axes its parameters leave free (:func:`using_mesh`), else
+        ``jax.devices()`` (or the innermost :func:`using_devices` scope).
 
     Returns:
       SampleStats(mean, m2, num_nonfinite), elementwise over the sample's shape;
@@ -783,27 +842,30 @@ def sample_statistics(
     else:
         window = None
     num_chunks = -(-num // chunk)
-    devices = sample_devices() if devices is None else list(devices)
-    per_device = -(-num_chunks // len(devices))
+    place = _placement(devices)
+    per_device = -(-num_chunks // place.num_shares)
     # every given device takes a share (surplus ones get only padding, masked out), so the
     # program's device set is the same whatever num_samples is; fn is jitted so that its shape
     # probe and the loop share one trace.
     share = per_device * chunk
-    starts = np.asarray([_words(d * share) for d in range(len(devices))], np.uint32)
-    counts = [min(max(num - d * share, 0), share) for d in range(len(devices))]
+    starts = np.asarray([_words(d * share) for d in range(place.num_shares)], np.uint32)
+    counts = [min(max(num - d * share, 0), share) for d in range(place.num_shares)]
     fn = jax.jit(fn)
     run_share = functools.partial(
         _share_sums, fn, key, num=num, chunk=chunk, per_device=per_device,
         out=_sample_shape(fn, key), sequential=not vmap_safe_key(key),
     )  # fmt: skip
     if window is None:
-        return finish_sums(_sharded(run_share, starts, counts, devices))
-    # a block of the stream: every device's share moves by the window's (traced) start
+        return finish_sums(_sharded(run_share, starts, counts, place))
+    # a block of the stream: every share moves by the window's (traced) start
     end = _add_words(window.start, num)
     shifted = jnp.stack(
-        [jnp.concatenate([_add_words(window.start, d * share), end]) for d in range(len(devices))]
+        [
+            jnp.concatenate([_add_words(window.start, d * share), end])
+            for d in range(place.num_shares)
+        ]
     )
-    sums = _sharded(run_share, shifted, counts, devices)
+    sums = _sharded(run_share, shifted, counts, place)
     window.recorded = sums
     return finish_sums(sums)
 

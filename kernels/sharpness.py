@@ -76,6 +76,7 @@ from kernels._checks import (
     describe,
     is_concrete,
 )
+from kernels._devices import keep_sharding
 from kernels._jit import compile_once
 from kernels._random import sign_vector
 from kernels.estimate import Estimate, estimate_from_samples
@@ -1270,7 +1271,8 @@ def worst_case_sharpness(
     _check_samples(bad, ok, f"{total} ascent points")
     treedef = jax.tree_util.tree_structure(params)
     u = [_scaled(s, e) for s, e in zip(scales, eta, strict=True)]
-    return WorstCase(value=value - base, u=jax.tree_util.tree_unflatten(treedef, u))
+    u = keep_sharding(jax.tree_util.tree_unflatten(treedef, u), params)
+    return WorstCase(value=value - base, u=u)
 
 
 # --------------------------------------------------------------------------------------------
