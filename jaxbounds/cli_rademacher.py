@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import signal
 import sys
@@ -129,7 +130,25 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("give --target-stderr, --max-samples or --max-time (when to stop)")
     if args.relative and opts["target_stderr"] is None:
         raise UsageError("--relative: needs --target-stderr")
+    for flag, value in (("--json", args.json_out), ("--checkpoint", args.checkpoint)):
+        if value is not None:
+            _check_output_file(flag, value)
     return opts
+
+
+def _check_output_file(flag: str, value: str) -> None:
+    """Refuse, before any work, a file path that cannot be written at the end of the run."""
+    if not value or value.endswith(("/", os.sep)):
+        raise UsageError(f"{flag} {value!r}: expected a file name")
+    path = Path(value)
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{flag} {value}: exists and is not a regular file")
+    directory = path.parent
+    if not directory.is_dir():
+        what = "is not a directory" if directory.exists() else "does not exist"
+        raise UsageError(f"{flag} {value}: the directory {directory} {what}")
+    if not os.access(directory, os.W_OK):
+        raise UsageError(f"{flag} {value}: the directory {directory} is not writable")
 
 
 def _load_inputs(path: str) -> Any:

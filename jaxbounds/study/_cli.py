@@ -7,7 +7,10 @@ exit 2 with one line naming the flag and the column.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 __all__ = ["add_parser", "run"]
@@ -65,10 +68,51 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--resamples", type=int, default=200, help="bootstrap resamples")
     p.add_argument("--rng-seed", type=int, default=0, help="seed of the nulls and bootstrap")
     p.add_argument("--title", default="Measures versus the gap", help="report title")
+    p.add_argument("--fresh", action="store_true",
+                   help="replace the report of another study in --out")  # fmt: skip
 
 
 class StudyUsageError(ValueError):
     """A flag names a column that is not there, or a value that does not parse."""
+
+
+_JOB = "study_job.json"  # what made the report in --out: the CSV's digest and the flags
+_JOB_FLAGS = ("axes", "seed", "gap", "measures", "family", "converged", "gap_stderr", "run_id",
+              "num_test", "train_size", "loss_range", "all_models", "keep_duplicates",
+              "null_draws", "resamples", "rng_seed", "title")  # fmt: skip
+
+
+def _check_out(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
+    """``--out`` checked before any work; a report of another study is kept without --fresh."""
+    source = Path(args.source)
+    if not source.is_file():
+        raise StudyUsageError(f"--from {args.source}: no such file")
+    if not args.out:
+        raise StudyUsageError("--out: expected a folder name, got ''")
+    out = Path(args.out)
+    blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise StudyUsageError(f"--out {args.out}: {blocker} exists and is not a directory")
+    job = {
+        "csv_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+        **{k: getattr(args, k) for k in _JOB_FLAGS},
+    }
+    if not args.fresh and any((out / n).exists() for n in ("report.md", "study.json")):
+        try:
+            earlier = json.loads((out / _JOB).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            earlier = None
+        if earlier != json.loads(json.dumps(job)):
+            raise StudyUsageError(
+                f"--out {args.out}: holds the report of another study (other CSV or flags); "
+                "give --fresh to replace it, or another --out"
+            )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        reason = err.strerror or err
+        raise StudyUsageError(f"--out {args.out}: cannot create it ({reason})") from err
+    return out, job
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     """
     from jaxbounds.study import analyze, load_table
     from jaxbounds.study.report import render_report
+
+    out, job = _check_out(args)
 
     num_test: Any = args.num_test
     if isinstance(num_test, str) and num_test.isdigit():
@@ -102,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
         num_null_draws=args.null_draws, num_resamples=args.resamples, rng_seed=args.rng_seed,
         loss_range=args.loss_range,
     )  # fmt: skip
-    paths = render_report(study, args.out, title=args.title)
+    paths = render_report(study, out, title=args.title)
+    (out / _JOB).write_text(json.dumps(job, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     for fr in study.families.values():
         print(f"{fr.family}: {fr.num_models} models analysed of {fr.num_rows}", file=sys.stdout)
         for note in fr.notes:

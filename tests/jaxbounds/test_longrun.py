@@ -259,6 +259,11 @@ def test_cli_bad_flags_exit_2(tmp_path, capsys, monkeypatch):
         (["--max-samples", "many"], "--max-samples"),
         (["--max-time", "1h", "--norm", "0.5"], "--norm"),
         ([], "--target-stderr, --max-samples or --max-time"),
+        # output places that could not be written at the end are refused before any work
+        (["--max-samples", "100", "--json", str(tmp_path)], "--json"),
+        (["--max-samples", "100", "--json", "nowhere/out.json"], "--json"),
+        (["--max-samples", "100", "--checkpoint", "nowhere/c.json"], "--checkpoint"),
+        (["--max-samples", "100", "--checkpoint", "X.npy/c.json"], "--checkpoint"),
     ]:
         assert main([*base, *extra]) == 2
         assert flag in capsys.readouterr().err

@@ -69,3 +69,22 @@ def test_bad_value_exits_2(tmp_path, capsys):
     path = _csv(tmp_path, extra="cnn,0.2,2,0,abc,0.001,1.0,7,true\n")
     assert main(_args(path, tmp_path / "out")) == 2
     assert "--gap: column 'ggap' row" in capsys.readouterr().err
+
+
+def test_out_is_checked_before_any_work_and_another_study_is_kept(tmp_path, capsys):
+    path = _csv(tmp_path)
+    (tmp_path / "afile").write_text("not a folder")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "x"):
+        assert main(_args(path, out)) == 2
+        assert "--out" in capsys.readouterr().err
+    out = tmp_path / "out"
+    assert main(_args(path, out)) == 0
+    first = (out / "report.md").read_text()
+    assert main(_args(path, out)) == 0  # the same study again replaces its own report
+    assert (out / "report.md").read_text() == first
+    other = [*_args(path, out), "--title", "Another study"]
+    assert main(other) == 2  # another study's flags: the finished report is kept
+    assert "--fresh" in capsys.readouterr().err
+    assert (out / "report.md").read_text() == first
+    assert main([*other, "--fresh"]) == 0
+    assert "Another study" in (out / "report.md").read_text()
