@@ -130,6 +130,7 @@ def multi():
     return run_processes(SCRIPT.read_text(), envs, timeout=1200)
 
 
+@pytest.mark.slow  # two 4-device processes compile every core kernel: ~1.5 min of 2 cores
 @pytest.mark.parametrize("config", MULTI_CONFIGS)
 def test_two_processes_equal_one_process(results, multi, config):
     # 2 processes x 4 CPU devices, the mesh spanning both: every process gets the numbers of
