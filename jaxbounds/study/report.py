@@ -32,6 +32,8 @@ def _band(summary: Any, signed: bool = True) -> str:
     if summary is None or not math.isfinite(summary.median):
         return "n/a"
     fmt = _f if signed else _u
+    if summary.low == summary.high:  # one value, or draws that all agree
+        return f"{fmt(summary.median)} (no spread)"
     return f"{fmt(summary.median)} [{fmt(summary.low)}, {fmt(summary.high)}]"
 
 

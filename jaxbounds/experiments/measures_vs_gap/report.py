@@ -12,32 +12,13 @@ import numpy as np
 
 from jaxbounds.experiments import runner
 from jaxbounds.experiments.measures_vs_gap import study as _mvg_study
-from jaxbounds.study.report import as_json
+from jaxbounds.study.report import _band, _f, _u, as_json
 
 __all__ = ["family_sections", "measures_csv", "public_statistics", "tau_psi_figure"]
 
 _SHORT = {"learning_rate": "lr", "batch_size": "batch", "width": "width", "num_train": "N",
           "seq_len": "T", "max_steps": "budget", "weight_decay": "wd", "optimizer": "opt",
           "lr_scale": "lr"}  # fmt: skip
-
-
-def _f(x: Any, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    return f"{x:+.{digits}f}"
-
-
-def _u(x: Any, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    return f"{x:.{digits}f}"
-
-
-def _band(s: Any, signed: bool = True) -> str:
-    if s is None or not math.isfinite(s.median):
-        return "n/a"
-    fmt = _f if signed else _u
-    return f"{fmt(s.median)} [{fmt(s.low)}, {fmt(s.high)}]"
 
 
 def _differ(axes: Sequence[str]) -> str:
