@@ -62,6 +62,7 @@ from jaxbounds.experiments import runner
 from jaxbounds.experiments._claims import claims_at_scale
 from jaxbounds.models import ScalarTransformer, as_pure
 from jaxbounds.models.pure import apply_in_chunks
+from jaxbounds.models.scalar import scale_by_radii
 from jaxbounds.training import TrainResult, accuracy, cross_entropy_loss, train
 from kernels.norms import group_norm, spectral_norm
 
@@ -482,17 +483,7 @@ def _search_apply(embed_dim: int, num_heads: int, activation: str):
     scalar = _model(embed_dim, num_heads, activation, None)
 
     def apply_fn(theta, inputs):
-        r = inputs["radii"]
-        layer = theta["layers"][0]
-        params = {
-            "layers": {0: {
-                "w_qk": layer["w_qk"] * r["qk"][:, None, None],
-                "w_v": layer["w_v"] * r["v"][:, None, None],
-                "w_c": layer["w_c"] * r["c"][:, None, None],
-            }},
-            "w": theta["w"] * r["w"],
-        }  # fmt: skip
-        return scalar(params, inputs["x"])
+        return scalar(scale_by_radii(theta, inputs["radii"]), inputs["x"])
 
     return apply_fn
 

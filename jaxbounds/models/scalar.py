@@ -56,6 +56,7 @@ __all__ = [
     "ScalarTransformer",
     "project_rows",
     "scalar_quantities",
+    "scale_by_radii",
 ]
 
 #: Built-in activations: name -> (function with sigma(0) = 0, Lipschitz constant L_sigma).
@@ -67,6 +68,32 @@ ACTIVATIONS: dict[str, tuple[Callable[[jax.Array], jax.Array], float]] = {
 }
 
 CLS_INDEX = 0
+
+
+def scale_by_radii(theta: Any, radii: Any) -> dict:
+    """The one-layer scalar model's parameters with each head's matrices scaled by a radius.
+
+    ``theta`` holds ``layers[0]`` (``w_qk``, ``w_v``, ``w_c`` of shape ``(heads, ...)``) and the
+    readout ``w``; ``radii`` holds per-head radii ``qk``, ``v``, ``c`` (shape ``(heads,)``) and a
+    scalar ``w``. Used by the Rademacher searches over norm balls of given radii.
+
+    >>> import jax.numpy as jnp
+    >>> theta = {"layers": {0: {k: jnp.ones((2, 1, 1)) for k in ("w_qk", "w_v", "w_c")}},
+    ...          "w": jnp.ones(1)}
+    >>> radii = {"qk": jnp.array([1.0, 2.0]), "v": jnp.ones(2), "c": jnp.ones(2), "w": 3.0}
+    >>> out = scale_by_radii(theta, radii)
+    >>> out["layers"][0]["w_qk"].ravel().tolist(), out["w"].tolist()
+    ([1.0, 2.0], [3.0])
+    """
+    layer = theta["layers"][0]
+    return {
+        "layers": {0: {
+            "w_qk": layer["w_qk"] * radii["qk"][:, None, None],
+            "w_v": layer["w_v"] * radii["v"][:, None, None],
+            "w_c": layer["w_c"] * radii["c"][:, None, None],
+        }},
+        "w": theta["w"] * radii["w"],
+    }  # fmt: skip
 
 
 def project_rows(x: jax.Array) -> jax.Array:

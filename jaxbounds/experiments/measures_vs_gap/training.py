@@ -24,6 +24,7 @@ from jaxbounds.models import (
     ShallowTransformer,
     as_pure,
 )
+from jaxbounds.models.scalar import scale_by_radii
 from jaxbounds.models.shallow import PARAM_NAMES, shallow_apply
 from jaxbounds.training import accuracy, logistic_loss, train
 
@@ -142,17 +143,7 @@ def _fns(family: str, width: int | None, num_heads: int | None) -> _Fns:
         apply = as_pure(model)[0]
 
         def search_apply(theta, inputs):
-            r = inputs["radii"]
-            layer = theta["layers"][0]
-            params = {
-                "layers": {0: {
-                    "w_qk": layer["w_qk"] * r["qk"][:, None, None],
-                    "w_v": layer["w_v"] * r["v"][:, None, None],
-                    "w_c": layer["w_c"] * r["c"][:, None, None],
-                }},
-                "w": theta["w"] * r["w"],
-            }  # fmt: skip
-            return apply(params, inputs["x"])
+            return apply(scale_by_radii(theta, inputs["radii"]), inputs["x"])
 
         return _Fns(apply, _loss_of(apply), _error_of(apply), search_apply, _project_tt,
                     _normalized_loss_of(apply))  # fmt: skip
