@@ -83,6 +83,15 @@ class _LossOperator:
     def check_inputs(self) -> jax.Array:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def scalar_loss(self) -> Callable[[Any], jax.Array]:  # pragma: no cover - abstract
+        """``params -> scalar``: the loss whose gradient a kernel's memory is measured against.
+
+        For an operator over stacked batches, the loss of the first batch (the kernels hold
+        one batch at a time). Used only abstractly (``jax.eval_shape``) by
+        :func:`kernels._backend.gradient_bytes`, to size ``chunk_size="auto"``.
+        """
+        raise NotImplementedError
+
     def recomputed(self) -> tuple[Matvec, jax.Array]:
         """``(product, valid)`` as :meth:`linearize`, keeping nothing between products.
 

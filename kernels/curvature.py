@@ -84,7 +84,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from kernels._backend import is_accelerator
+from kernels._backend import (
+    budgeted_chunk_size,
+    gradient_bytes,
+    is_accelerator,
+    memory_budget,
+    program_bytes,
+    sample_bytes,
+)
 from kernels._checks import (
     check_chunk_size,
     check_finite,
@@ -158,6 +165,45 @@ def _auto_chunk(chunk_size: Any) -> int:
     return 1 if chunk is None else chunk
 
 
+def _hutchinson_chunk(chunk_size: Any, matvec: Any) -> int:
+    """Hutchinson's ``chunk_size``, ``"auto"`` resolved under the memory budget (validated).
+
+    For a loss operator on an accelerator: the largest power of two up to 16 whose probes'
+    estimated memory fits ``memory_budget("hutchinson", ...)`` (1.5 gradients, at least
+    128 MiB; :func:`kernels._backend.budgeted_chunk_size`); on a CPU one at a time. A plain
+    callable has no gradient to compare with: :func:`_auto_chunk` (16 on an accelerator).
+    """
+    value = check_chunk_size(chunk_size, auto="auto")
+    if value != "auto" or not isinstance(matvec, _LossOperator):
+        return _auto_chunk(value)
+    if not is_accelerator():
+        return 1
+    params = matvec.params
+    try:
+        program = program_bytes(matvec.form, params)
+    except (TypeError, NotImplementedError):  # no forward-mode derivatives: products
+        grad_fn = jax.grad(matvec.scalar_loss())
+        program = program_bytes(lambda p: jax.jvp(grad_fn, (p,), (p,))[1], params)
+    per_probe = sample_bytes("forms", params=params, program=program)
+    budget = memory_budget("hutchinson", gradient_bytes(matvec.scalar_loss(), params))
+    chunk = budgeted_chunk_size(None, per_sample=per_probe, budget=budget, cap=_ACCELERATOR_PROBES)
+    return 1 if chunk is None else chunk
+
+
+def _products_fit(matvec: Any, product: Any) -> bool:
+    """Whether a linearised product, probes one at a time, fits Hutchinson's memory budget.
+
+    Its estimated memory (:func:`kernels._backend.sample_bytes` ``("products", ...)`` of its
+    residuals) within ``memory_budget("hutchinson", ...)`` and its residuals within
+    ``_PRODUCT_RESIDUAL_BYTES``.
+    """
+    residuals = _residual_bytes(product)
+    if residuals > _PRODUCT_RESIDUAL_BYTES:
+        return False
+    need = sample_bytes("products", params=matvec.params, residuals=residuals)
+    return need <= memory_budget("hutchinson", gradient_bytes(matvec.scalar_loss(), matvec.params))
+
+
 # --------------------------------------------------------------------------- operators
 
 
@@ -228,6 +274,10 @@ class HessianOperator(_LossOperator):
     def check_inputs(self) -> jax.Array:
         """The runtime checks of :meth:`linearize` (one forward pass for the loss at ``params``)."""
         return _check_loss_at(self.params, _as_scalar(self.loss_fn, self.batch)(self.params)[0])
+
+    def scalar_loss(self) -> Callable[[Any], jax.Array]:
+        """``p -> loss_fn(p, batch)`` (see :meth:`_LossOperator.scalar_loss`)."""
+        return lambda p: _as_scalar(self.loss_fn, self.batch)(p)[0]
 
 
 def _check_loss_at(params: Any, value: jax.Array) -> jax.Array:
@@ -308,6 +358,11 @@ class DatasetHessianOperator(_LossOperator):
         params_ok = _check_params(self.params)
         check_finite(self.weights, "weights")
         return jnp.logical_and(params_ok, _all_finite(self.weights))
+
+    def scalar_loss(self) -> Callable[[Any], jax.Array]:
+        """The first batch's loss (see :meth:`_LossOperator.scalar_loss`)."""
+        first = jax.tree_util.tree_map(lambda a: a[0], self.batches)
+        return HessianOperator(self.loss_fn, self.params, first).scalar_loss()
 
 
 def hvp(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any) -> HessianOperator:
@@ -623,7 +678,7 @@ def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> 
         like = _template(like)
         _check_like(matvec, like)
         product, valid = matvec.linearize()
-        if _residual_bytes(product) <= _PRODUCT_RESIDUAL_BYTES:
+        if _products_fit(matvec, product):
             return _with_product_forms(_setup(matvec, like, (product, valid, "loss_fn")))
     if not _forward_mode_ok(form, matvec.params):  # e.g. a custom_vjp in the loss
         return _with_product_forms(_setup(matvec, like, linearize=inside))
@@ -647,10 +702,12 @@ def _with_product_forms(flat: _Flat) -> _Flat:
 
 # Hutchinson's mode="auto" on a one-batch Hessian, probes one at a time: the linearised
 # product (its tangent program measured 0.7-1.0x a quadratic form's time per probe, at 54k to
-# 124M parameters) unless the linearisation keeps more than this in residuals (the forward and
-# backward pass's intermediates; 3.4 GB at 124M parameters, where it took the trace from 0.7x
-# to 2.5x a gradient's peak memory). Chunks of probes take quadratic forms, which then share
-# their primal pass: per probe about 4 forward passes of matmuls against the tangent program's 6.
+# 124M parameters) while its estimated memory fits the budget of 1.5 gradients (at least
+# 128 MiB; kernels._backend.memory_budget: a 4.2M-parameter decoder's product planned 3.7x its
+# gradient's temporaries, its quadratic forms 0.54x) and its residuals (the forward and
+# backward pass's intermediates) this much at most (3.4 GB at 124M parameters). Chunks of
+# probes take quadratic forms, which then share their primal pass: per probe about 4 forward
+# passes of matmuls against the tangent program's 6.
 _PRODUCT_RESIDUAL_BYTES = 2**30
 
 
@@ -762,7 +819,7 @@ def _hutchinson(
 ) -> Estimate:
     check_key(key, "key")
     check_num_samples(num_samples, "num_samples", minimum=2)
-    chunk = _auto_chunk(chunk_size)
+    chunk = _hutchinson_chunk(chunk_size, matvec)
     if probe not in ("rademacher", "gaussian"):
         raise ValueError(f"probe: expected 'rademacher' or 'gaussian', got {probe!r}")
     if not isinstance(mode, str) or mode not in _MODES:

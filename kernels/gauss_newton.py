@@ -456,6 +456,11 @@ class _BatchOperator(_LossOperator):
         _check_outputs(self.loss, outputs, targets)
         return _check_values(self.loss, self.params, outputs, targets)
 
+    def scalar_loss(self) -> Callable[[Any], jax.Array]:
+        """``p -> loss(apply_fn(p, inputs), targets)`` (see ``_LossOperator.scalar_loss``)."""
+        model, targets = self._model(), self.batch[1]
+        return lambda p: _mean_loss(self.loss, model(p), targets)
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
@@ -559,6 +564,11 @@ class _DatasetOperator(_LossOperator):
     def _scan(self) -> tuple[Any, jax.Array, jax.Array]:
         indices = jnp.arange(self.weights.shape[0], dtype=jnp.uint32)
         return self.batches, self.weights, indices
+
+    def scalar_loss(self) -> Callable[[Any], jax.Array]:
+        """The first batch's loss (see ``_LossOperator.scalar_loss``)."""
+        first = jax.tree_util.tree_map(lambda a: a[0], self.batches)
+        return self._batch_operator(first, jnp.uint32(0)).scalar_loss()
 
     def linearize(self) -> tuple[Matvec, jax.Array]:
         """The product (a ``lax.scan`` over batches) and whether the inputs were finite.

@@ -64,7 +64,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from kernels._backend import auto_chunk_size, tree_size
+from kernels._backend import (
+    auto_chunk_size,
+    budgeted_chunk_size,
+    gradient_bytes,
+    memory_budget,
+    program_bytes,
+    sample_bytes,
+    tree_bytes,
+    tree_size,
+)
 from kernels._checks import (
     check_array_leaves,
     check_chunk_size,
@@ -541,17 +550,43 @@ def _check_count(value: Any, name: str, minimum: int = 1, why: str = _LOOP) -> i
     return num
 
 
-def _check_chunk(chunk_size: Any, params: Any) -> int | None:
-    """``chunk_size``: ``None``, an int >= 1, or ``"auto"`` resolved.
+def _check_chunk(chunk_size: Any) -> Any:
+    """``chunk_size``: ``None``, an int >= 1, or ``"auto"`` (resolved by :func:`_auto_chunk`)."""
+    return check_chunk_size(chunk_size, auto="auto")
 
-    ``"auto"`` is ``None`` on a CPU; on an accelerator :func:`kernels._backend.default_chunk_size`
-    for perturbations of ``params``' size.
+
+def _auto_chunk(
+    chunk_size: Any,
+    loss_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    batch: Any,
+    prob: _Problem,
+    *,
+    hessian: bool = False,
+) -> int | None:
+    """``chunk_size`` (checked by :func:`_check_chunk`) with ``"auto"`` resolved.
+
+    ``"auto"`` is ``None`` on a CPU. On an accelerator the largest power of two up to 16 (and
+    within :func:`kernels._backend.default_chunk_size`'s device budget) whose samples'
+    estimated memory fits ``memory_budget("sharpness", ...)``: 1.3 gradients' temporaries of
+    ``loss_fn``, at least 128 MiB (:mod:`kernels._backend`). A sample is a perturbed-loss
+    evaluation, plus (``hessian``) a Hutchinson quadratic form of the Hessian.
     """
-    value = check_chunk_size(chunk_size, auto="auto")
-    if value != "auto":
-        return value
+    if chunk_size != "auto":
+        return chunk_size
     size, dtype = tree_size(params)
-    return auto_chunk_size(None, "probes", size=size, dtype=dtype)
+    cap = auto_chunk_size(None, "probes", size=size, dtype=dtype)
+    if cap is None:  # a CPU, or not two samples within the device's chunk budget
+        return None
+    zero = jnp.zeros_like(prob.flat)
+    program = program_bytes(prob.loss, zero)
+    per_sample = sample_bytes("perturbations", params=params, program=program)
+    if hessian:
+        program = program_bytes(_quadratic_form(prob), zero)
+        per_sample += sample_bytes("forms", params=params, program=program)
+    budget = memory_budget("sharpness", gradient_bytes(lambda p: loss_fn(p, batch), params))
+    fixed = 2 * tree_bytes(params)  # the raveled parameters and their scales
+    return budgeted_chunk_size(None, per_sample=per_sample, budget=budget, cap=cap, fixed=fixed)
 
 
 def _check_bool(value: Any, name: str) -> bool:
@@ -669,9 +704,10 @@ def average_sharpness(
     True
     """
     num = check_num_samples(num_samples, "num_samples", minimum=2)
-    chunk_size = _check_chunk(chunk_size, params)
+    chunk_size = _check_chunk(chunk_size)
     antithetic = _check_bool(antithetic, "antithetic")
     prob = _setup(loss_fn, params, batch, key, perturbation)
+    chunk_size = _auto_chunk(chunk_size, loss_fn, params, batch, prob)
     base, ok = _loss_at_params(prob)
     draw = _sampler(perturbation.kind, perturbation.scale, prob)
     sample = _increase_fn(prob, base, draw, antithetic)
@@ -791,10 +827,11 @@ def sharpness_decomposition(
         )
     num = check_num_samples(num_samples, "num_samples", minimum=2)
     num_probes = check_num_samples(num_probes, "num_probes", minimum=2)
-    chunk_size = _check_chunk(chunk_size, params)
+    chunk_size = _check_chunk(chunk_size)
     if not isinstance(mode, str) or mode not in _MODES:
         raise ValueError(f"mode: expected one of {_MODES}, got {mode!r}")
     prob = _setup(loss_fn, params, batch, key, perturbation)
+    chunk_size = _auto_chunk(chunk_size, loss_fn, params, batch, prob, hessian=True)
     base, linear = _linearized(prob, jnp.zeros_like(prob.flat))
     products = mode == "products" or (
         mode == "auto"
@@ -933,8 +970,9 @@ def _perturbed_samples(
 ) -> tuple[jax.Array, jax.Array]:
     """Trace estimates and their probe stderrs at the perturbations ``indices`` (uint32)."""
     num_probes = check_num_samples(num_probes, "num_probes", minimum=2)
-    chunk_size = _check_chunk(chunk_size, params)
+    chunk_size = _check_chunk(chunk_size)
     prob = _setup(loss_fn, params, batch, key, perturbation)
+    chunk_size = _auto_chunk(chunk_size, loss_fn, params, batch, prob, hessian=True)
     draw = _sampler(perturbation.kind, perturbation.scale, prob)
     one = _trace_at(prob, draw, key, num_probes)
     means, stderrs, bad = map_samples(
@@ -1384,8 +1422,9 @@ def sigma_search(
     check_positive(sigma_lower, "sigma_lower")
     num = check_num_samples(num_samples, "num_samples", minimum=2)
     num_steps = _check_count(num_steps, "num_steps")
-    chunk_size = _check_chunk(chunk_size, params)
+    chunk_size = _check_chunk(chunk_size)
     prob = _setup(loss_fn, params, batch, key, perturbation)
+    chunk_size = _auto_chunk(chunk_size, loss_fn, params, batch, prob)
     dtype = prob.flat.dtype
     lower = jnp.asarray(sigma_lower, dtype)
     upper = jnp.asarray(perturbation.scale, dtype)
