@@ -250,9 +250,9 @@ def tree_bytes(tree: Any) -> int:
 #
 #   model (parameters)         gradient         forms probe      linearised product  sample
 #                              est. / XLA       est. / XLA       est. / XLA          est. / XLA
-#   bench/scale.py QUICK (135k) 3.1 / 4.1 MB    6.5 / 2.7 MB     16.5 / 16.4 MB      2.6 / 2.1 MB
-#   reference (53,968)          91.7 / 73.8 MB  275 / 256 MB     346 / 274 MB        19 / 11 MB
-#   decoder (4,240,896)         95.7 / 128 MB   132 / 69 MB      515 / 456 MB        78 / 68 MB
+#   bench/scale.py QUICK (135k) 3.2 / 4.1 MB    6.5 / 2.7 MB     16.5 / 16.4 MB      2.6 / 2.1 MB
+#   reference (53,968)          91.8 / 73.8 MB  275 / 256 MB     346 / 274 MB        19 / 11 MB
+#   decoder (4,240,896)         100 / 128 MB    132 / 69 MB      515 / 456 MB        78 / 68 MB
 #
 # (forms probe and sample: a chunk's plan per added sample, one at a time for the reference
 # model's forms; product: probes one at a time, the whole plan; the decoder is
@@ -287,10 +287,11 @@ _CHUNK_COPIES = 2
 def gradient_bytes(loss: Callable[[Any], Any], params: Any) -> int:
     """Estimated temporaries of one gradient of ``loss`` at ``params``, traced only.
 
-    The bytes of the residuals of ``jax.vjp(loss, params)`` (the forward pass's values that
-    the backward pass reads) beyond ``params`` themselves, from ``jax.eval_shape``: nothing is
-    compiled or run, and ``loss`` may close over tracers of an outer ``jit``. XLA's plan for
-    ``jax.value_and_grad`` measured 0.80x (reference model) to 1.34x (4.2M decoder) of it.
+    The bytes of the residuals of ``jax.vjp(loss, params)`` that the forward pass computes
+    (the values the backward pass reads, not ``params`` or the data ``loss`` closes over),
+    from ``jax.make_jaxpr``: nothing is compiled or run, and ``loss`` may close over tracers
+    of an outer ``jit``. XLA's plan for ``jax.value_and_grad`` measured 0.80x (reference
+    model) to 1.28x (4.2M decoder) of it.
 
     Args:
       loss: ``params -> scalar``.
@@ -300,12 +301,13 @@ def gradient_bytes(loss: Callable[[Any], Any], params: Any) -> int:
       Bytes, an int >= 0.
 
     >>> import jax.numpy as jnp
-    >>> x = jnp.ones((8, 3))  # a linear model keeps its inputs (8 x 3 float32) for the VJP
-    >>> gradient_bytes(lambda w: jnp.sum(x @ w), jnp.ones((3,)))
-    96
+    >>> x = jnp.ones((8, 3))  # the backward pass of sin(x @ w) reads cos(x @ w): 8 floats
+    >>> gradient_bytes(lambda w: jnp.sum(jnp.sin(x @ w)), jnp.ones((3,)))
+    32
     """
-    residuals = jax.eval_shape(lambda p: jax.vjp(loss, p)[1], params)
-    return max(0, tree_bytes(residuals) - tree_bytes(params))
+    closed = jax.make_jaxpr(lambda p: jax.vjp(loss, p)[1])(params)
+    given = {id(v) for v in (*closed.jaxpr.invars, *closed.jaxpr.constvars)}
+    return tree_bytes([v.aval for v in closed.jaxpr.outvars if id(v) not in given])
 
 
 def _jaxpr_bytes(jaxpr: Any) -> int:
