@@ -13,10 +13,12 @@ second derivative of $t \mapsto L(\theta + tv)$, :meth:`HessianOperator.form`): 
 linearisation, no backward pass, memory of about a forward pass, and on a dataset operator one
 scalar accumulated over the batches. ``hutchinson_trace(..., mode="auto")`` chooses per
 problem: for a one-batch :func:`hvp` probed one at a time, the linearised product
-$v \cdot Hv$ while the linearisation keeps at most 1 GiB of residuals (its tangent program
+$v \cdot Hv$ while its memory fits 1.5 gradients' temporaries (at least 128 MiB, at most
+1 GiB of residuals: :mod:`kernels._backend`'s memory budget; its tangent program
 costs 0.86-0.90x a quadratic form's arithmetic and 0.63-0.90x its memory traffic per probe in XLA's
 cost analysis, at 54k and 26M parameters), quadratic forms beyond (at 124M parameters the
-linearisation holds 3.4 GB, 2.5x a gradient's peak memory) and for chunks of probes (which
+linearisation holds 3.4 GB, 2.5x a gradient's peak memory; at 4.2M parameters its plan is
+3.7 gradients' temporaries, the quadratic forms' 0.54) and for chunks of probes (which
 then share their primal pass); quadratic forms for dataset and Gauss-Newton operators. Products
 are used whenever the loss has no second forward-mode derivative (e.g. a ``jax.custom_vjp``
 inside it). A plain callable (``lambda v: d * v``) works too; it is part of the compilation key
@@ -868,16 +870,22 @@ def hutchinson_trace(
       num_samples: probes, $2 \le m \le 2^{53}$ (``num_probes`` is its deprecated name). Static.
       chunk_size: probes per vectorised batch, an int >= 1; ``None`` runs probes one at a
         time (the least memory); ``"auto"`` (default) is ``None`` on a CPU, where one at a
-        time is also fastest for Hessians, and 16 on a GPU or TPU, which wants vectorised
-        chunks (:func:`kernels._backend.is_accelerator`). It never changes the result beyond
-        float reassociation. Static.
+        time is also fastest for Hessians; on a GPU or TPU, which wants vectorised chunks
+        (:func:`kernels._backend.is_accelerator`), for a loss operator the largest power of
+        two up to 16 whose probes' estimated memory stays within 1.5 gradients' temporaries
+        of its loss (at least 128 MiB; :func:`kernels._backend.memory_budget`,
+        :func:`kernels._backend.budgeted_chunk_size`), for a plain callable (no gradient to
+        compare with) 16. An int is used as given. It never changes the result beyond float
+        reassociation. Static.
       probe: ``"rademacher"`` or ``"gaussian"``.
       mode: how $v^\top A v$ is formed for a loss operator: ``"forms"`` (forward over forward
         mode: no linearisation, memory of about a forward pass), ``"products"``
         ($v \cdot Av$, the operator linearised once: its residuals stay in memory, each probe
         runs the tangent program) or ``"auto"`` (default): products for a one-batch
-        :func:`hvp` probed one at a time whose linearisation keeps at most 1 GiB, else forms
-        (module docstring). The two agree to rounding. A plain callable always uses products;
+        :func:`hvp` probed one at a time whose estimated memory (1.6 times the
+        linearisation's residuals) stays within 1.5 gradients' temporaries (at least
+        128 MiB), else forms (module docstring). ``"products"`` and ``"forms"`` are used as
+        given. The two agree to rounding. A plain callable always uses products;
         a loss without forward-mode derivatives (a ``jax.custom_vjp`` inside) falls back to
         products. Static.
 
@@ -1057,8 +1065,10 @@ def hessian_trace(
       method: ``"hutchinson"`` (memory of ``chunk_size`` probes) or ``"hutchpp"`` (holds a
         sketch of :func:`hutchpp_memory_bytes` bytes).
       chunk_size: products per vectorised batch, an int >= 1; ``None`` runs them one at a time;
-        ``"auto"`` (default): one at a time on a CPU, 16 on an accelerator (as
-        :func:`hutchinson_trace`).
+        ``"auto"`` (default): one at a time on a CPU; on an accelerator Hutchinson's probes
+        under the memory budget of :func:`hutchinson_trace` (the largest power of two up to 16
+        within 1.5 gradients' temporaries, at least 128 MiB), Hutch++'s 16. An int is used
+        as given.
       max_memory_bytes: refuse Hutch++ when its sketch would need more bytes than this (an
         int >= 1; ``None``: no limit). Hutchinson's memory does not grow with ``num_samples``.
 

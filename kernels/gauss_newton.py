@@ -1018,7 +1018,9 @@ def ggn_trace(
       method: ``"hutchinson"`` (memory of ``chunk_size`` forward-mode passes) or ``"hutchpp"``
         (holds a sketch, :func:`~kernels.curvature.hutchpp_memory_bytes`).
       chunk_size: probes per vectorised batch, an int >= 1; ``None`` (default) runs them one
-        at a time; ``"auto"``: ``None`` on a CPU, 16 on a GPU or TPU. Static.
+        at a time; ``"auto"``: ``None`` on a CPU; on a GPU or TPU, Hutchinson's probes under
+        the memory budget of :func:`~kernels.curvature.hutchinson_trace` (1.5 gradients),
+        Hutch++'s 16. Static.
 
     Returns:
       Estimate of the trace (fields as the estimator's).

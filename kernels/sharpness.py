@@ -678,8 +678,10 @@ def average_sharpness(
         $2K$ loss evaluations). Static.
       chunk_size: samples per vectorised batch (memory: that many perturbed loss evaluations at
         once); ``None`` runs them one at a time (least memory); ``"auto"``: ``None`` on a CPU, on a
-        GPU or TPU
-        :func:`kernels._backend.default_chunk_size` ``("probes", size=number of parameters)``.
+        GPU or TPU the largest power of two up to 16 (within
+        :func:`kernels._backend.default_chunk_size` ``("probes", ...)``) whose samples'
+        estimated memory stays within 1.3 gradients' temporaries of the loss (at least
+        128 MiB; :func:`kernels._backend.memory_budget`). An int is used as given.
         Static.
       antithetic: use pairs $(u, -u)$. Static.
 
@@ -792,8 +794,10 @@ def sharpness_decomposition(
       num_samples: $K \ge 2$ antithetic pairs ($2K$ loss evaluations). Static.
       num_probes: Hutchinson probes for the trace term (>= 2). Static.
       chunk_size: pairs / probes per vectorised batch; ``None`` runs them one at a time; ``"auto"``:
-        ``None`` on a CPU, on a GPU or TPU
-        :func:`kernels._backend.default_chunk_size` ``("probes", size=number of parameters)``.
+        ``None`` on a CPU, on a GPU or TPU the largest power of two up to 16 (within
+        :func:`kernels._backend.default_chunk_size` ``("probes", ...)``) whose samples'
+        estimated memory stays within 1.3 gradients' temporaries of the loss (at least
+        128 MiB; :func:`kernels._backend.memory_budget`). An int is used as given.
       mode: how each $u^\top H u$ (pairs) and $v^\top SHS v$ (probes) is formed:
         ``"products"`` (a Hessian-vector product from one linearisation of the gradient at
         $\theta$, whose residuals stay in memory), ``"forms"`` (forward over forward mode:
@@ -928,8 +932,10 @@ def perturbed_hessian_traces(
       num_samples: $J \ge 2$ perturbations. Static.
       num_probes: Hutchinson probes per perturbation (>= 2). Static.
       chunk_size: perturbations per vectorised batch; ``None`` runs them one at a time; ``"auto"``:
-        ``None`` on a CPU, on a GPU or TPU
-        :func:`kernels._backend.default_chunk_size` ``("probes", size=number of parameters)``.
+        ``None`` on a CPU, on a GPU or TPU the largest power of two up to 16 (within
+        :func:`kernels._backend.default_chunk_size` ``("probes", ...)``) whose samples'
+        estimated memory stays within 1.3 gradients' temporaries of the loss (at least
+        128 MiB; :func:`kernels._backend.memory_budget`). An int is used as given.
 
     Returns:
       :class:`PerturbedTraces` (``traces``: per perturbation, ``average``: over them).
@@ -1391,8 +1397,10 @@ def sigma_search(
       sigma_lower: smallest $\sigma$ considered, $0 <$ ``sigma_lower`` $<$ the upper end.
       num_steps: bisection steps $N \ge 1$. Static.
       chunk_size: pairs per vectorised batch; ``None`` runs them one at a time; ``"auto"``: ``None``
-        on a CPU, on a GPU or TPU
-        :func:`kernels._backend.default_chunk_size` ``("probes", size=number of parameters)``.
+        on a CPU, on a GPU or TPU the largest power of two up to 16 (within
+        :func:`kernels._backend.default_chunk_size` ``("probes", ...)``) whose samples'
+        estimated memory stays within 1.3 gradients' temporaries of the loss (at least
+        128 MiB; :func:`kernels._backend.memory_budget`). An int is used as given.
 
     Returns:
       :class:`SigmaSearch` ``(sigma, increase, bracketed)``.
