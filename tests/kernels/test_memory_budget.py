@@ -281,3 +281,23 @@ def test_gauss_newton_operators_give_their_loss_to_the_budget(monkeypatch):
     np.testing.assert_allclose(op.scalar_loss()(w), expected, rtol=1e-12)
     monkeypatch.setattr(_backend, "sample_platform", lambda: "gpu")
     assert traced(lambda p: curvature._hutchinson_chunk("auto", op), w) == 16
+
+
+def test_a_loss_without_forward_mode_derivatives_is_budgeted_by_its_products(monkeypatch):
+    # a custom_vjp inside the loss has no quadratic form: the estimate takes the
+    # forward-over-reverse product's program, and the trace stays exact for a diagonal Hessian
+    @jax.custom_vjp
+    def square(x):
+        return x**2
+
+    square.defvjp(lambda x: (x**2, x), lambda x, g: (2.0 * x * g,))
+    d = jnp.array([1.0, 2.0, 3.0])
+
+    def loss(w, batch):
+        return 0.5 * jnp.sum(d * square(w))
+
+    w = jnp.array([0.3, -0.2, 0.5])
+    monkeypatch.setattr(_backend, "sample_platform", lambda: "gpu")
+    assert traced(lambda p: curvature._hutchinson_chunk("auto", hvp(loss, p, ())), w) == 16
+    est = hessian_trace(loss, w, (), jax.random.key(0), num_samples=4)
+    np.testing.assert_allclose(est.mean, 6.0, rtol=1e-12)
