@@ -252,7 +252,7 @@ def tree_bytes(tree: Any) -> int:
 #                              est. / XLA       est. / XLA       est. / XLA          est. / XLA
 #   bench/scale.py QUICK (135k) 3.2 / 4.1 MB    6.5 / 2.7 MB     16.5 / 16.4 MB      2.6 / 2.1 MB
 #   reference (53,968)          91.8 / 73.8 MB  275 / 256 MB     346 / 274 MB        19 / 11 MB
-#   decoder (4,240,896)         100 / 128 MB    132 / 69 MB      515 / 456 MB        78 / 68 MB
+#   decoder (4,240,896)         100 / 128 MB    132 / 69 MB      515 / 478 MB        78 / 68 MB
 #
 # (forms probe and sample: a chunk's plan per added sample, one at a time for the reference
 # model's forms; product: probes one at a time, the whole plan; the decoder is
@@ -273,7 +273,7 @@ UNCONSTRAINED_BYTES = 128 << 20
 # a quadratic form's plan per probe over the bytes of all the values its program computes
 # (its jaxpr's equations, no buffer reused): 0.08 (QUICK), 0.19 (reference), 0.10 (decoder)
 _FORMS_FRACTION = 0.2
-# a linearised product's plan over the bytes of its residuals: 1.59 (QUICK), 1.27, 1.42
+# a linearised product's plan over the bytes of its residuals: 1.59 (QUICK), 1.27, 1.49
 _PRODUCT_FACTOR = 1.6
 # a perturbed-loss sample: its parameter-sized copies (the perturbation, the perturbed
 # parameters and their tangents in the program: 4.0 in the decoder's plan) plus this fraction of
