@@ -163,10 +163,17 @@ def test_the_chunk_is_the_cpu_default_on_a_cpu():
 # --------------------------------------------------------------------------- the decoder
 
 
+@functools.cache
+def decoder_gradient_plan():
+    """XLA's planned temporaries of the decoder's ``value_and_grad`` (128 MB)."""
+    loss_fn, params, batch = decoder()
+    return planned(lambda p, b: jax.value_and_grad(loss_fn)(p, b), params, batch)
+
+
 def _check_decoder_plans(choices):
     loss_fn, params, batch = decoder()
     key = jax.random.key(0)
-    grad = planned(lambda p, b: jax.value_and_grad(loss_fn)(p, b), params, batch)
+    grad = decoder_gradient_plan()
     plans = {
         "hessian_trace": planned(
             lambda p, b, k: hessian_trace(loss_fn, p, b, k, num_samples=8), params, batch, key
