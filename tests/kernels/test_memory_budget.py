@@ -22,6 +22,8 @@ from kernels import (
     Perturbation,
     _backend,
     average_sharpness,
+    dataset_ggn,
+    dataset_hvp,
     ggn,
     hessian_trace,
     hutchinson_trace,
@@ -308,3 +310,21 @@ def test_a_loss_without_forward_mode_derivatives_is_budgeted_by_its_products(mon
     assert traced(lambda p: curvature._hutchinson_chunk("auto", hvp(loss, p, ())), w) == 16
     est = hessian_trace(loss, w, (), jax.random.key(0), num_samples=4)
     np.testing.assert_allclose(est.mean, 6.0, rtol=1e-12)
+
+
+def test_dataset_operators_give_their_first_batch_s_loss():
+    # the budget compares with one batch's gradient: the kernels hold one batch at a time
+    rng = np.random.default_rng(1)
+    xs = jnp.asarray(rng.standard_normal((3, 5, 2)))  # 3 batches of 5 examples
+    ys = jnp.asarray(rng.standard_normal((3, 5)))
+    w = jnp.asarray(rng.standard_normal(2))
+
+    def loss(p, batch):
+        x, y = batch
+        return jnp.mean((x @ p - y) ** 2)
+
+    first = loss(w, (xs[0], ys[0]))
+    op = dataset_hvp(loss, w, (xs, ys))
+    np.testing.assert_allclose(op.scalar_loss()(w), first, rtol=1e-12)
+    op = dataset_ggn(lambda p, x: x @ p, w, (xs, ys), loss="squared_error")
+    np.testing.assert_allclose(op.scalar_loss()(w), first, rtol=1e-12)
