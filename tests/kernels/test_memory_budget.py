@@ -35,10 +35,16 @@ GAUSS = Perturbation("gaussian", 1e-3)
 
 @pytest.fixture
 def accelerator(monkeypatch):
-    """The kernels' backend treated as an accelerator (the device's chunk budget: 1 GiB)."""
+    """The kernels' backend treated as an accelerator."""
     monkeypatch.setattr(_backend, "sample_platform", lambda: "gpu")
     assert _backend.is_accelerator()
-    assert _backend.chunk_memory_budget() == 2**30
+
+
+@pytest.fixture
+def cpu(monkeypatch):
+    """The kernels' backend treated as a CPU (whatever the devices are)."""
+    monkeypatch.setattr(_backend, "sample_platform", lambda: "cpu")
+    assert not _backend.is_accelerator()
 
 
 @functools.cache
@@ -146,7 +152,8 @@ def test_sample_bytes_budget_and_chunk_follow_the_stated_rule(accelerator):
     assert _backend.memory_budget("hutchinson", 200 * mib) == 300 * mib
     assert _backend.memory_budget("sharpness", 200 * mib) == 260 * mib
     assert _backend.memory_budget("hutchinson", mib) == _backend.UNCONSTRAINED_BYTES == 128 * mib
-    assert _backend.memory_budget("hutchinson", 10**6 * mib) == 2**30  # the device's cap
+    cap = _backend.chunk_memory_budget()  # the device's: 1 GiB on a CPU or an H100
+    assert _backend.memory_budget("hutchinson", 10**6 * mib) == cap
     with pytest.raises(ValueError, match=r"^kind: expected one of"):
         _backend.memory_budget("probes", mib)
     chunk = functools.partial(_backend.budgeted_chunk_size, None, budget=100, cap=16)
@@ -156,8 +163,7 @@ def test_sample_bytes_budget_and_chunk_follow_the_stated_rule(accelerator):
     assert chunk(per_sample=60) is None
 
 
-def test_the_chunk_is_the_cpu_default_on_a_cpu():
-    assert not _backend.is_accelerator()
+def test_the_chunk_is_the_cpu_default_on_a_cpu(cpu):
     for cpu in (None, 1, 8):
         assert _backend.budgeted_chunk_size(cpu, per_sample=1, budget=100, cap=16) == cpu
 
@@ -201,7 +207,7 @@ def _check_decoder_plans(choices):
     assert plans["average_sharpness auto"] <= 1.3 * grad, (plans, grad, choices)
 
 
-def test_the_decoder_plans_within_the_budget_on_a_cpu():
+def test_the_decoder_plans_within_the_budget_on_a_cpu(cpu):
     # before the budget: the linearised product, 456 MB planned (3.7 gradients)
     loss_fn, params, batch = decoder()
     choices = hutchinson_choice(loss_fn, params, batch)
@@ -255,7 +261,7 @@ def test_an_explicit_choice_overrides_the_budget(accelerator):
 # --------------------------------------------------------------------------- small models
 
 
-def test_a_small_model_keeps_products_and_vectorised_chunks_under_the_floor(monkeypatch):
+def test_a_small_model_keeps_products_and_vectorised_chunks_under_the_floor(cpu, monkeypatch):
     # bench/scale.py's QUICK decoder: every plan is far below 128 MiB, so memory is not
     # constrained: the linearised product on a CPU, 16 probes / perturbations on an accelerator
     loss_fn, params, batch = quick()
@@ -265,7 +271,7 @@ def test_a_small_model_keeps_products_and_vectorised_chunks_under_the_floor(monk
     assert sharpness_chunk(loss_fn, params, batch) == 16
 
 
-def test_the_reference_model_gets_what_the_budget_allows(monkeypatch):
+def test_the_reference_model_gets_what_the_budget_allows(cpu, monkeypatch):
     # the 54k reference model at batch 256 x 32: its gradient plans 74 MB, a quadratic form
     # 256 MB and the linearised product 274 MB (3.5 and 3.7 gradients, both over the floor):
     # Hutchinson takes forms one probe at a time; perturbed losses (11 MB each) fit 4 at a time
