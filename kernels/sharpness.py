@@ -556,21 +556,16 @@ def _check_chunk(chunk_size: Any) -> Any:
 
 
 def _auto_chunk(
-    chunk_size: Any,
-    loss_fn: Callable[[Any, Any], jax.Array],
-    params: Any,
-    batch: Any,
-    prob: _Problem,
-    *,
-    hessian: bool = False,
+    chunk_size: Any, params: Any, prob: _Problem, *, hessian: bool = False
 ) -> int | None:
     """``chunk_size`` (checked by :func:`_check_chunk`) with ``"auto"`` resolved.
 
     ``"auto"`` is ``None`` on a CPU. On an accelerator the largest power of two up to 16 (and
     within :func:`kernels._backend.default_chunk_size`'s device budget) whose samples'
     estimated memory fits ``memory_budget("sharpness", ...)``: 1.3 gradients' temporaries of
-    ``loss_fn``, at least 128 MiB (:mod:`kernels._backend`). A sample is a perturbed-loss
-    evaluation, plus (``hessian``) a Hutchinson quadratic form of the Hessian.
+    the loss (``prob.loss``: its jaxpr is reused, ``loss_fn`` is not traced again), at least
+    128 MiB (:mod:`kernels._backend`). A sample is a perturbed-loss evaluation, plus
+    (``hessian``) a Hutchinson quadratic form of the Hessian.
     """
     if chunk_size != "auto":
         return chunk_size
@@ -584,14 +579,12 @@ def _auto_chunk(
     if hessian:
         program = program_bytes(_quadratic_form(prob), zero)
         per_sample += sample_bytes("forms", params=params, program=program)
-    budget = memory_budget("sharpness", gradient_bytes(lambda p: loss_fn(p, batch), params))
+    budget = memory_budget("sharpness", _gradient_bytes(prob))
     fixed = 2 * tree_bytes(params)  # the raveled parameters and their scales
     return budgeted_chunk_size(None, per_sample=per_sample, budget=budget, cap=cap, fixed=fixed)
 
 
-def _products_fit(
-    linear: Any, loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any
-) -> bool:
+def _products_fit(linear: Any, prob: _Problem, params: Any) -> bool:
     """Whether the decomposition's linearised products fit (``mode="auto"``, one at a time).
 
     Residuals of at most ``_PRODUCT_RESIDUAL_BYTES``, and their estimated memory
@@ -603,7 +596,15 @@ def _products_fit(
     if residuals > _PRODUCT_RESIDUAL_BYTES:
         return False
     need = sample_bytes("products", params=params, residuals=residuals)
-    return need <= memory_budget("sharpness", gradient_bytes(lambda p: loss_fn(p, batch), params))
+    return need <= memory_budget("sharpness", _gradient_bytes(prob))
+
+
+def _gradient_bytes(prob: _Problem) -> int:
+    """:func:`kernels._backend.gradient_bytes` of the loss, from the problem's jitted loss.
+
+    ``prob.loss`` was traced once already: its jaxpr is reused, ``loss_fn`` is not traced again.
+    """
+    return gradient_bytes(prob.loss, jnp.zeros_like(prob.flat))
 
 
 def _check_bool(value: Any, name: str) -> bool:
@@ -726,7 +727,7 @@ def average_sharpness(
     chunk_size = _check_chunk(chunk_size)
     antithetic = _check_bool(antithetic, "antithetic")
     prob = _setup(loss_fn, params, batch, key, perturbation)
-    chunk_size = _auto_chunk(chunk_size, loss_fn, params, batch, prob)
+    chunk_size = _auto_chunk(chunk_size, params, prob)
     base, ok = _loss_at_params(prob)
     draw = _sampler(perturbation.kind, perturbation.scale, prob)
     sample = _increase_fn(prob, base, draw, antithetic)
@@ -854,10 +855,10 @@ def sharpness_decomposition(
     if not isinstance(mode, str) or mode not in _MODES:
         raise ValueError(f"mode: expected one of {_MODES}, got {mode!r}")
     prob = _setup(loss_fn, params, batch, key, perturbation)
-    chunk_size = _auto_chunk(chunk_size, loss_fn, params, batch, prob, hessian=True)
+    chunk_size = _auto_chunk(chunk_size, params, prob, hessian=True)
     base, linear = _linearized(prob, jnp.zeros_like(prob.flat))
     products = mode == "products" or (
-        mode == "auto" and chunk_size in (None, 1) and _products_fit(linear, loss_fn, params, batch)
+        mode == "auto" and chunk_size in (None, 1) and _products_fit(linear, prob, params)
     )
     if products:
 
@@ -995,7 +996,7 @@ def _perturbed_samples(
     num_probes = check_num_samples(num_probes, "num_probes", minimum=2)
     chunk_size = _check_chunk(chunk_size)
     prob = _setup(loss_fn, params, batch, key, perturbation)
-    chunk_size = _auto_chunk(chunk_size, loss_fn, params, batch, prob, hessian=True)
+    chunk_size = _auto_chunk(chunk_size, params, prob, hessian=True)
     draw = _sampler(perturbation.kind, perturbation.scale, prob)
     one = _trace_at(prob, draw, key, num_probes)
     means, stderrs, bad = map_samples(
@@ -1449,7 +1450,7 @@ def sigma_search(
     num_steps = _check_count(num_steps, "num_steps")
     chunk_size = _check_chunk(chunk_size)
     prob = _setup(loss_fn, params, batch, key, perturbation)
-    chunk_size = _auto_chunk(chunk_size, loss_fn, params, batch, prob)
+    chunk_size = _auto_chunk(chunk_size, params, prob)
     dtype = prob.flat.dtype
     lower = jnp.asarray(sigma_lower, dtype)
     upper = jnp.asarray(perturbation.scale, dtype)

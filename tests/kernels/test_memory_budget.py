@@ -28,6 +28,7 @@ from kernels import (
     hessian_trace,
     hutchinson_trace,
     hvp,
+    sharpness_decomposition,
 )
 
 GAUSS = Perturbation("gaussian", 1e-3)
@@ -111,7 +112,7 @@ def sharpness_chunk(loss_fn, params, batch, chunk_size="auto", hessian=False):
     def choose(p, b):
         prob = sharpness._setup(loss_fn, p, b, jax.random.key(0), GAUSS)
         value = sharpness._check_chunk(chunk_size)
-        return sharpness._auto_chunk(value, loss_fn, p, b, prob, hessian=hessian)
+        return sharpness._auto_chunk(value, p, prob, hessian=hessian)
 
     return traced(choose, params, batch)
 
@@ -214,6 +215,16 @@ def test_the_decoder_plans_within_the_budget_on_a_cpu(cpu):
     assert choices == (1, False)  # quadratic forms, one probe at a time
     assert sharpness_chunk(loss_fn, params, batch) is None
     _check_decoder_plans(choices)
+    # sharpness_decomposition's mode="auto": quadratic forms (the products planned 4.5)
+    decomposition = planned(
+        lambda p, b, k: sharpness_decomposition(
+            loss_fn, p, b, k, perturbation=GAUSS, num_samples=4, num_probes=4
+        ),
+        params,
+        batch,
+        jax.random.key(0),
+    )
+    assert decomposition <= 1.3 * decoder_gradient_plan()
 
 
 def test_the_decoder_plans_within_the_budget_on_an_accelerator(accelerator):
@@ -222,6 +233,7 @@ def test_the_decoder_plans_within_the_budget_on_an_accelerator(accelerator):
     choices = hutchinson_choice(loss_fn, params, batch)
     assert choices == (1, False)
     assert sharpness_chunk(loss_fn, params, batch) is None
+    assert sharpness_chunk(loss_fn, params, batch, hessian=True) is None
     _check_decoder_plans(choices)
 
 
