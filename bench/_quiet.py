@@ -206,7 +206,7 @@ class Monitor:
             load_end=end.load,
             others_cores=others,
             own_cores=own / wall,
-            date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             machine=machine(),
         )
 
