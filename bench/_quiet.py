@@ -159,7 +159,7 @@ class Conditions:
         load = f"1-min load average {self.load_start[0]:.2f} at the start"
         where = f"{self.date}, {self.machine}" if self.machine else self.date
         if not timed:
-            return f"Measured {where}; load-free (XLA's compiled-program analysis)."
+            return f"Measured {where}; not timed ({others} on average)."
         if self.quiet:
             return f"Measured {where}, quiet machine: {others} on average, {load}."
         tail = (
@@ -218,7 +218,7 @@ class Section:
     summary: dict
     table: str
     records: list = dataclasses.field(default_factory=list)
-    timed: bool = True  # False: load-free numbers (XLA's analysis), written whatever the load
+    timed: bool = True  # False: no times (memory, accuracy, XLA's plan): written under any load
     interleaved: bool = False  # the table's ratios were timed interleaved in one run
 
 
