@@ -211,6 +211,26 @@ class Monitor:
         )
 
 
+def combine(parts: list[Conditions]) -> Conditions:
+    """The conditions of a run made of consecutive parts (a script's jobs): the first part's
+    start, the last part's end, others' and own CPU averaged over the parts' wall time."""
+    if not parts:
+        raise ValueError("combine: no conditions to combine")
+    wall = sum(p.wall_s for p in parts)
+    known = [p for p in parts if p.others_cores is not None]
+    others = None
+    if len(known) == len(parts):
+        others = sum(p.others_cores * p.wall_s for p in parts) / wall
+    return dataclasses.replace(
+        parts[-1],
+        wall_s=wall,
+        load_start=parts[0].load_start,
+        others_cores=others,
+        own_cores=sum(p.own_cores * p.wall_s for p in parts) / wall,
+        date=parts[0].date,
+    )
+
+
 @dataclasses.dataclass
 class Section:
     """One part of a script's results: its summary, records and rendered markdown table."""

@@ -234,3 +234,22 @@ def test_finish_exits_nonzero_when_refused_and_writes_with_the_flag(tmp_path):
     args = parser.parse_args(["--quick", "--allow-load", "--out", str(tmp_path / "r")])
     quiet.finish("scale", sections(), cond, args)
     assert (tmp_path / "r" / "scale_quick.md").exists()
+
+
+def test_combine_weights_the_parts_by_their_wall_time(tmp_path):
+    m = FakeMachine(tmp_path)
+    mon = quiet.Monitor(m.probe())
+    m.advance(wall=10.0, others_cores=0.1, self_s=15.0, load=(1.5, 1.0))
+    first = mon.stop()
+    mon = quiet.Monitor(m.probe())
+    m.advance(wall=30.0, others_cores=0.5, children_s=30.0, load=(2.0, 1.5))
+    second = mon.stop()
+    run = quiet.combine([first, second])
+    assert run.wall_s == pytest.approx(40.0)
+    assert run.others_cores == pytest.approx((0.1 * 10 + 0.5 * 30) / 40, abs=1e-9)
+    assert run.own_cores == pytest.approx(45.0 / 40)
+    assert run.load_start == (0.3, 0.4)
+    assert run.load_end == (2.0, 1.5)
+    assert run.reasons == ["other processes used 0.40 of 2 cores on average (limit 0.25)"]
+    with pytest.raises(ValueError, match="no conditions"):
+        quiet.combine([])
