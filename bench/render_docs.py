@@ -111,9 +111,9 @@ def readme_peers(results: str = RESULTS) -> str:
             f"{s['ours_per_probe_s']:.2f} s | **{s['pyhessian_per_probe_over_ours']:.2f}x** | "
             "[Scale](docs/benchmarks/scale.md) |"
         )
-    s, _ = _summary("sharpness", "average", results)
+    s, _ = _summary("sharpness_quick", "average", results)
     if s is None:
-        missing.append(command("sharpness", "average"))
+        missing.append(command("sharpness_quick", "average"))
     else:
         rows.append(
             f"| average sharpness, {s['num_evaluations']} perturbations, reference Transformer "
@@ -127,7 +127,71 @@ def readme_peers(results: str = RESULTS) -> str:
     return out
 
 
-VIEWS = {("readme", "peers"): readme_peers}
+def _fmt(x: float | None, suffix: str = "") -> str:
+    return "not measured" if x is None else f"{x:.2f}{suffix}"
+
+
+def _status(values: list[float | None], goal: float, at_most: bool = True) -> str:
+    got = [v for v in values if v is not None]
+    if not got:
+        return "not measured"
+    misses = [v - goal if at_most else goal - v for v in got]
+    worst = max(misses)
+    return "met" if worst <= 0 else f"missed, by up to {worst:.2f}"
+
+
+def readme_kernels(results: str = RESULTS) -> str:
+    """README's table of issue 22's goals from the curvature and scale records."""
+    k, _ = _summary("curvature", "kernels", results)
+    sp, _ = _summary("curvature", "speed", results)
+    sc, _ = _summary("scale", "kernels", results)
+    k, sp = k or {}, sp or {}
+    i22 = (sc or {}).get("issue22", {})
+    if not (k or sp or i22):
+        return not_measured("curvature") + f" Also `{command('scale')}`."
+    rows = [  # (label, goal text, reference value, GPT-2-small value, goal, at_most)
+        ("Hutchinson, time per probe", "<= 1.1 (reference), <= 1.3 (GPT-2-small) gradients",
+         k.get("hutchinson_auto_per_unit_over_grad"), i22.get("hessian_trace_per_unit_over_grad"),
+         None, True),
+        ("Hutchinson, PyHessian's time per probe over ours", ">= 3x",
+         sp.get("pyhessian_per_probe_over_ours"), i22.get("pyhessian_per_probe_over_ours"),
+         3.0, False),
+        ("Lanczos, time per step", "<= 1.3 gradients", k.get("lanczos_per_unit_over_grad"),
+         i22.get("top_eigenvalues_per_unit_over_grad"), 1.3, True),
+        ("Lanczos, XLA temporaries beyond its basis", "<= 2 gradients'", None,
+         i22.get("top_eigenvalues_temp_beyond_basis_over_grad_temp"), 2.0, True),
+        ("worst-case sharpness, time per ascent step", "<= 1.1 gradients",
+         k.get("worst_case_per_unit_over_grad"),
+         i22.get("worst_case_sharpness_per_unit_over_grad"), 1.1, True),
+        ("worst-case sharpness, memory (reference: XLA temporaries; GPT-2-small: peak RSS)",
+         "<= 1.3x a gradient's", k.get("worst_case_xla_temp_over_grad"),
+         i22.get("worst_case_sharpness_peak_over_grad_peak"), 1.3, True),
+    ]  # fmt: skip
+    out = [
+        "| kernel | goal | reference Transformer | GPT-2-small | status |",
+        "|---|---|---|---|---|",
+    ]
+    for label, goal_text, ref, big, goal, at_most in rows:
+        if goal is None:  # Hutchinson: a goal per model
+            status = f"reference: {_status([ref], 1.1)}; GPT-2-small: {_status([big], 1.3)}"
+        else:
+            status = _status([ref, big], goal, at_most)
+        ref_text = "" if ref is None and label.startswith("Lanczos, XLA") else _fmt(ref)
+        out.append(f"| {label} | {goal_text} | {ref_text} | {_fmt(big)} | {status} |")
+    missing = []
+    if not k:
+        missing.append(command("curvature", "kernels"))
+    if not sp:
+        missing.append(command("curvature", "speed"))
+    if not i22:
+        missing.append(command("scale"))
+    if missing:
+        out += ["", "Not measured: run " + ", ".join(f"`{c}`" for c in missing)
+                + " on a quiet machine."]  # fmt: skip
+    return "\n".join(out)
+
+
+VIEWS = {("readme", "peers"): readme_peers, ("readme", "kernels"): readme_kernels}
 
 
 def render_block(name: str, section: str | None, results: str = RESULTS) -> str:
