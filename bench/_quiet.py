@@ -157,7 +157,7 @@ class Conditions:
             else f"other processes used {self.others_cores:.2f} of {self.cpu_count} cores"
         )
         load = f"1-min load average {self.load_start[0]:.2f} at the start"
-        where = f"{self.date}, {self.machine}" if self.machine else self.date
+        where = ", ".join(x for x in (self.date or "(date not recorded)", self.machine) if x)
         if not timed:
             return f"Measured {where}; not timed ({others} on average)."
         if self.quiet:
