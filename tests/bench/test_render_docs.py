@@ -54,7 +54,8 @@ def test_missing_records_render_as_not_measured_and_pass_the_check(tmp_path):
         "--only speed` on a quiet machine.\n\n<!-- /bench -->" in text
     )
     assert "Not measured: run `python bench/scale.py --quick` on a quiet machine." in text
-    assert text.endswith("<!-- /bench -->\n") and "\ntext\n" in text
+    assert text.endswith("<!-- /bench -->\n")
+    assert "\ntext\n" in text
     assert run(tmp_path, "--check") == (0, "")
 
 
