@@ -89,3 +89,27 @@ def test_commands_name_the_script_and_its_part():
         render_docs.command("sharpness_quick", "worst")
         == "python bench/sharpness.py --quick --only worst"
     )
+
+
+def test_readme_views_read_the_scale_record(tmp_path):
+    """The README's views on the archived 2026-11-27 scale run (written by bench/scale.py):
+    its PyHessian row and issue 22's ratios, the missing records named."""
+    archived = json.loads((ROOT / "bench/results/archive/scale_2026-11-27.json").read_text())
+    results = tmp_path / "results"
+    cond = quiet.Monitor(quiet.Probe(proc_stat=str(tmp_path / "none"), getloadavg=lambda: (0, 0)))
+    sec = quiet.Section(summary=archived["summary"], table="| t |")
+    assert quiet.save("scale", {"kernels": sec}, cond.stop(), out=str(results)) == 0
+    peers = render_docs.readme_peers(str(results))
+    assert (
+        "| Hessian trace per probe, GPT-2-small, peak memory 6,591 MB (PyHessian) vs 2,041 MB "
+        "(ours) | PyHessian | 11.70 s | 5.29 s | **2.21x** |" in peers
+    )
+    assert "`python bench/curvature.py --only speed`" in peers
+    assert "`python bench/sharpness.py --quick --only average`" in peers
+    kernels = render_docs.readme_kernels(str(results))
+    assert (
+        "| Lanczos, time per step | <= 1.3 gradients | not measured | 2.24 | "
+        "missed, by up to 0.94 |" in kernels
+    )
+    assert "| <= 2 gradients' |  | 4.84 | missed, by up to 2.84 |" in kernels
+    assert "GPT-2-small: missed, by up to 0.54" in kernels
