@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+import kernels
 from kernels import _backend
 
 
@@ -32,12 +33,21 @@ def on_device(monkeypatch):
     return use
 
 
+def test_the_platform_is_the_default_backends():
+    assert _backend.sample_platform() == jax.default_backend()
+    assert _backend.is_accelerator() == (jax.default_backend() != "cpu")
+
+
 def test_cpu_defaults():
-    assert _backend.sample_platform() == "cpu"
-    assert _backend.default_chunk_size("signs", size=4096 + 512) == 256
-    assert _backend.default_chunk_size("probes", size=54_000) is None
-    assert _backend.chunk_memory_budget() == 2**30  # the CPU reports no memory statistics
-    assert not _backend.reduced_precision_matmuls(np.float32)
+    # the process's CPU device, whatever the default backend (on a GPU machine too)
+    with kernels.using_devices(jax.devices("cpu")):
+        assert _backend.sample_platform() == "cpu"
+        assert not _backend.is_accelerator()
+        assert _backend.default_chunk_size("signs", size=4096 + 512) == 256
+        assert _backend.default_chunk_size("probes", size=54_000) is None
+        assert _backend.auto_chunk_size(8, "probes", size=1000) == 8
+        assert _backend.chunk_memory_budget() == 2**30  # the CPU reports no memory statistics
+        assert not _backend.reduced_precision_matmuls(np.float32)
 
 
 def test_accelerator_chunks_fill_the_memory_budget(on_device):
