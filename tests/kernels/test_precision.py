@@ -58,7 +58,7 @@ def test_matmul_tol_by_precision(monkeypatch):
         matmul_tol(jnp.float32, "fp8")
     # at JAX's default precision: the CPU's matmuls are full float32, a GPU's TF32, a TPU's
     # bfloat16 passes; "highest" is full float32 everywhere and float64 is never reduced
-    default = {"cpu": tol(jnp.float32), "gpu": tf32, "tpu": bf16}
+    default = {"cpu": tol(jnp.float32), "gpu": tf32, "cuda": tf32, "rocm": tf32, "tpu": bf16}
     assert matmul_tol(jnp.float32) == default[jax.default_backend()]
     with jax.default_matmul_precision("highest"):
         assert matmul_tol(jnp.float32) == tol(jnp.float32)
