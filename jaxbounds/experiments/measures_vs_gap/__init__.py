@@ -93,13 +93,13 @@ ones with their standard error in ``<name>_stderr``):
   batch's scalar logits divided by their root mean square, at the weights evaluated), so
   scaling a model's readout leaves them unchanged;
 - ``pacbayes_mag_flatness`` $= 1/\sigma'^2$, Jiang et al.'s magnitude-aware PAC-Bayes measure:
-  the largest $\sigma'$ such that $u \sim N(0, \sigma'^2 \operatorname{diag}(\theta^2))$ raises
-  the training 0-1 error by at most ``sigma_target`` on average
-  (:func:`kernels.sigma_search`, bisection on $\log\sigma$); ``pacbayes_flatness`` the same
-  with $u \sim N(0, \sigma'^2 I)$, and ``pacbayes_kl_init`` $= \|\theta - \theta_0\|^2 /
-  (2\sigma'^2)$, the KL divergence of the posterior $N(\theta, \sigma'^2 I)$ from the prior
-  $N(\theta_0, \sigma'^2 I)$ at that $\sigma'$ (no $\epsilon$ floor in the noise: the kernel
-  scales by $|\theta|$ only);
+  the largest $\sigma'$ such that $u \sim N(0, \sigma'^2 \theta_i^2 + \epsilon^2)$ per
+  coordinate ($\epsilon = 10^{-3}$, SPEC section 8) raises the training 0-1 error by at most
+  ``sigma_target`` on average (:func:`programs.mag_sigma_search`, bisection on
+  $\log\sigma'$ with the $\epsilon$ floor); ``pacbayes_flatness`` the same with
+  $u \sim N(0, \sigma'^2 I)$ (:func:`kernels.sigma_search`), and ``pacbayes_kl_init``
+  $= \|\theta - \theta_0\|^2 / (2\sigma'^2)$, the KL divergence of the posterior
+  $N(\theta, \sigma'^2 I)$ from the prior $N(\theta_0, \sigma'^2 I)$ at that $\sigma'$;
 - norms: ``log_prod_frobenius`` $\sum_W \log\|W\|_F^2$ and ``log_prod_spectral``
   $\sum_W\log\|W\|_2^2$ (the logarithms of Jiang et al.'s norm products; every head's matrix
   and the readout count as one $W$), ``sum_fro_over_spec`` $\sum_W \|W\|_F^2/\|W\|_2^2$,
