@@ -32,6 +32,11 @@ Run:  .venv/bin/python bench/curvature.py            (full: 64 probes, 1024-prob
       .venv/bin/python bench/curvature.py --only kernels   (issue 22's ratios alone)
 Needs the ``bench`` extra (torch, matfree, psutil); pyhessian is used when installed, else
 its loop is reproduced verbatim (``_pyhessian_trace``).
+
+Writes each part's records, conditions and table to ``bench/results/curvature[_quick].json``
+and the tables to ``.md`` through the quiet-machine guard (``bench/_quiet.py``): the timed
+parts (``speed``, ``kernels``) only on a quiet machine unless ``--allow-load``; the untimed ones
+(``hvp``, ``hutchpp``, ``memory``) always.
 """
 
 from __future__ import annotations
@@ -52,12 +57,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bench import _quiet as quiet
 from bench import _reference as ref
 from kernels.curvature import hutchinson_trace, hutchpp_trace, hvp, top_eigenvalues
 from kernels.sharpness import Perturbation, sharpness_decomposition, worst_case_sharpness
 
+_RECORDS: list[dict] = []  # every record this run printed, for the results file
+
 
 def emit(record: dict) -> None:
+    _RECORDS.append(record)
     print(json.dumps(record), flush=True)
 
 
@@ -263,6 +272,7 @@ def bench_speed(args) -> dict:
         "num_probes": probes,
         "jax_grad_ms": 1e3 * grad,
         "torch_grad_ms": 1e3 * med["torch_grad"],
+        "compile_and_first_call_s": compile_s,
         "ours_per_probe_ms": 1e3 * med["ours_trace"] / probes,
         "ours_per_probe_over_jax_grad": med["ours_trace"] / probes / grad,
         "pyhessian_per_probe_ms": 1e3 * med["pyhessian"] / probes,
@@ -306,6 +316,7 @@ MEMORY_CHILD = """
 import resource, sys, json
 sys.path.insert(0, {root!r})
 import jax
+from bench import _quiet as quiet
 from bench import _reference as ref
 from bench.curvature import jax_inputs, ours_trace
 params, inputs, targets = jax_inputs()
@@ -472,6 +483,103 @@ def bench_kernels(args) -> dict:
     return out
 
 
+# --------------------------------------------------------------------------- tables
+
+
+def speed_table(s: dict) -> str:
+    """Per-probe times against one gradient and against the peers (interleaved, medians)."""
+    c = s.get("compile_and_first_call_s", {})
+    rows = [
+        "| what | target | measured |",
+        "|---|---|---|",
+        f"| one JAX gradient (jitted) / one PyTorch `backward` | | {s['jax_grad_ms']:.1f} ms / "
+        f"{s['torch_grad_ms']:.1f} ms |",
+        f"| Hutchinson per probe, jitted `hutchinson_trace(hvp(...))`, {s['num_probes']} probes "
+        f"/ one JAX gradient | <= 2.0 | {s['ours_per_probe_ms']:.1f} / {s['jax_grad_ms']:.1f} ms "
+        f"= **{s['ours_per_probe_over_jax_grad']:.2f}** |",
+        f"| PyHessian `hessian(...).trace` per probe ({s['num_probes']} probes, incl. its "
+        f"create_graph setup) / ours | >= 1.3 | {s['pyhessian_per_probe_ms']:.1f} / "
+        f"{s['ours_per_probe_ms']:.1f} ms = **{s['pyhessian_per_probe_over_ours']:.2f}** |",
+        f"| matfree `estimator_monte_carlo` on the same HVP / ours, {s['matfree_probes']} probes "
+        f"each | >= 1.0 | {s['matfree_per_probe_ms']:.1f} / "
+        f"{s['ours_per_probe_ms_at_matfree_probes']:.1f} ms = **{s['matfree_over_ours']:.2f}** |",
+    ]
+    if "jax_grad" in c and "ours_trace" in c:
+        rows.append(
+            f"| compile + first call: gradient / {s['num_probes']}-probe Hutchinson program | | "
+            f"{c['jax_grad']:.1f} s / {c['ours_trace']:.1f} s |"
+        )
+    return "\n".join(rows)
+
+
+def memory_table(s: dict) -> str:
+    p = s["memory_probes"]
+    return (
+        "| what | target | measured |\n|---|---|---|\n"
+        f"| peak memory, {p:,} probes / 16 probes (fresh processes) | <= 1.5 | "
+        f"{s[f'maxrss_mb_{p}']:,.0f} / {s['maxrss_mb_16']:,.0f} MB = **{s['memory_ratio']:.2f}** |"
+    )
+
+
+def hvp_table(s: dict) -> str:
+    return (
+        "| what | target | measured |\n|---|---|---|\n"
+        "| HVP, JAX f32 vs PyTorch f32 on one Rademacher vector (relative L2) | f32 precision | "
+        f"{s['jax32_vs_torch32']:.1e} (vs PyTorch f64: JAX {s['jax32_vs_torch64']:.1e}, "
+        f"PyTorch f32 {s['torch32_vs_torch64']:.1e}) |"
+    )
+
+
+def hutchpp_table(s: dict) -> str:
+    return (
+        "| what | target | measured |\n|---|---|---|\n"
+        f"| Hutch++ / Hutchinson median relative error, {s['num_matvecs']} products, "
+        f"n = {s['n']}, eigenvalues 1000, 900, ..., 100 plus a bulk 1 + 0.5 N(0,1), "
+        f"{s['trials']} trials | >= 10x lower | {100 * s['hutchpp_median_rel_err']:.3f}% vs "
+        f"{100 * s['hutchinson_median_rel_err']:.1f}%: **{s['hutchpp_improvement']:.0f}x** |"
+    )
+
+
+KERNEL_ROWS = {
+    "hutchinson_auto": 'Hutchinson per probe, `mode="auto"`',
+    "hutchinson_forms": 'Hutchinson per probe, `mode="forms"`',
+    "hutchinson_products": 'Hutchinson per probe, `mode="products"`',
+    "lanczos": "Lanczos (`top_eigenvalues`) per step, 10 steps",
+    "lanczos_float16_basis": "the same, float16 basis",
+    "worst_case": "worst-case sharpness per ascent step (5 steps)",
+    "decomposition_forms": "sharpness decomposition per pair + probe, forms",
+    "decomposition_products": "sharpness decomposition per pair + probe, products",
+}
+
+
+def kernels_table(s: dict) -> str:
+    """Issue 22's ratios: time per unit over one gradient (interleaved) and XLA's temporaries."""
+    rows = [
+        f"One gradient {s['kernels_grad_ms']:.1f} ms.",
+        "",
+        "| kernel | time per unit / one gradient | XLA temporaries / gradient's |",
+        "|---|---|---|",
+    ]
+    for name, label in KERNEL_ROWS.items():
+        if f"{name}_per_unit_over_grad" not in s:
+            continue
+        temp = s.get(f"{name}_xla_temp_over_grad")
+        rows.append(
+            f"| {label} | **{s[f'{name}_per_unit_over_grad']:.2f}** | "
+            f"{'' if temp is None else f'{temp:.2f}'} |"
+        )
+    return "\n".join(rows)
+
+
+TABLES = {  # section -> (table, timed)
+    "speed": (speed_table, True),
+    "kernels": (kernels_table, True),
+    "hvp": (hvp_table, False),
+    "hutchpp": (hutchpp_table, False),
+    "memory": (memory_table, False),
+}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and probes")
@@ -479,7 +587,9 @@ def main(argv: list[str] | None = None) -> dict:
         "--only", choices=["speed", "hvp", "memory", "hutchpp", "kernels"], action="append"
     )
     parser.add_argument("--memory-probes", type=int, help="probes of the large memory run")
+    quiet.add_arguments(parser)
     args = parser.parse_args(argv)
+    monitor = quiet.Monitor()
     args.reps = 3 if args.quick else 7
     args.probes = 32 if args.quick else 64
     args.matfree_probes = 16
@@ -497,20 +607,30 @@ def main(argv: list[str] | None = None) -> dict:
             "quick": args.quick,
         }
     )
-    summary = {}
-    if "hvp" in sections:
-        summary.update(bench_hvp_agreement())
-    if "hutchpp" in sections:
-        summary.update(bench_hutchpp(args))
-    if "speed" in sections:
-        summary.update(bench_speed(args))
-    if "kernels" in sections:
-        summary.update(bench_kernels(args))
-    if "memory" in sections:
-        summary.update(bench_memory(args))
+    runs = {
+        "hvp": bench_hvp_agreement,
+        "hutchpp": lambda: bench_hutchpp(args),
+        "speed": lambda: bench_speed(args),
+        "kernels": lambda: bench_kernels(args),
+        "memory": lambda: bench_memory(args),
+    }
+    summary, parts = {}, {}
+    for name, run in runs.items():
+        if name not in sections:
+            continue
+        start = len(_RECORDS)
+        out = run()
+        summary.update(out)
+        table, timed = TABLES[name]
+        parts[name] = quiet.Section(out, table(out), _RECORDS[start:], timed=timed)
     summary["load_avg_1min_end"] = os.getloadavg()[0]
     summary["maxrss_mb_this_process"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    conditions = monitor.stop()
+    summary["conditions"] = conditions.to_dict()
     print(json.dumps({"record": "summary", **summary}, indent=1), flush=True)
+    for part in parts.values():
+        print(part.table, flush=True)
+    quiet.finish("curvature", parts, conditions, args)
     return summary
 
 

@@ -35,6 +35,10 @@ Run:  .venv/bin/python bench/gauss_newton.py            (both parts; the memory 
       .venv/bin/python bench/gauss_newton.py --quick    (fewer repeats, the small decoder)
       .venv/bin/python bench/gauss_newton.py --only speed
 Needs the ``bench`` extra (torch, curvlinops-for-pytorch).
+
+Writes each part's records, conditions and table to ``bench/results/gauss_newton[_quick].json``
+and its tables to ``.md`` through the quiet-machine guard (``bench/_quiet.py``): the timed part
+only on a quiet machine unless ``--allow-load``; the memory part (load-free) always.
 """
 
 from __future__ import annotations
@@ -54,12 +58,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bench import _quiet as quiet
 from bench import _reference as ref
 from kernels.curvature import hutchinson_trace
 from kernels.gauss_newton import empirical_fisher, empirical_fisher_trace, ggn
 
+_RECORDS: list[dict] = []  # every record this run printed, for the results file
+
 
 def emit(record: dict) -> None:
+    _RECORDS.append(record)
     print(json.dumps(record), flush=True)
 
 
@@ -301,6 +309,7 @@ def bench_speed(args) -> dict:
         "ggn_product_over_grad": med["ggn_product"] / grad,
         "ggn_product_amortised_over_grad": med["ggn_products"] / num / grad,
         "amortised_products": num,
+        "ggn_product_ms": 1e3 * med["ggn_product"],
         "curvlinops_product_ms": 1e3 * med["curvlinops_product"],
         "curvlinops_over_ours_product": med["curvlinops_product"] / med["ggn_product"],
         "ef_product_over_grad": med["ef_product"] / grad,
@@ -458,11 +467,66 @@ def bench_memory(args) -> dict:
     return out
 
 
+def _met(ok: bool) -> str:
+    return "met" if ok else "not met"
+
+
+def speed_table(s: dict) -> str:
+    """The speed part's table (54k reference Transformer, CPU)."""
+    return "\n".join([
+        "| measure (54k reference Transformer) | goal | measured | XLA flops / gradient's "
+        "(load-free) |",
+        "|---|---|---|---|",
+        f"| GGN Hutchinson probe / gradient ({s['hutchinson_probes']} probes) | <= 0.8 | "
+        f"**{s['ggn_probe_over_grad']:.2f}**, {_met(s['goal_probe_le_0.8'])} | "
+        f"{s['flops_ggn_form_over_grad']:.2f} |",
+        f"| GGN product, linearisation included / gradient | <= 1.5 | "
+        f"**{s['ggn_product_over_grad']:.2f}**, {_met(s['goal_product_le_1.5'])} | "
+        f"{s['flops_ggn_product_over_grad']:.2f} |",
+        f"| GGN product inside a program of {s['amortised_products']} (linearised once) / "
+        f"gradient | | {s['ggn_product_amortised_over_grad']:.2f} | "
+        f"{s['flops_ggn_product_linearised_over_grad']:.2f} |",
+        f"| curvlinops-for-pytorch product / ours | >= 2 | {s['curvlinops_product_ms']:.1f} / "
+        f"{s['ggn_product_ms']:.1f} ms = **{s['curvlinops_over_ours_product']:.2f}**, "
+        f"{_met(s['goal_curvlinops_ge_2'])} | |",
+        f"| one JAX gradient (jitted) / one PyTorch `backward` | | {s['jax_grad_ms']:.1f} / "
+        f"{s['torch_grad_ms']:.1f} ms | |",
+        f"| ours vs curvlinops product, relative l2 difference (float32) | | "
+        f"{s['agreement_ours32_vs_curvlinops32']:.1e} (from a float64 product: ours "
+        f"{s['agreement_ours32_vs_jax64']:.1e}, curvlinops "
+        f"{s['agreement_curvlinops32_vs_jax64']:.1e}) | |",
+        f"| empirical Fisher product / gradient | | {s['ef_product_over_grad']:.2f} | |",
+        f"| exact empirical Fisher trace (per-example gradients) / gradient | | "
+        f"{s['ef_trace_over_grad']:.2f} | |",
+    ])  # fmt: skip
+
+
+def memory_table(s: dict) -> str:
+    """The memory part's table (XLA's allocation plan of bench/scale.py's decoder)."""
+    g = s["gradient_peak_mb"]
+    return "\n".join([
+        f"| measure ({s['decoder_params']:,} parameters, vocabulary {s['decoder_vocab']:,}) | "
+        "goal | XLA's allocation plan |",
+        "|---|---|---|",
+        f"| GGN quadratic form peak / gradient peak | <= 1.5 | {s['ggn_form_peak_mb']:,.0f} / "
+        f"{g:,.0f} MB = **{s['ggn_form_over_gradient_peak']:.2f}**, "
+        f"{_met(s['goal_form_peak_le_1.5'])} |",
+        f"| Hutchinson on the GGN (64 probes): peak / gradient peak | | "
+        f"{s['ggn_hutchinson_peak_over_gradient']:.2f} |",
+        f"| Hutchinson temporaries at 2 and at 64 probes | equal | "
+        f"{s['ggn_hutchinson_temp_mb_2_probes']:,.0f} MB and "
+        f"{s['ggn_hutchinson_temp_mb_64_probes']:,.0f} MB, "
+        f"{_met(s['goal_no_growth_with_probes'])} |",
+    ])  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, the small decoder")
     parser.add_argument("--only", choices=["speed", "memory"], action="append")
+    quiet.add_arguments(parser)
     args = parser.parse_args()
+    monitor = quiet.Monitor()
     args.reps = 3 if args.quick else 7
     args.probes = 16 if args.quick else 64
     args.amortised = 16
@@ -477,13 +541,25 @@ def main() -> None:
             "quick": args.quick,
         }
     )
-    summary = {}
+    summary, parts = {}, {}
     if "speed" in sections:
-        summary.update(bench_speed(args))
+        start = len(_RECORDS)
+        speed = bench_speed(args)
+        summary.update(speed)
+        parts["speed"] = quiet.Section(speed, speed_table(speed), _RECORDS[start:])
     if "memory" in sections:
-        summary.update(bench_memory(args))
+        start = len(_RECORDS)
+        memory = bench_memory(args)
+        summary.update(memory)
+        parts["memory"] = quiet.Section(memory, memory_table(memory), _RECORDS[start:],
+                                        timed=False)  # fmt: skip
     summary["load_avg_1min_end"] = os.getloadavg()[0]
+    conditions = monitor.stop()
+    summary["conditions"] = conditions.to_dict()
     print(json.dumps({"record": "summary", **summary}, indent=1), flush=True)
+    for part in parts.values():
+        print(part.table, flush=True)
+    quiet.finish("gauss_newton", parts, conditions, args)
 
 
 if __name__ == "__main__":

@@ -64,8 +64,10 @@ Run:  python bench/scale.py            (full model; see the README for the measu
                                             hessian_trace_products, top_eigenvalues_float16_basis,
                                             decomposition_forms, decomposition_products)
 Prints one JSON record per job (also appended to ``bench/results/scale[_quick].jsonl`` as each
-job ends), then a JSON summary and a markdown table, written to
-``bench/results/scale[_quick].{json,md}``.
+job ends, with the conditions of the machine during the job), then a JSON summary and a
+markdown table, written to ``bench/results/scale[_quick].{json,md}`` (and the figure) through the
+quiet-machine guard (``bench/_quiet.py``): only when the machine was quiet over the jobs, unless
+``--allow-load``.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from bench import _quiet as quiet  # noqa: E402  (standard library only: no JAX at import)
 
 SIGMA = 1e-3  # Gaussian perturbation of average_sharpness
 RADIUS = 0.05  # l2 ball of worst_case_sharpness
@@ -639,6 +643,7 @@ def spawn(args, job: str, variants: list[tuple[int, int]]) -> dict:
     if args.cache:
         cmd += ["--cache", args.cache]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monitor = quiet.Monitor()
     start = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
@@ -653,8 +658,9 @@ def spawn(args, job: str, variants: list[tuple[int, int]]) -> dict:
     # other processes, CPU time much less (quiet-machine wall ~ cpu_s / 2 on 2 cores)
     rec["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rec["load_avg_1min"] = os.getloadavg()[0]
+    rec["conditions"] = monitor.stop().to_dict()
     emit({"record": "job", **rec})
-    with open(_stem(args.quick, bool(args.only), args.mid) + ".jsonl", "a") as f:
+    with open(_stem(args.quick, bool(args.only), args.mid, args.out) + ".jsonl", "a") as f:
         f.write(json.dumps(rec) + "\n")
     return rec
 
@@ -901,10 +907,10 @@ def figure(summary: dict, path: str) -> None:
     plt.close(fig)
 
 
-def _stem(quick: bool, partial: bool = False, mid: bool = False) -> str:
+def _stem(quick: bool, partial: bool = False, mid: bool = False, out: str | None = None) -> str:
     """``bench/results/scale[_quick][_partial]``: runs with ``--only`` write their own files, so
     they never replace the records of a full run."""
-    out = os.path.join(ROOT, "bench", "results")
+    out = out or os.path.join(ROOT, "bench", "results")
     os.makedirs(out, exist_ok=True)
     name = "scale" + ("_quick" if quick else "") + ("_mid" if mid else "")
     name += "_partial" if partial else ""
@@ -949,6 +955,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         "analysis against the gradient's: load-independent, minutes",
     )
     parser.add_argument("--cache", help=argparse.SUPPRESS)  # set by the parent for its children
+    quiet.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.quick and args.mid:
         parser.error("--quick and --mid: choose one size")
@@ -965,7 +972,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.costs:
         return costs_main(args, cfg)
     if args.summarize:
-        path = _stem(args.quick, bool(args.only), args.mid) + ".jsonl"
+        path = _stem(args.quick, bool(args.only), args.mid, args.out) + ".jsonl"
         if not os.path.exists(path):
             parser.error(f"--summarize: no records at {path}; run the benchmark first")
         with open(path) as f:
@@ -980,7 +987,7 @@ def main(argv: list[str] | None = None) -> dict | None:
           "num_params": num_params(cfg), "config": dataclasses.asdict(cfg)})  # fmt: skip
     start = time.perf_counter()
     recs = []
-    records = _stem(args.quick, bool(args.only), args.mid) + ".jsonl"
+    records = _stem(args.quick, bool(args.only), args.mid, args.out) + ".jsonl"
     if os.path.exists(records):  # a new run starts new records; the last run's are kept aside
         os.replace(records, records + ".prev")
     jobs = plan() + [(job, v) for job, v in OPTIONAL.items() if job in (args.only or ())]
@@ -1016,16 +1023,32 @@ def report(args, cfg: Config, recs: list[dict], wall: float) -> dict:
             "pyhessian_per_probe_over_ours"
         ]
         summary["issue22"]["pyhessian_target"] = 3.0
+    conditions = run_conditions(recs)
+    summary["conditions"] = conditions.to_dict()
     emit({"record": "summary", **summary})
     table = markdown(summary, cfg, wall)
     print(table)
-    stem = _stem(args.quick, bool(args.only), args.mid)
-    with open(stem + ".json", "w") as f:
-        json.dump({"records": recs, "summary": summary}, f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(table + "\n")
+    stem = _stem(args.quick, bool(args.only), args.mid, args.out)
+    section = quiet.Section(summary, table, recs)
+    code = quiet.save(os.path.basename(stem), {"kernels": section}, conditions,
+                      allow_load=args.allow_load, out=os.path.dirname(stem))  # fmt: skip
+    if code:
+        raise SystemExit(code)
     figure(summary, stem + "_memory.png")
     return summary
+
+
+def run_conditions(recs: list[dict]):
+    """The machine's conditions over a run's jobs (each job's record carries its own); records
+    written before the jobs recorded them give only the load average at each job's end."""
+    parts = [quiet.Conditions.from_dict(r["conditions"]) for r in recs if "conditions" in r]
+    if len(parts) == len(recs):
+        return quiet.combine(parts)
+    first = recs[0].get("load_avg_1min", math.inf)
+    load = (first, first)
+    return quiet.Conditions(cpu_count=os.cpu_count(), wall_s=sum(r["wall_s"] for r in recs),
+                            load_start=load, load_end=load, others_cores=None, own_cores=0.0,
+                            machine=quiet.machine())  # fmt: skip
 
 
 # --------------------------------------------------------------------------- --costs
@@ -1092,7 +1115,7 @@ def costs_main(args, cfg: Config) -> dict:
         )
     table = "\n".join(lines)
     print(table)
-    stem = _stem(args.quick, bool(args.only), args.mid) + "_costs"
+    stem = _stem(args.quick, bool(args.only), args.mid, args.out) + "_costs"
     with open(stem + ".json", "w") as f:
         json.dump({"rows": rows, "num_params": n, "config": dataclasses.asdict(cfg)}, f, indent=1)
     with open(stem + ".md", "w") as f:

@@ -24,6 +24,10 @@ Usage (one command, prints one JSON record per configuration, then the ratios):
 
     python bench/sharpness.py            # full: K = 256, S = 20, memory 4096 vs 64
     python bench/sharpness.py --quick    # K = 64, memory 1024 vs 64, fewer repeats
+
+Writes each part's records, conditions and table to ``bench/results/sharpness[_quick].json``
+and the tables to ``.md`` through the quiet-machine guard (``bench/_quiet.py``): the timed parts
+(``average``, ``worst``) only on a quiet machine unless ``--allow-load``; ``memory`` always.
 """
 
 from __future__ import annotations
@@ -41,12 +45,17 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
+import _quiet as quiet  # noqa: E402
 import _reference as ref  # noqa: E402
 
 SIGMA = 1e-2
 
 
+_RECORDS: list[dict] = []  # every record this run printed, for the results file
+
+
 def emit(record: dict) -> None:
+    _RECORDS.append(record)
     print(json.dumps(record), flush=True)
 
 
@@ -270,6 +279,56 @@ def bench_memory(nums: list[int]) -> dict:
     return out
 
 
+def average_table(s: dict) -> str:
+    k = s["num_evaluations"]
+    return "\n".join([
+        "| what | median | ratio |",
+        "|---|---|---|",
+        f"| `average_sharpness`, K = {k} ({k // 2} antithetic pairs, chunk {s['chunk']}) | "
+        f"{s['ours_s']:.2f} s | |",
+        f"| floor: {k} forwards at pre-drawn parameters, one `jit(vmap(loss))` batch | "
+        f"{s['jax_floor_vmap_forwards_s']:.2f} s | ours / floor "
+        f"**{s['average_vs_vmap_floor']:.2f}** (target <= 1.3) |",
+        f"| {k} forwards at pre-drawn parameters, sequential `lax.map` | "
+        f"{s['jax_sequential_forwards_s']:.2f} s | ours / these "
+        f"{s['average_vs_sequential_forwards']:.2f} |",
+        f"| PyTorch loop: `p.add_(noise)`, loss under `no_grad`, `p.sub_(noise)`, "
+        f"{s['torch_threads']} threads | {s['torch_inplace_loop_s']:.2f} s | torch / ours "
+        f"**{s['torch_loop_over_ours']:.2f}** (target >= 5) |",
+    ])  # fmt: skip
+
+
+def worst_table(s: dict) -> str:
+    n = s["num_steps"]
+    rows = [
+        "| what | median | ratio |",
+        "|---|---|---|",
+        f"| `worst_case_sharpness`, l2 ball, {n} steps ({n + 1} value-and-grads) | "
+        f"{s['jax_worst_case_s']:.2f} s | per ascent step / one gradient "
+        f"**{s['worst_per_ascent_step_over_grad']:.2f}** (target <= 1.1) |",
+        f"| {n} calls of a jitted gradient | {s['jax_grad_x_steps_s']:.2f} s | worst / these "
+        f"**{s['worst_vs_grad_calls']:.2f}** (target <= 1.5) |",
+        f"| {n} gradients in one compiled `fori_loop` | {s['jax_grad_fori_loop_s']:.2f} s | "
+        f"worst / these **{s['worst_vs_grads_fori_loop']:.2f}** |",
+    ]
+    if "worst_xla_temp_over_grad" in s:
+        rows.append(
+            f"| XLA temporaries of the worst case / a gradient's | | "
+            f"**{s['worst_xla_temp_over_grad']:.2f}** (target <= 1.3) |"
+        )
+    return "\n".join(rows)
+
+
+def memory_table(s: dict) -> str:
+    small, large = s["nums"]
+    return (
+        "| what | peak | ratio |\n|---|---|---|\n"
+        f"| peak memory of a fresh process, `average_sharpness` with {large} vs {small} "
+        f"perturbations | {s['peak_mb'][1]:,.0f} vs {s['peak_mb'][0]:,.0f} MB | "
+        f"**{s['ratio']:.2f}** (target <= 1.5) |"
+    )
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Run the benches named by ``--only``; returns the ratios."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -278,7 +337,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads")
     parser.add_argument("--chunks", default="1", help="chunk sizes of average_sharpness, e.g. 1,8")
+    quiet.add_arguments(parser)
     args = parser.parse_args(argv)
+    monitor = quiet.Monitor()
     only = set(args.only.split(","))
     num = 64 if args.quick else 256
     repeats = args.repeats or (3 if args.quick else 5)
@@ -300,14 +361,28 @@ def main(argv: list[str] | None = None) -> dict:
             "num_params": ref.num_params(),
         }
     )
-    ratios = {}
+    ratios, parts = {}, {}
     if "average" in only:
+        start = len(_RECORDS)
         t = bench_average(num, repeats, chunks)
-        ours = min(t[f"jax_average_sharpness_chunk{c}"] for c in chunks)
+        best = min(chunks, key=lambda c: t[f"jax_average_sharpness_chunk{c}"])
+        ours = t[f"jax_average_sharpness_chunk{best}"]
         ratios["average_vs_vmap_floor (target <= 1.3)"] = ours / t["jax_floor_vmap_forwards"]
         ratios["average_vs_sequential_forwards"] = ours / t["jax_sequential_forwards"]
         ratios["torch_loop_vs_average (target >= 5)"] = t["torch_inplace_loop"] / ours
+        summary = {
+            "num_evaluations": num,
+            "chunk": best,
+            "ours_s": ours,
+            **{f"{k}_s": v for k, v in t.items()},
+            "torch_threads": _RECORDS[-1].get("torch_threads"),
+            "average_vs_vmap_floor": ours / t["jax_floor_vmap_forwards"],
+            "average_vs_sequential_forwards": ours / t["jax_sequential_forwards"],
+            "torch_loop_over_ours": t["torch_inplace_loop"] / ours,
+        }
+        parts["average"] = quiet.Section(summary, average_table(summary), _RECORDS[start:])
     if "worst" in only:
+        start = len(_RECORDS)
         steps = 20
         t = bench_worst(steps, repeats)
         ratios["worst_vs_20_grad_calls (target <= 1.5)"] = (
@@ -318,15 +393,38 @@ def main(argv: list[str] | None = None) -> dict:
         ratios["worst_per_ascent_step_over_grad (target <= 1.1)"] = (
             t["jax_worst_case"] / (steps + 1) / (t["jax_grad_x_steps"] / steps)
         )
+        summary = {
+            "num_steps": steps,
+            **{k: v for k, v in t.items() if k not in ("jax_worst_case", "jax_grad_x_steps",
+                                                       "jax_grad_fori_loop")},
+            **{f"{k}_s": t[k] for k in ("jax_worst_case", "jax_grad_x_steps",
+                                        "jax_grad_fori_loop")},
+            "worst_vs_grad_calls": t["jax_worst_case"] / t["jax_grad_x_steps"],
+            "worst_vs_grads_fori_loop": t["jax_worst_case"] / t["jax_grad_fori_loop"],
+            "worst_per_ascent_step_over_grad": (
+                t["jax_worst_case"] / (steps + 1) / (t["jax_grad_x_steps"] / steps)
+            ),
+        }  # fmt: skip
         if t.get("worst_xla_temp_mb") and t.get("grad_xla_temp_mb"):
             ratios["worst_xla_temp_over_grad (target <= 1.3)"] = (
                 t["worst_xla_temp_mb"] / t["grad_xla_temp_mb"]
             )
+            summary["worst_xla_temp_over_grad"] = t["worst_xla_temp_mb"] / t["grad_xla_temp_mb"]
+        parts["worst"] = quiet.Section(summary, worst_table(summary), _RECORDS[start:])
     if "memory" in only:
+        start = len(_RECORDS)
         nums = [64, 1024] if args.quick else [64, 4096]
         m = bench_memory(nums)
         ratios[f"peak_rss_{nums[1]}_vs_{nums[0]} (target <= 1.5)"] = m[nums[1]] / m[nums[0]]
+        summary = {"nums": nums, "peak_mb": [m[n] for n in nums], "ratio": m[nums[1]] / m[nums[0]]}
+        parts["memory"] = quiet.Section(summary, memory_table(summary), _RECORDS[start:],
+                                        timed=False)  # fmt: skip
     emit({"bench": "ratios", **{k: round(v, 3) for k, v in ratios.items()}})
+    conditions = monitor.stop()
+    emit({"bench": "conditions", **conditions.to_dict()})
+    for part in parts.values():
+        print(part.table, flush=True)
+    quiet.finish("sharpness", parts, conditions, args)
     return ratios
 
 

@@ -160,10 +160,10 @@ def default_chunk_size(kind: str, *, size: int, dtype: Any = np.float32) -> int 
     Raises:
       ValueError: for an unknown ``kind`` or a ``size`` that is not an int >= 1.
 
-    >>> default_chunk_size("signs", size=4096 + 512)  # on a CPU
-    256
-    >>> default_chunk_size("probes", size=54_000) is None  # on a CPU
-    True
+    >>> import kernels
+    >>> with kernels.using_devices(jax.devices("cpu")):  # the CPU's defaults
+    ...     default_chunk_size("signs", size=4096 + 512), default_chunk_size("probes", size=54_000)
+    (256, None)
     """
     if kind not in CHUNK_DEFAULTS:
         raise ValueError(f"kind: expected one of {sorted(CHUNK_DEFAULTS)}, got {kind!r}")
@@ -194,7 +194,9 @@ def auto_chunk_size(
       size: elements per sample (clipped to at least 1).
       dtype: the samples' dtype (a non-floating one counts as float32).
 
-    >>> auto_chunk_size(8, "probes", size=1000)  # on a CPU
+    >>> import kernels
+    >>> with kernels.using_devices(jax.devices("cpu")):  # on a CPU: the kernel's own default
+    ...     auto_chunk_size(8, "probes", size=1000)
     8
     """
     if not is_accelerator():

@@ -110,6 +110,39 @@ def _call(fn, treedef, mask, static, collect, dynamic):
     return out, collector.failures()
 
 
+def _runtime_tokens() -> dict[Any, Any] | None:
+    """JAX's latest runtime token per device (None where this JAX keeps them elsewhere)."""
+    try:
+        from jax._src import dispatch
+
+        return dict(dispatch.runtime_tokens.output_runtime_tokens)
+    except (ImportError, AttributeError):  # pragma: no cover - a JAX without the private set
+        return None
+
+
+def _wait_for_own_callbacks(before: dict[Any, Any] | None) -> None:
+    """Wait until the host callbacks of the program just dispatched have run.
+
+    JAX keeps, per device, the runtime token of the latest program with host callbacks; a
+    program that has them replaces its devices' tokens when it is dispatched. Only the tokens
+    that changed since ``before`` (taken just before the dispatch) are this program's. Not
+    ``jax.effects_barrier()``: it also waits on the token an earlier program left, and on a GPU,
+    where a program's failure is known only after its dispatch, the token of an earlier
+    program whose check failed (inside a user's ``jit``, the result never read) holds that
+    failure, which the barrier would raise here as this call's error. A program without
+    callbacks (its in-place checks traced away, or no CPU device for them) changes no token and
+    is not waited for.
+    """
+    if before is None:  # pragma: no cover - a JAX without the private token set
+        jax.effects_barrier()
+        return
+    from jax._src import dispatch
+
+    for device, token in list(dispatch.runtime_tokens.output_runtime_tokens.items()):
+        if before.get(device) is not token:
+            token.block_until_ready()
+
+
 def _placed(leaves: list[Any]) -> tuple | None:
     """The NamedShardings of concrete placed array leaves (None where there is none)."""
     if not _concrete(leaves):
@@ -260,10 +293,11 @@ def compile_once(fn: F) -> F:
             return _checks.report(failures, out)
         with _checks.recording() as recorded:
             try:
+                before = _runtime_tokens()
                 out, failures = _run(fn, treedef, mask, static, checks, True, dynamic)
                 if failures.in_place:  # checks inside loops record from the program: wait
                     out = jax.block_until_ready(out)
-                    jax.effects_barrier()
+                    _wait_for_own_callbacks(before)
             except jax.errors.JaxRuntimeError as err:
                 message = _checks.failed_check_message(err)
                 if message is None:

@@ -1378,8 +1378,8 @@ def lanczos(
     >>> import jax, jax.numpy as jnp
     >>> d = jnp.array([1.0, 2.0, 3.0])
     >>> tri = lanczos(lambda v: d * v, 3, jax.random.key(0), num_steps=3)
-    >>> jnp.round(jnp.linalg.eigvalsh(tri.matrix()), 6)
-    Array([1., 2., 3.], dtype=float32)
+    >>> [round(x, 3) for x in jnp.linalg.eigvalsh(tri.matrix()).tolist()]  # to a few eps ||A||
+    [1.0, 2.0, 3.0]
     """
     check_key(key, "key")
     flat = _setup(matvec, like, linearize=linearize)
@@ -1442,8 +1442,9 @@ def top_eigenvalues(
 
     >>> import jax, jax.numpy as jnp
     >>> d = jnp.array([1.0, 5.0, 3.0, 2.0])
-    >>> jnp.round(top_eigenvalues(lambda v: d * v, 4, jax.random.key(0), k=2, num_steps=4), 4)
-    Array([5., 3.], dtype=float32)
+    >>> top = top_eigenvalues(lambda v: d * v, 4, jax.random.key(0), k=2, num_steps=4)
+    >>> [round(x, 3) for x in top.tolist()]
+    [5.0, 3.0]
     """
     check_key(key, "key")
     flat = _setup(matvec, like, linearize=linearize)

@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+import kernels
 from kernels import _backend
 
 
@@ -32,12 +33,27 @@ def on_device(monkeypatch):
     return use
 
 
+def _default_platform():
+    """JAX's default backend, a GPU's named "gpu" whatever its runtime (CUDA, ROCm)."""
+    backend = jax.default_backend()
+    return "gpu" if backend in ("cuda", "rocm") else backend
+
+
+def test_the_platform_is_the_default_backends():
+    assert _backend.sample_platform() == _default_platform()
+    assert _backend.is_accelerator() == (_default_platform() != "cpu")
+
+
 def test_cpu_defaults():
-    assert _backend.sample_platform() == "cpu"
-    assert _backend.default_chunk_size("signs", size=4096 + 512) == 256
-    assert _backend.default_chunk_size("probes", size=54_000) is None
-    assert _backend.chunk_memory_budget() == 2**30  # the CPU reports no memory statistics
-    assert not _backend.reduced_precision_matmuls(np.float32)
+    # the process's CPU device, whatever the default backend (on a GPU machine too)
+    with kernels.using_devices(jax.devices("cpu")):
+        assert _backend.sample_platform() == "cpu"
+        assert not _backend.is_accelerator()
+        assert _backend.default_chunk_size("signs", size=4096 + 512) == 256
+        assert _backend.default_chunk_size("probes", size=54_000) is None
+        assert _backend.auto_chunk_size(8, "probes", size=1000) == 8
+        assert _backend.chunk_memory_budget() == 2**30  # the CPU reports no memory statistics
+        assert not _backend.reduced_precision_matmuls(np.float32)
 
 
 def test_accelerator_chunks_fill_the_memory_budget(on_device):

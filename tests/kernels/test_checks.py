@@ -145,6 +145,44 @@ def test_under_vmap_one_failing_element_fails_the_batch_once():
     assert _checks.failed_check_message(err.value) == "y: expected > 0, got -5.0"
 
 
+class _FailedEarlierToken:
+    """The runtime token an earlier failed program leaves on a GPU (simulated on the CPU).
+
+    A GPU reports a program's failure after its dispatch: JAX has already stored the program's
+    runtime token, which then holds the error (a CPU raises during the dispatch and stores no
+    token). The token stays until a later program with host callbacks replaces it.
+    """
+
+    def block_until_ready(self):
+        raise jax.errors.JaxRuntimeError(
+            "INTERNAL: CpuCallback error calling callback: Traceback (most recent call last):\n"
+            f"ValueError: {_checks._MARKER}earlier: a check of another program"
+        )
+
+
+@compile_once
+def _check_traced_away(x):
+    """A kernel whose only in-place check is traced and discarded (as a projection's checks
+    are when a kernel reads its output shapes with jax.eval_shape): no callback is compiled."""
+    jax.eval_shape(lambda v: _checks.ensure_that(v, v > 0, "v: expected > 0"), x)
+    return 2.0 * x
+
+
+def test_an_earlier_programs_failure_is_not_this_calls_error(monkeypatch):
+    # an eager call with in-place checks waits for its own callbacks only: a failed check of
+    # an earlier program (inside a user's jit, result never read) is that program's error
+    from jax._src import dispatch
+
+    for device in jax.devices():
+        monkeypatch.setitem(
+            dispatch.runtime_tokens.output_runtime_tokens, device, _FailedEarlierToken()
+        )
+    np.testing.assert_array_equal(_check_traced_away(jnp.asarray([1.0, -2.0])), [2.0, -4.0])
+    assert float(_two_checks(*_GOOD)) == 9.0  # its callbacks ran, nothing recorded
+    with pytest.raises(ValueError, match=r"^loop: value 200.0 >= 100$"):
+        _two_checks(jnp.asarray([1.0, 200.0]), jnp.asarray(3.0))  # its own callback's failure
+
+
 def test_checks_are_outputs_of_an_eager_program_not_callbacks():
     from kernels._jit import _run
 

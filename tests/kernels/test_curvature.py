@@ -1194,6 +1194,9 @@ def test_hutchinson_modes_agree_and_auto_picks_by_residual_memory(monkeypatch):
     # products one at a time while the linearisation's residuals fit its budget, else forms
     import kernels.curvature as curvature
 
+    # the default chunk_size ("auto") one probe at a time, as on a CPU; on an accelerator it
+    # is a chunk, which takes forms (below)
+    monkeypatch.setattr(curvature, "is_accelerator", lambda: False)
     loss, params, batch = attention_case()[:3]
     op = hvp(loss, params, batch)
     key = jax.random.key(44)
@@ -1218,6 +1221,10 @@ def test_hutchinson_modes_agree_and_auto_picks_by_residual_memory(monkeypatch):
     assert not chosen  # over the budget: forms
     hutchinson_trace(op, params, jax.random.key(47), num_samples=4, chunk_size=2)
     assert not chosen  # chunks: forms share their primal pass
+    monkeypatch.setattr(curvature, "_PRODUCT_RESIDUAL_BYTES", 2**30)
+    monkeypatch.setattr(curvature, "is_accelerator", lambda: True)
+    hutchinson_trace(op, params, jax.random.key(48), num_samples=3)
+    assert not chosen  # the accelerator's default: a chunk of probes, forms
 
 
 def test_hutchinson_chunk_size_auto_follows_the_backend(monkeypatch):
@@ -1228,6 +1235,10 @@ def test_hutchinson_chunk_size_auto_follows_the_backend(monkeypatch):
     loss, params, batch = make_poly()
     op = hvp(loss, params, batch)
     key = jax.random.key(48)
+    # the backend this runs on: one probe at a time on a CPU, 16 on an accelerator
+    assert curvature._auto_chunk("auto") == (16 if curvature.is_accelerator() else 1)
+    monkeypatch.setattr(curvature, "is_accelerator", lambda: False)
+    assert curvature._auto_chunk("auto") == 1
     cpu = hutchinson_trace(op, params, key, num_samples=20)
     none = hutchinson_trace(op, params, key, num_samples=20, chunk_size=None)
     assert float(cpu.mean) == float(none.mean)

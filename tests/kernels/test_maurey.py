@@ -265,11 +265,12 @@ def test_sparsify_counts_past_2_24_atoms_stay_exact():
 def test_sparsify_checks_name_the_first_bad_argument_under_jit():
     """NaN v fails its own check and the ball check (NaN > r): only v is reported."""
     f = jax.jit(lambda v, r: maurey.maurey_sparsify(v, KEY, num_atoms=3, radius=r))
+    # a failure inside jit is raised when the result is read (a GPU's call returns first)
     with pytest.raises(jax.errors.JaxRuntimeError) as info:
-        f(jnp.array([jnp.nan, 1.0]), jnp.asarray(-1.0))
+        jax.block_until_ready(f(jnp.array([jnp.nan, 1.0]), jnp.asarray(-1.0)))
     assert _checks.failed_check_message(info.value).startswith("v: expected finite")
     with pytest.raises(jax.errors.JaxRuntimeError) as info:
-        f(jnp.array([2.0, 1.0]), jnp.asarray(1.0))
+        jax.block_until_ready(f(jnp.array([2.0, 1.0]), jnp.asarray(1.0)))
     assert _checks.failed_check_message(info.value).startswith("v: expected ||v||_1 <= radius")
 
 

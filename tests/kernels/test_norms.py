@@ -504,11 +504,12 @@ def test_projection_checks_name_the_first_bad_argument_under_jit():
     from kernels._checks import failed_check_message
 
     f = jax.jit(lambda v, r: norms.project_lp_ball(v, p=2, radius=r))
+    # a failure inside jit is raised when the result is read (a GPU's call returns first)
     with pytest.raises(jax.errors.JaxRuntimeError) as info:
-        f(jnp.array([jnp.nan, 1.0]), jnp.asarray(-1.0))
+        jax.block_until_ready(f(jnp.array([jnp.nan, 1.0]), jnp.asarray(-1.0)))
     assert failed_check_message(info.value).startswith("v: expected finite")
     with pytest.raises(jax.errors.JaxRuntimeError) as info:
-        f(jnp.array([2.0, 1.0]), jnp.asarray(-1.0))
+        jax.block_until_ready(f(jnp.array([2.0, 1.0]), jnp.asarray(-1.0)))
     assert failed_check_message(info.value).startswith("radius")
 
 

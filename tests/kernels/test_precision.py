@@ -43,12 +43,35 @@ def test_round_mantissa_is_round_to_nearest_even():
         assert rel.max() > 2.0 ** -(bits + 2)  # and it does round
 
 
-def test_matmul_tol_by_precision():
-    assert matmul_tol(jnp.float32, "tensorfloat32") == 8 * 2.0**-11
-    assert matmul_tol(jnp.float32, "bfloat16") == 8 * 2.0**-8
-    assert matmul_tol(jnp.float32) == tol(jnp.float32)  # the CPU's own matmuls: full float32
+class _Device:
+    """Stands for a device of another platform (only its platform is read)."""
+
+    def __init__(self, platform):
+        self.platform = platform
+
+
+def test_matmul_tol_by_precision(monkeypatch):
+    tf32, bf16 = 8 * 2.0**-11, 8 * 2.0**-8
+    assert matmul_tol(jnp.float32, "tensorfloat32") == tf32
+    assert matmul_tol(jnp.float32, "bfloat16") == bf16
     with pytest.raises(ValueError, match="precision"):
         matmul_tol(jnp.float32, "fp8")
+    # at JAX's default precision: the CPU's matmuls are full float32, a GPU's TF32, a TPU's
+    # bfloat16 passes; "highest" is full float32 everywhere and float64 is never reduced
+    default = {"cpu": tol(jnp.float32), "gpu": tf32, "cuda": tf32, "rocm": tf32, "tpu": bf16}
+    assert matmul_tol(jnp.float32) == default[jax.default_backend()]
+    with jax.default_matmul_precision("highest"):
+        assert matmul_tol(jnp.float32) == tol(jnp.float32)
+    assert matmul_tol(jnp.float64) == tol(jnp.float64)
+    import kernels._backend
+
+    for platform in ("cpu", "cuda", "tpu"):  # each platform simulated on this machine
+        monkeypatch.setattr(kernels._backend, "sample_devices", lambda p=platform: [_Device(p)])
+        want = default["gpu" if platform == "cuda" else platform]
+        assert matmul_tol(jnp.float32) == want
+        with jax.default_matmul_precision("highest"):
+            assert matmul_tol(jnp.float32) == tol(jnp.float32)
+        assert matmul_tol(jnp.float64) == tol(jnp.float64)
 
 
 # --------------------------------------------------------------------------- a rounding model

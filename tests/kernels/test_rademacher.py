@@ -988,7 +988,7 @@ def test_first_bad_argument_is_named_and_project_never_sees_it():
                                      **search_kw(step_size=step)).mean  # fmt: skip
 
     with pytest.raises(jax.errors.JaxRuntimeError) as info:
-        both_bad(jnp.asarray(-1.0), w)
+        jax.block_until_ready(both_bad(jnp.asarray(-1.0), w))  # a GPU reports it when read
     assert _checks.failed_check_message(info.value).startswith("step_size")
 
 
@@ -1059,6 +1059,9 @@ def test_linear_default_chunk_follows_the_backend(monkeypatch):
     """chunk_size='auto': 256 on a CPU (unchanged); on an accelerator 4096, halved until the
     chunk's signs and products fit the budget."""
     x = jnp.zeros((4096, 512), jnp.float32)
+    # the backend this runs on: its 4096 draws take 75 MB, within the budget
+    assert rad._linear_chunk("auto", x) == (4096 if rad.is_accelerator() else 256)
+    monkeypatch.setattr(rad, "is_accelerator", lambda: False)
     assert rad._linear_chunk("auto", x) == 256
     assert rad._linear_chunk(None, x) is None
     assert rad._linear_chunk(12, x) == 12
