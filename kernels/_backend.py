@@ -398,7 +398,13 @@ def memory_budget(kind: str, gradient: int) -> int:
 
 
 def budgeted_chunk_size(
-    cpu: int | None, *, per_sample: int, budget: int, cap: int, fixed: int = 0
+    cpu: int | None,
+    *,
+    per_sample: int,
+    budget: int,
+    cap: int,
+    fixed: int = 0,
+    accelerator: bool | None = None,
 ) -> int | None:
     """``chunk_size="auto"`` under a memory budget: the CPU default, or the largest that fits.
 
@@ -412,12 +418,13 @@ def budgeted_chunk_size(
       budget: bytes allowed (:func:`memory_budget`).
       cap: the largest chunk worth vectorising on an accelerator.
       fixed: bytes a chunk holds whatever its size.
+      accelerator: whether the backend is an accelerator (``None``: :func:`is_accelerator`).
 
     >>> chunk = budgeted_chunk_size(None, per_sample=10, budget=100, cap=16)
     >>> chunk == (8 if is_accelerator() else None)  # 8 x 10 bytes fit 100, 16 x 10 do not
     True
     """
-    if not is_accelerator():
+    if not (is_accelerator() if accelerator is None else accelerator):
         return cpu
     chunk = cap
     while chunk > 1 and fixed + chunk * per_sample > budget:

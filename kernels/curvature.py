@@ -188,7 +188,9 @@ def _hutchinson_chunk(chunk_size: Any, matvec: Any) -> int:
         program = program_bytes(lambda p: jax.jvp(grad_fn, (p,), (p,))[1], params)
     per_probe = sample_bytes("forms", params=params, program=program)
     budget = memory_budget("hutchinson", gradient_bytes(matvec.scalar_loss(), params))
-    chunk = budgeted_chunk_size(None, per_sample=per_probe, budget=budget, cap=_ACCELERATOR_PROBES)
+    chunk = budgeted_chunk_size(
+        None, per_sample=per_probe, budget=budget, cap=_ACCELERATOR_PROBES, accelerator=True
+    )
     return 1 if chunk is None else chunk
 
 
