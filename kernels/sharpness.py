@@ -520,8 +520,9 @@ def _quadratic_form(prob: _Problem) -> Callable[[jax.Array], jax.Array]:
 
 
 # the decomposition's u^T H u: linearised products for one pair / probe at a time while the
-# linearisation keeps at most this many bytes, else quadratic forms (the rule and the
-# measurements behind it: kernels.curvature, Hutchinson's mode="auto")
+# linearisation keeps at most this many bytes and their estimated memory fits the sharpness
+# budget (_products_fit), else quadratic forms (the rule and the measurements behind it:
+# kernels._backend's memory budget, kernels.curvature's Hutchinson mode="auto")
 _PRODUCT_RESIDUAL_BYTES = 2**30
 
 
