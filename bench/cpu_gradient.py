@@ -56,7 +56,22 @@ FLAG_SETS = {
     "legacy_runtime": "--xla_cpu_use_thunk_runtime=false",
     "single_thread_eigen": "--xla_cpu_multi_thread_eigen=false",
     "no_fusion_emitters": "--xla_cpu_use_fusion_emitters=false",
+    "xnnpack": "--xla_cpu_use_xnnpack=true",
+    "xnn_graph_greedy": "--xla_cpu_experimental_xnn_graph_fusion_mode=XNN_GRAPH_FUSION_MODE_GREEDY",
+    "onednn": "--xla_cpu_use_onednn=true",
+    "onednn_custom_call": "--xla_cpu_experimental_onednn_custom_call=true",
 }
+# the shapes of the mid-size decoder's matmuls (512 tokens): forward and the weight gradients
+GEMM_SHAPES = [
+    ("qkv", (512, 256), (256, 768)),
+    ("fc", (512, 256), (256, 1024)),
+    ("out", (512, 1024), (1024, 256)),
+    ("readout", (512, 256), (256, 4096)),
+    ("readout_grad_w", (256, 512), (512, 4096)),
+    ("fc_grad_w", (256, 512), (512, 1024)),
+    ("reference_w1", (8192, 64), (64, 256)),
+    ("reference_w1_grad", (64, 8192), (8192, 256)),
+]
 
 
 def emit(record: dict) -> None:
@@ -254,15 +269,13 @@ def unrolled_loss(cfg, params, batch):
 
 
 def part_mid(reps: int) -> dict:
-    import torch
-
     from bench.scale import build_jax, params_to_numpy, torch_criterion, torch_model
 
     cfg = mid_config()
     loss_fn, params, batches = build_jax(cfg)
     batch = jax.tree_util.tree_map(lambda a: a[0], batches)
     model = torch_model(cfg, params_to_numpy(params))
-    t_inputs, t_targets = (torch.as_tensor(np.array(a)).long() for a in batch)
+    t_inputs, t_targets = (torch_long(a) for a in batch)
     scan = jax.jit(jax.grad(loss_fn))
     unrolled = jax.jit(jax.grad(lambda p, b: unrolled_loss(cfg, p, b)))
     for name, fn in (("scan", scan), ("unrolled", unrolled)):
@@ -293,24 +306,114 @@ def part_mid(reps: int) -> dict:
     return out
 
 
+# --------------------------------------------------------------------------- separate processes
+
+
+def time_child(framework: str, model: str, reps: int) -> dict:
+    """In a fresh process: the median of ``reps`` gradients of one framework alone.
+
+    Only the measured framework computes while it is timed: PyTorch's OpenMP threads spin after
+    each operator (libgomp's wait policy) and XLA's Eigen threads likewise, so interleaving the
+    two in one process takes cores from whichever runs next.
+    """
+    if model == "reference":
+        np_params, (inputs, targets) = ref.init_params(), ref.make_batch()
+    else:
+        from bench.scale import build_jax, params_to_numpy
+
+        cfg = mid_config()
+        loss_fn, params, batches = build_jax(cfg)
+        batch = jax.tree_util.tree_map(lambda a: np.array(a[0]), batches)
+        np_params = params_to_numpy(params)
+    if framework == "jax":
+        if model == "reference":
+            p = {k: jnp.asarray(v) for k, v in np_params.items()}
+            args = (p, jnp.asarray(inputs, jnp.int32), jnp.asarray(targets, jnp.int32))
+            grad = jax.jit(jax.grad(ref.jax_loss))
+        else:
+            args = (params, jax.tree_util.tree_map(jnp.asarray, batch))
+            grad = jax.jit(jax.grad(loss_fn))
+
+        def step():
+            jax.block_until_ready(grad(*args))
+    else:
+        import torch
+
+        if model == "reference":
+            net, criterion = ref.torch_model(np_params), ref.torch_criterion
+            t_in, t_tg = torch.as_tensor(inputs), torch.as_tensor(targets)
+        else:
+            from bench.scale import torch_criterion, torch_model
+
+            net, criterion = torch_model(cfg, np_params), torch_criterion
+            t_in, t_tg = (torch_long(a) for a in batch)
+        time.sleep(0.5)  # let the threads that built the model go idle
+
+        def step():
+            torch_backward(net, t_in, t_tg, criterion)
+
+    med = interleaved({framework: step}, reps)[framework]
+    return {"framework": framework, "model": model, "ms": 1e3 * med}
+
+
+def part_separate(reps: int, rounds: int = 3) -> dict:
+    """Each framework's gradient timed alone in its own process, processes alternated."""
+    out = {}
+    for model in ("reference", "mid"):
+        times: dict[str, list[float]] = {"jax": [], "torch": []}
+        for _ in range(rounds):
+            for framework in ("torch", "jax"):
+                cmd = [sys.executable, os.path.abspath(__file__), "--child-time",
+                       f"{framework}:{model}", "--reps", str(reps)]  # fmt: skip
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+                rec = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
+                times[framework].append(rec["ms"])
+        med = {k: statistics.median(v) for k, v in times.items()}
+        out[model] = {"ms": med, "runs_ms": times, "jax_over_torch": med["jax"] / med["torch"]}
+        emit({"part": "separate", "model": model, **out[model]})
+    return out
+
+
 # --------------------------------------------------------------------------- XLA flags
 
 
 def flag_child(reps: int) -> dict:
-    """In a fresh process (XLA_FLAGS set by the parent): baseline gradient over torch's."""
+    """In a fresh process (XLA_FLAGS set by the parent): gradients over torch's ``backward``."""
+    from bench.scale import build_jax, params_to_numpy, torch_criterion, torch_model
+
     params, inputs, targets, model, t_inputs, t_targets = reference_setup()
     grad = jax.jit(jax.grad(ref.jax_loss))
+    onehot = jax.jit(jax.grad(lambda p, i, t: reference_loss(p, i, t, onehot=True)))
+    cfg = mid_config()
+    loss_fn, mid_params, batches = build_jax(cfg)
+    batch = jax.tree_util.tree_map(lambda a: a[0], batches)
+    mid_model = torch_model(cfg, params_to_numpy(mid_params))
+    m_inputs, m_targets = (torch_long(a) for a in batch)
+    mid_grad = jax.jit(jax.grad(loss_fn))
     med = interleaved(
         {
             "torch_backward": lambda: torch_backward(
                 model, t_inputs, t_targets, ref.torch_criterion
             ),
             "jax_baseline": lambda: jax.block_until_ready(grad(params, inputs, targets)),
+            "jax_onehot": lambda: jax.block_until_ready(onehot(params, inputs, targets)),
+            "torch_mid": lambda: torch_backward(mid_model, m_inputs, m_targets, torch_criterion),
+            "jax_mid": lambda: jax.block_until_ready(mid_grad(mid_params, batch)),
         },
         reps,
     )
-    return {"ms": {k: 1e3 * v for k, v in med.items()},
-            "over_torch": med["jax_baseline"] / med["torch_backward"]}  # fmt: skip
+    return {
+        "ms": {k: 1e3 * v for k, v in med.items()},
+        "over_torch": med["jax_baseline"] / med["torch_backward"],
+        "onehot_over_torch": med["jax_onehot"] / med["torch_backward"],
+        "mid_over_torch": med["jax_mid"] / med["torch_mid"],
+    }
+
+
+def torch_long(a):
+    import torch
+
+    return torch.as_tensor(np.array(a)).long()
 
 
 def part_flags(reps: int) -> dict:
@@ -327,6 +430,42 @@ def part_flags(reps: int) -> dict:
         rec["xla_flags"] = flags
         emit({"part": "flags", "flag_set": name, **rec})
         out[name] = rec
+    return out
+
+
+# --------------------------------------------------------------------------- matmuls
+
+
+def part_gemm(reps: int) -> dict:
+    """One float32 matmul of each shape: jitted ``jnp.dot`` (XLA CPU) against ``torch.mm``."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    out = {}
+    total_jax = total_torch = 0.0
+    for name, sa, sb in GEMM_SHAPES:
+        a, b = (rng.standard_normal(s).astype(np.float32) for s in (sa, sb))
+        ja, jb = jnp.asarray(a), jnp.asarray(b)
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        dot = jax.jit(jnp.dot)
+        med = interleaved(
+            {
+                "jax": lambda dot=dot, ja=ja, jb=jb: jax.block_until_ready(dot(ja, jb)),
+                "torch": lambda ta=ta, tb=tb: torch.mm(ta, tb),
+            },
+            reps,
+        )
+        gflop = 2 * sa[0] * sa[1] * sb[1] / 1e9
+        out[name] = {
+            "shape": f"{sa[0]}x{sa[1]} @ {sb[0]}x{sb[1]}",
+            "jax_gflops": gflop / med["jax"],
+            "torch_gflops": gflop / med["torch"],
+            "jax_over_torch": med["jax"] / med["torch"],
+        }
+        total_jax += med["jax"]
+        total_torch += med["torch"]
+        emit({"part": "gemm", "name": name, **out[name]})
+    out["all"] = {"jax_over_torch": total_jax / total_torch}
     return out
 
 
@@ -369,11 +508,24 @@ def part_profile() -> dict:
 
 def table(results: dict) -> str:
     lines = []
+    if "separate" in results:
+        lines += [
+            "One gradient, each framework alone in its own process (processes alternated, "
+            "medians), as a user runs it:",
+            "",
+            "| model | PyTorch `backward` ms | JAX `jit(grad)` ms | JAX over PyTorch |",
+            "|---|---|---|---|",
+        ]
+        for model, rec in results["separate"].items():
+            label = "54k reference" if model == "reference" else "mid-size decoder (4.24M)"
+            lines.append(f"| {label} | {rec['ms']['torch']:.1f} | {rec['ms']['jax']:.1f} | "
+                         f"**{rec['jax_over_torch']:.2f}** |")  # fmt: skip
+        lines.append("")
     if "reference" in results:
         r = results["reference"]
         lines += [
-            "54k reference model (batch 256 x 32), one gradient; ratios over one PyTorch "
-            "`backward` of the twin, interleaved in one process (medians):",
+            "Interleaved in one process (54k reference model, batch 256 x 32, medians; see the "
+            "text for why these ratios are not the frameworks' own):",
             "",
             "| JAX program | ms | over PyTorch |",
             "|---|---|---|",
@@ -404,11 +556,27 @@ def table(results: dict) -> str:
             "",
         ]
     if "flags" in results:
-        lines += ["XLA CPU flags (fresh process each; baseline gradient over PyTorch's):", "",
-                  "| flags | over PyTorch |", "|---|---|"]  # fmt: skip
+        lines += ["XLA CPU flags (a fresh process each; JAX gradient over PyTorch's `backward`):",
+                  "", "| flags | reference, baseline | reference, onehot | mid-size decoder |",
+                  "|---|---|---|---|"]  # fmt: skip
         for name, rec in results["flags"].items():
-            cell = f"{rec['over_torch']:.2f}" if "over_torch" in rec else rec.get("error", "")
-            lines.append(f"| {name} (`{rec['xla_flags'] or 'none'}`) | {cell} |")
+            if "over_torch" in rec:
+                cells = [f"{rec[k]:.2f}" for k in ("over_torch", "onehot_over_torch",
+                                                    "mid_over_torch")]  # fmt: skip
+            else:
+                cells = [rec.get("error", ""), "", ""]
+            lines.append(f"| {name} (`{rec['xla_flags'] or 'none'}`) | " + " | ".join(cells) + " |")
+        lines.append("")
+    if "gemm" in results:
+        lines += ["One float32 matmul, jitted `jnp.dot` (XLA CPU) against `torch.mm`, interleaved:",
+                  "", "| matmul | shape | XLA GFLOP/s | torch GFLOP/s | XLA time over torch's |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for name, rec in results["gemm"].items():
+            if name == "all":
+                continue
+            lines.append(f"| {name} | {rec['shape']} | {rec['jax_gflops']:.0f} | "
+                         f"{rec['torch_gflops']:.0f} | {rec['jax_over_torch']:.2f} |")  # fmt: skip
+        lines.append(f"| all together | | | | {results['gemm']['all']['jax_over_torch']:.2f} |")
         lines.append("")
     if "profile" in results:
         r = results["profile"]
@@ -430,9 +598,14 @@ def table(results: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", choices=["reference", "mid", "flags", "profile"])
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=["separate", "reference", "mid", "flags", "gemm", "profile"],
+    )
     parser.add_argument("--reps", type=int, default=9, help="interleaved repeats (>= 1)")
     parser.add_argument("--child-flags", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child-time", help=argparse.SUPPRESS)
     quiet.add_arguments(parser)
     args = parser.parse_args()
     if args.reps < 1:
@@ -440,22 +613,31 @@ def main() -> None:
     if args.child_flags:
         print(json.dumps(flag_child(args.reps)), flush=True)
         return
-    parts = args.only or ["reference", "mid", "flags", "profile"]
+    if args.child_time:
+        framework, model = args.child_time.split(":")
+        print(json.dumps(time_child(framework, model, args.reps)), flush=True)
+        return
+    parts = args.only or ["separate", "reference", "mid", "flags", "gemm", "profile"]
     monitor = quiet.Monitor()
     emit({"record": "setup", "jax": jax.__version__, "backend": jax.default_backend(),
           "cpu_count": os.cpu_count()})  # fmt: skip
     results = {}
+    if "separate" in parts:
+        results["separate"] = part_separate(args.reps)
     if "reference" in parts:
         results["reference"] = part_reference(args.reps)
     if "mid" in parts:
         results["mid"] = part_mid(max(3, args.reps // 2))
     if "flags" in parts:
         results["flags"] = part_flags(args.reps)
+    if "gemm" in parts:
+        results["gemm"] = part_gemm(args.reps)
     if "profile" in parts:
         results["profile"] = part_profile()
     conditions = monitor.stop()
     section = quiet.Section(results, table(results), list(_RECORDS), interleaved=True)
-    quiet.finish("cpu_gradient", {"+".join(parts): section}, conditions, args)
+    key = "+".join(parts) if args.only else "gradient"
+    quiet.finish("cpu_gradient", {key: section}, conditions, args)
 
 
 if __name__ == "__main__":
