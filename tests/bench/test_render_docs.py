@@ -111,5 +111,5 @@ def test_readme_views_read_the_scale_record(tmp_path):
         "| Lanczos, time per step | <= 1.3 gradients | not measured | 2.24 | "
         "missed, by up to 0.94 |" in kernels
     )
-    assert "| <= 2 gradients' |  | 4.84 | missed, by up to 2.84 |" in kernels
+    assert "| <= 2 gradients' | n/a | 4.84 | missed, by up to 2.84 |" in kernels
     assert "GPT-2-small: missed, by up to 0.54" in kernels

@@ -177,6 +177,16 @@ def test_durations():
         parse_duration("soon")
 
 
+@pytest.fixture
+def sigint_default():
+    """Python's SIGINT handler for the test, even in a run started with SIGINT ignored
+    (``nohup``, ``&``): run_blocks keeps an ignored SIGINT ignored, as the shell asked, and a
+    child process inherits it; a handler instead is reset to the default in the child."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def _cli(tmp_path, *extra):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)
@@ -194,7 +204,7 @@ def _wait_for(path, proc, timeout=120.0):
         time.sleep(0.01)
 
 
-def test_cli_sigint_resume_and_sigkill(tmp_path):
+def test_cli_sigint_resume_and_sigkill(tmp_path, sigint_default):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(512, 16)).astype(np.float32)
     np.save(tmp_path / "X.npy", x)
@@ -317,7 +327,7 @@ def test_processes_run_disjoint_blocks_and_merge(tmp_path):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_stops_between_blocks_and_saves(tmp_path, signum):
+def test_a_signal_stops_between_blocks_and_saves(tmp_path, signum, sigint_default):
     blocks = _linear_blocks()
     ck = tmp_path / "run.json"
 
