@@ -268,14 +268,21 @@ def unrolled_loss(cfg, params, batch):
     return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
 
 
-def part_mid(reps: int) -> dict:
-    from bench.scale import build_jax, params_to_numpy, torch_criterion, torch_model
+def mid_setup():
+    """The mid-size decoder: ``(cfg, loss_fn, params, batch, torch twin, torch batch)``."""
+    from bench.scale import build_jax, params_to_numpy, torch_model
 
     cfg = mid_config()
     loss_fn, params, batches = build_jax(cfg)
     batch = jax.tree_util.tree_map(lambda a: a[0], batches)
     model = torch_model(cfg, params_to_numpy(params))
-    t_inputs, t_targets = (torch_long(a) for a in batch)
+    return cfg, loss_fn, params, batch, model, tuple(torch_long(a) for a in batch)
+
+
+def part_mid(reps: int) -> dict:
+    from bench.scale import torch_criterion
+
+    cfg, loss_fn, params, batch, model, (t_inputs, t_targets) = mid_setup()
     scan = jax.jit(jax.grad(loss_fn))
     unrolled = jax.jit(jax.grad(lambda p, b: unrolled_loss(cfg, p, b)))
     for name, fn in (("scan", scan), ("unrolled", unrolled)):
@@ -379,16 +386,12 @@ def part_separate(reps: int, rounds: int = 3) -> dict:
 
 def flag_child(reps: int) -> dict:
     """In a fresh process (XLA_FLAGS set by the parent): gradients over torch's ``backward``."""
-    from bench.scale import build_jax, params_to_numpy, torch_criterion, torch_model
+    from bench.scale import torch_criterion
 
     params, inputs, targets, model, t_inputs, t_targets = reference_setup()
     grad = jax.jit(jax.grad(ref.jax_loss))
     onehot = jax.jit(jax.grad(lambda p, i, t: reference_loss(p, i, t, onehot=True)))
-    cfg = mid_config()
-    loss_fn, mid_params, batches = build_jax(cfg)
-    batch = jax.tree_util.tree_map(lambda a: a[0], batches)
-    mid_model = torch_model(cfg, params_to_numpy(mid_params))
-    m_inputs, m_targets = (torch_long(a) for a in batch)
+    _, loss_fn, mid_params, batch, mid_model, (m_inputs, m_targets) = mid_setup()
     mid_grad = jax.jit(jax.grad(loss_fn))
     med = interleaved(
         {
