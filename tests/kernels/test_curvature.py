@@ -1193,10 +1193,11 @@ def test_hutchinson_modes_agree_and_auto_picks_by_residual_memory(monkeypatch):
     # forms and linearised products give the same probes' v^T H v to rounding; "auto" takes
     # products one at a time while the linearisation's residuals fit its budget, else forms
     import kernels.curvature as curvature
+    from kernels import _flat, _memory
 
     # the default chunk_size ("auto") one probe at a time, as on a CPU; on an accelerator it
     # is a chunk, which takes forms (below)
-    monkeypatch.setattr(curvature, "is_accelerator", lambda: False)
+    monkeypatch.setattr(_memory, "is_accelerator", lambda: False)
     loss, params, batch = attention_case()[:3]
     op = hvp(loss, params, batch)
     key = jax.random.key(44)
@@ -1213,16 +1214,16 @@ def test_hutchinson_modes_agree_and_auto_picks_by_residual_memory(monkeypatch):
         chosen["products"] = True
         return real_setup(matvec, like, linear)
 
-    monkeypatch.setattr(curvature, "_setup", spy)
+    monkeypatch.setattr(_flat, "_setup", spy)
     hutchinson_trace(op, params, jax.random.key(45), num_samples=3)  # small residuals
     assert chosen.pop("products", False)
-    monkeypatch.setattr(curvature, "_PRODUCT_RESIDUAL_BYTES", 0)
+    monkeypatch.setattr(_memory, "_PRODUCT_RESIDUAL_BYTES", 0)
     hutchinson_trace(op, params, jax.random.key(46), num_samples=3)
     assert not chosen  # over the budget: forms
     hutchinson_trace(op, params, jax.random.key(47), num_samples=4, chunk_size=2)
     assert not chosen  # chunks: forms share their primal pass
-    monkeypatch.setattr(curvature, "_PRODUCT_RESIDUAL_BYTES", 2**30)
-    monkeypatch.setattr(curvature, "is_accelerator", lambda: True)
+    monkeypatch.setattr(_memory, "_PRODUCT_RESIDUAL_BYTES", 2**30)
+    monkeypatch.setattr(_memory, "is_accelerator", lambda: True)
     hutchinson_trace(op, params, jax.random.key(48), num_samples=3)
     assert not chosen  # the accelerator's default: a chunk of probes, forms
 
@@ -1231,18 +1232,19 @@ def test_hutchinson_chunk_size_auto_follows_the_backend(monkeypatch):
     # "auto" is one probe at a time on a CPU (the same program as None) and chunks of 16 on
     # an accelerator; the chunk never changes the estimate beyond rounding
     import kernels.curvature as curvature
+    from kernels import _memory
 
     loss, params, batch = make_poly()
     op = hvp(loss, params, batch)
     key = jax.random.key(48)
     # the backend this runs on: one probe at a time on a CPU, 16 on an accelerator
-    assert curvature._auto_chunk("auto") == (16 if curvature.is_accelerator() else 1)
-    monkeypatch.setattr(curvature, "is_accelerator", lambda: False)
+    assert curvature._auto_chunk("auto") == (16 if _memory.is_accelerator() else 1)
+    monkeypatch.setattr(_memory, "is_accelerator", lambda: False)
     assert curvature._auto_chunk("auto") == 1
     cpu = hutchinson_trace(op, params, key, num_samples=20)
     none = hutchinson_trace(op, params, key, num_samples=20, chunk_size=None)
     assert float(cpu.mean) == float(none.mean)
-    monkeypatch.setattr(curvature, "is_accelerator", lambda: True)
+    monkeypatch.setattr(_memory, "is_accelerator", lambda: True)
     assert curvature._auto_chunk("auto") == 16
     accel = hutchinson_trace(op, params, key, num_samples=20)
     np.testing.assert_allclose(accel.mean, cpu.mean, rtol=1e-12)

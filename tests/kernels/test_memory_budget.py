@@ -21,6 +21,7 @@ import kernels.sharpness as sharpness
 from kernels import (
     Perturbation,
     _backend,
+    _flat,
     average_sharpness,
     dataset_ggn,
     dataset_hvp,
@@ -261,7 +262,7 @@ def test_an_explicit_choice_overrides_the_budget(accelerator):
         return bool(used)
 
     curvature_setup = pytest.MonkeyPatch()
-    curvature_setup.setattr(curvature, "_setup", spy)
+    curvature_setup.setattr(_flat, "_setup", spy)
     try:
         assert run("products")
         assert run("products", chunk_size=8)

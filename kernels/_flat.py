@@ -1,0 +1,240 @@
+"""The flat problem every curvature estimator works on: an operator on flat vectors."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from kernels._checks import (
+    check_positive_int,
+    check_that,
+    describe,
+)
+from kernels._devices import keep_sharding
+from kernels._hessian import HessianOperator, Matvec
+from kernels._memory import _products_fit
+from kernels._operators import (
+    _check_floating,
+    _LossOperator,
+)
+from kernels._random import sign_block, sign_vector
+from kernels.parallel import (
+    sample_layout,
+    splits_user_mesh,
+    vmap_safe_key,
+)
+
+# --------------------------------------------------------------------------- flat problem
+
+
+@dataclasses.dataclass(frozen=True)
+class _Flat:
+    """An operator on flat vectors of one dtype, linearised once, with its input verdict."""
+
+    size: int
+    dtype: Any
+    matvec: Callable[[jax.Array], jax.Array] | None  # None when only ``form`` is set up
+    valid: jax.Array
+    name: str  # the argument a non-finite product is blamed on
+    form: Callable[[jax.Array], jax.Array] | None = None  # x -> x^T A x (set by _setup_forms)
+    # x -> x^T A x on pytrees shaped like ``template`` (forms of a loss operator only)
+    tree_form: Callable[[Any], jax.Array] | None = None
+    template: Any = None
+
+    def leafwise(self, key: jax.Array, kind: str) -> bool:
+        """Whether Rademacher probes are drawn leaf by leaf (:func:`_leaf_probe`).
+
+        On a user's mesh a flat probe would be split into the parameters' leaves, which
+        gathers sharded leaves; the leaves of the same probe are drawn where they live instead
+        (threefry keys with JAX's partitionable threefry, up to 2**32 parameters).
+        """
+        return (
+            self.tree_form is not None
+            and kind == "rademacher"
+            and sample_layout() is not None
+            and vmap_safe_key(key)
+            and bool(jax.config.jax_threefry_partitionable)
+            and self.size <= 2**32
+        )
+
+    def leaf_probe(self, key: jax.Array) -> Any:
+        """The Rademacher probe of ``key`` as a pytree: ``unravel(probe(key))``, leaf by leaf."""
+        leaves, treedef = jax.tree_util.tree_flatten(self.template)
+        out, start = [], 0
+        for leaf in leaves:
+            shape = tuple(np.shape(leaf))
+            out.append(sign_block(key, start, shape, jnp.result_type(leaf)))
+            start += int(np.prod(shape))
+        return keep_sharding(jax.tree_util.tree_unflatten(treedef, out), self.template)
+
+    def probe(self, key: jax.Array, kind: str = "rademacher") -> jax.Array:
+        if kind == "rademacher":
+            return sign_vector(key, self.size, self.dtype)
+        return jax.random.normal(key, (self.size,), dtype=self.dtype)
+
+    def check_products(self, num_bad: jax.Array, total: int, unit: str) -> None:
+        """Runtime check: no non-finite product (reported only when the inputs were finite)."""
+        check_that(
+            jnp.logical_or(num_bad == 0, jnp.logical_not(self.valid)),
+            f"{self.name}: non-finite products at {{}} of the {total} {unit}",
+            num_bad,
+        )
+
+
+def _template(like: Any) -> Any:
+    """Turn ``like`` (pytree or int n) into a pytree template."""
+    if isinstance(like, int | np.integer) and not isinstance(like, bool):
+        check_positive_int(like, "like")
+        return jnp.zeros((int(like),), dtype=jnp.result_type(float))
+    _check_floating(like, "like")
+    return like
+
+
+def _check_like(matvec: _LossOperator, like: Any) -> None:
+    """Static: ``like`` has the pytree structure and shapes of the operator's ``params``."""
+
+    def shapes(tree: Any) -> tuple[Any, list[tuple[int, ...]]]:
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        return treedef, [jnp.shape(leaf) for leaf in leaves]
+
+    if shapes(like) != shapes(matvec.params):
+        raise ValueError("like: expected the pytree structure and shapes of the operator's params")
+
+
+def _linear(matvec: Any, like: Any, linearize: bool = True) -> tuple[Matvec, jax.Array, str]:
+    """Linearise a loss operator once (checking ``like`` against it); pass a callable through.
+
+    With ``linearize`` false a loss operator's products are recomputed each time instead.
+    """
+    if isinstance(matvec, _LossOperator):
+        _check_like(matvec, like)
+        product, valid = matvec.linearize() if linearize else matvec.recomputed()
+        return product, valid, "loss_fn"
+    if not callable(matvec):
+        raise ValueError(f"matvec: expected a callable v -> A v, got {type(matvec).__name__}")
+    return matvec, jnp.asarray(True), "matvec"
+
+
+def _forward_mode_ok(form: Callable[[Any], jax.Array], params: Any) -> bool:
+    """Whether a loss operator's ``form`` (jitted) traces at ``params``.
+
+    It does when the loss has second forward-mode derivatives; a ``jax.custom_vjp`` inside the
+    loss has none, and the kernels then use Hessian-vector products.
+    """
+    try:
+        jax.eval_shape(form, params)
+    except (TypeError, NotImplementedError):  # what JAX raises for a custom_vjp under jvp
+        return False
+    return True
+
+
+def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> _Flat:
+    """The flat problem of a quadratic-form estimator (Hutchinson).
+
+    ``form``: ``x -> x^T A x``, either by forward over forward mode (a loss operator whose
+    loss has forward-mode derivatives: no linearisation, no Hessian-vector product) or as
+    ``x . (A x)`` from the products of :func:`_setup` (the operator linearised once). Which
+    one: ``mode`` (``"auto"``: :func:`_auto_uses_products`).
+    """
+    # on a user's mesh, quadratic forms on the parameters' leaves (products would flatten
+    # them: gathers), and any products are recomputed inside the shard_maps of the samples
+    inside = not splits_user_mesh()
+    placed = sample_layout() is not None
+    if not isinstance(matvec, _LossOperator) or mode == "products":
+        return _with_product_forms(_setup(matvec, like, linearize=inside))
+    form = jax.jit(matvec.form)
+    valid = None
+    if mode == "auto" and isinstance(matvec, HessianOperator) and chunk == 1 and not placed:
+        like = _template(like)
+        _check_like(matvec, like)
+        product, valid = matvec.linearize()
+        if _products_fit(matvec, product):
+            return _with_product_forms(_setup(matvec, like, (product, valid, "loss_fn")))
+    if not _forward_mode_ok(form, matvec.params):  # e.g. a custom_vjp in the loss
+        return _with_product_forms(_setup(matvec, like, linearize=inside))
+    like = _template(like)
+    _check_like(matvec, like)
+    valid = matvec.check_inputs() if valid is None else valid
+    size, dtype, unravel = _flat_space(like)
+
+    def flat_form(x: jax.Array) -> jax.Array:
+        return form(unravel(x)).astype(dtype)
+
+    def tree_form(tree: Any) -> jax.Array:
+        return form(tree).astype(dtype)
+
+    return _Flat(size, dtype, None, valid, "loss_fn", flat_form, tree_form, matvec.params)
+
+
+def _with_product_forms(flat: _Flat) -> _Flat:
+    return dataclasses.replace(flat, form=lambda x: jnp.vdot(x, flat.matvec(x)))
+
+
+def _flat_space(like: Any) -> tuple[int, Any, Callable[[jax.Array], Any]]:
+    """Size, dtype and unravel function of the flat vectors of the pytree template ``like``."""
+    flat, unravel = ravel_pytree(jax.tree_util.tree_map(jnp.zeros_like, like))
+    return flat.size, flat.dtype, unravel
+
+
+def _setup(matvec: Any, like: Any, linear: tuple | None = None, linearize: bool = True) -> _Flat:
+    """The flat problem of ``matvec``: linearised once unless ``linearize`` is false.
+
+    ``linear``: the operator already linearised, ``(product, valid, name)``.
+    """
+    like = _template(like)
+    if linear is None:
+        linear = _linear(matvec, like, _check_linearize(linearize))
+    product, valid, name = linear
+    size, dtype, unravel = _flat_space(like)
+
+    def flat_mv(x: jax.Array) -> jax.Array:
+        out = ravel_pytree(product(unravel(x)))[0]
+        if out.shape != (size,):
+            raise ValueError(
+                f"like: has {size} elements but {name} returns {out.size}: pass a template of "
+                "the operator's input and output shape"
+            )
+        if not jnp.issubdtype(out.dtype, jnp.floating):
+            raise ValueError(f"{name}: must return floating values, got {out.dtype}")
+        return out.astype(dtype)
+
+    return _Flat(size, dtype, flat_mv, valid, name)
+
+
+def _check_linearize(linearize: Any) -> bool:
+    if not isinstance(linearize, (bool, np.bool_)):
+        raise ValueError(f"linearize: expected True or False, got {describe(linearize)}")
+    return bool(linearize)
+
+
+def _num_bad_rows(*arrays: jax.Array) -> jax.Array:
+    """Number of leading-axis rows with a non-finite element in any of ``arrays``."""
+    finite = [jnp.all(jnp.isfinite(a.reshape(a.shape[0], -1)), axis=1) for a in arrays]
+    return jnp.sum(jnp.logical_not(jnp.all(jnp.stack(finite), axis=0))).astype(jnp.int32)
+
+
+# kernels that keep one output per probe (SLQ's nodes, Hutch++'s sketch) index their probes
+# with uint32 and count them in int32: at most this many (their outputs would need 2**31 rows)
+_MAX_KEPT = 2**31 - 1
+
+
+def _check_kept_count(value: Any, name: str) -> int:
+    """An int in ``[1, 2**31 - 1]``: a count of probes whose outputs are all kept."""
+    num = check_positive_int(value, name)
+    if num > _MAX_KEPT:
+        raise ValueError(
+            f"{name}: at most 2**31 - 1 (every probe's output is kept in memory, one row "
+            f"each), got {num}"
+        )
+    return num
+
+
+def _indices(num: int) -> jax.Array:
+    """Probe indices ``0 .. num - 1`` (``num`` checked by :func:`_check_kept_count`)."""
+    return jnp.arange(num, dtype=jnp.uint32)

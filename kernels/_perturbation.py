@@ -1,0 +1,496 @@
+"""Perturbations of the parameters: the spec, the flat problem, samplers, the loss increase."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from kernels._backend import (
+    auto_chunk_size,
+    budgeted_chunk_size,
+    gradient_bytes,
+    memory_budget,
+    program_bytes,
+    sample_bytes,
+    tree_bytes,
+    tree_size,
+)
+from kernels._checks import (
+    check_array_leaves,
+    check_chunk_size,
+    check_finite,
+    check_key,
+    check_positive,
+    check_positive_int,
+    check_that,
+    describe,
+    is_concrete,
+)
+from kernels.norms import tree_norm
+
+_KINDS = ("gaussian", "l2_ball", "linf_ball")
+_INT32_MAX = 2**31 - 1
+_LOOP = "a loop count (int32)"
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+# --------------------------------------------------------------------------------------------
+# the perturbation spec
+
+
+class _TreeMask:
+    """A pytree of bools held as static data: hashed and compared by value."""
+
+    __slots__ = ("_key", "tree")
+
+    def __init__(self, tree: Any) -> None:
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        arrays = []
+        for leaf in leaves:
+            if isinstance(leaf, jax.core.Tracer):
+                raise ValueError(
+                    "perturbation.mask: a mask is static; expected concrete bools, got a traced"
+                    " value"
+                )
+            arr = np.asarray(leaf)
+            if arr.dtype != np.bool_:
+                raise ValueError(
+                    f"perturbation.mask: expected bool leaves (True / False), got {arr.dtype}"
+                )
+            arr.setflags(write=False)
+            arrays.append(arr)
+        self.tree = jax.tree_util.tree_unflatten(treedef, arrays)
+        self._key = (treedef, tuple((a.shape, a.tobytes()) for a in arrays))
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _TreeMask) and self._key == other._key
+
+    def __repr__(self) -> str:
+        return repr(jax.tree_util.tree_map(lambda a: a.tolist(), self.tree))
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(
+        value, int | float | np.integer | np.floating | np.ndarray | jax.Array
+    )
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Perturbation:
+    r"""How parameters are perturbed: kind, scale, adaptive scaling and a parameter mask.
+
+    The perturbation vector is $u = s \odot \eta$ with $s = m \odot |\theta|$
+    (``adaptive=True``) or $s = m$, where $m$ is the 0/1 mask, and
+    $\eta \sim N(0, \sigma^2 I)$ (``"gaussian"``, ``scale`` $= \sigma$) or $\eta$ in the
+    $\ell_2$ / $\ell_\infty$ ball of radius ``scale`` $= \rho$ (``"l2_ball"``, ``"linf_ball"``;
+    :func:`average_sharpness` draws $\eta$ uniformly from the ball, :func:`worst_case_sharpness`
+    maximises over it).
+
+    A registered pytree: ``scale`` is its one leaf (it may be a traced scalar, e.g. to vary
+    $\sigma$ under ``jit`` / ``vmap`` without recompiling); ``kind``, ``adaptive`` and ``mask``
+    are static. A concrete scale is checked here; a traced one by a runtime check in the kernel.
+
+    Attributes:
+      kind: ``"gaussian"``, ``"l2_ball"`` or ``"linf_ball"``. Static.
+      scale: $\sigma$ or the radius $\rho$: a finite scalar > 0.
+      adaptive: scale each coordinate by $|\theta_i|$ (adaptive / magnitude-aware sharpness);
+        coordinates with $\theta_i = 0$ are then not perturbed. Static.
+      mask: which parameters to perturb (static): ``None`` (all); a pytree of bools (or bool
+        arrays broadcastable to the leaves) whose structure is a prefix of the parameters', e.g.
+        ``{"attn": True, "mlp": False}`` (stored as a hashable copy); or a callable
+        ``(path, leaf) -> bool`` deciding from ``path = jax.tree_util.keystr(key_path)`` and the
+        leaf's shape / dtype (not its values), e.g. ``lambda path, leaf: "attn" in path``,
+        hashed by identity (reuse one function object to avoid recompiling).
+
+    Raises:
+      ValueError: for an unknown kind, a non-bool ``adaptive``, a mask with non-bool leaves, or
+        a concrete scale (sigma / radius) that is not a finite value > 0.
+
+    References:
+      Kwon, Kim, Park, Choi 2021, "ASAM", arXiv:2102.11600; Andriushchenko, Croce, Müller,
+      Hein, Flammarion 2023, "A modern look at the relationship between sharpness and
+      generalization", arXiv:2302.07011.
+
+    >>> Perturbation("gaussian", 0.01)
+    Perturbation(kind='gaussian', scale=0.01, adaptive=False, mask=None)
+    """
+
+    kind: Literal["gaussian", "l2_ball", "linf_ball"] = dataclasses.field(metadata={"static": True})
+    scale: Any
+    adaptive: bool = dataclasses.field(default=False, metadata={"static": True})
+    mask: Any = dataclasses.field(default=None, metadata={"static": True})
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"perturbation.kind: expected one of {_KINDS}, got {self.kind!r}")
+        if not isinstance(self.adaptive, bool):
+            raise ValueError(f"perturbation.adaptive: expected a bool, got {self.adaptive!r}")
+        if not (self.mask is None or callable(self.mask) or isinstance(self.mask, _TreeMask)):
+            object.__setattr__(self, "mask", _TreeMask(self.mask))
+        # pytree unflattening rebuilds the spec with tracers (checked in the kernels) or
+        # placeholders; only concrete numbers are checked here
+        if _is_number(self.scale) and is_concrete(self.scale):
+            check_positive(self.scale, self.scale_name)
+
+    @property
+    def scale_name(self) -> str:
+        """``"perturbation.scale (sigma)"`` or ``"perturbation.scale (radius)"`` for messages."""
+        return f"perturbation.scale ({'sigma' if self.kind == 'gaussian' else 'radius'})"
+
+
+# --------------------------------------------------------------------------------------------
+# shared set-up
+
+
+@dataclasses.dataclass(frozen=True)
+class _Problem:
+    flat: jax.Array  # theta, raveled
+    unravel: Callable[[jax.Array], Any]
+    # flat displacement d -> L(theta + d), traced once (jitted closure). theta + d is formed
+    # leaf by leaf from the unraveled d, so no raveled perturbed vector is ever materialised.
+    loss: Callable[[jax.Array], jax.Array]
+    scales: jax.Array  # s = mask * (|theta| or 1)
+    dim: Any  # number of perturbed coordinates (support of s)
+    ok: jax.Array  # params finite and scale valid: later checks report only their own failure
+    # displacement leaves [d_1, ...] (shaped like the parameters' leaves) -> L(theta + d)
+    shifted: Callable[[list], jax.Array]
+
+
+def _ravel_params(params: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
+    """Static checks of the parameters' dtypes and sizes, then ``ravel_pytree``."""
+    check_array_leaves(params, "params")
+    leaves = jax.tree_util.tree_leaves(params)
+    if not leaves:
+        raise ValueError("params: expected at least one parameter array, got an empty pytree")
+    dtypes = {np.dtype(jnp.result_type(leaf)) for leaf in leaves}
+    for dtype in dtypes:
+        if dtype in (np.dtype(jnp.float16), np.dtype(jnp.bfloat16)):
+            raise ValueError(
+                f"params: {dtype} parameters are refused (a loss difference L(θ+u) - L(θ) in half"
+                " precision is mostly rounding error); cast them to float32 or float64"
+            )
+        if dtype not in _FLOATS:
+            raise ValueError(f"params: expected float32 or float64 leaves, got {dtype}")
+    if len(dtypes) > 1:
+        names = sorted(map(str, dtypes))
+        raise ValueError(f"params: expected one float dtype for all leaves, got {names}")
+    if sum(math.prod(jnp.shape(leaf)) for leaf in leaves) == 0:
+        raise ValueError("params: expected at least one parameter entry, got only empty arrays")
+    return ravel_pytree(params)
+
+
+def _mask_leaf(value: Any, leaf: Any) -> np.ndarray:
+    if isinstance(value, jax.core.Tracer):
+        raise ValueError(
+            "perturbation.mask: the callable must decide from the path and the leaf's shape or"
+            " dtype (a static choice), not from the parameter values"
+        )
+    arr = np.asarray(value)
+    if arr.dtype != np.bool_:
+        raise ValueError(f"perturbation.mask: expected bools, got {arr.dtype}")
+    try:
+        return np.broadcast_to(arr, jnp.shape(leaf))
+    except ValueError as err:
+        raise ValueError(
+            f"perturbation.mask: a mask of shape {arr.shape} does not broadcast to a parameter of"
+            f" shape {jnp.shape(leaf)}"
+        ) from err
+
+
+def _mask_tree(mask: Any, params: Any) -> list[np.ndarray]:
+    """The 0/1 mask (static) as one bool array per leaf of ``params`` (in leaf order)."""
+    if mask is None:
+        tree = jax.tree_util.tree_map(lambda p: np.ones(jnp.shape(p), bool), params)
+    elif callable(mask):
+        tree = jax.tree_util.tree_map_with_path(
+            lambda path, p: _mask_leaf(mask(jax.tree_util.keystr(path), p), p), params
+        )
+    else:
+        try:
+            tree = jax.tree_util.tree_map(
+                lambda m, sub: jax.tree_util.tree_map(lambda p: _mask_leaf(m, p), sub),
+                mask.tree,
+                params,
+            )
+        except (ValueError, TypeError) as err:
+            if str(err).startswith("perturbation.mask"):
+                raise
+            raise ValueError(
+                "perturbation.mask: expected None, a callable (path, leaf) -> bool, or a pytree of"
+                f" bools whose structure is a prefix of the params' structure: {err}"
+            ) from err
+    return list(jax.tree_util.tree_leaves(tree))
+
+
+def _mask_vector(mask: Any, params: Any) -> np.ndarray:
+    """The 0/1 mask (static) as a flat bool vector in the order of ``ravel_pytree(params)``."""
+    return np.concatenate([np.ravel(m) for m in _mask_tree(mask, params)])
+
+
+def _setup(
+    loss_fn: Callable[..., Any], params: Any, batch: Any, key: Any, perturbation: Any
+) -> _Problem:
+    """Static checks, the runtime checks on params and scale, and the raveled problem."""
+    if not isinstance(perturbation, Perturbation):
+        raise ValueError(
+            f"perturbation: expected a Perturbation, got {type(perturbation).__name__}"
+        )
+    if not callable(loss_fn):
+        raise ValueError(f"loss_fn: expected a callable (params, batch) -> scalar, got {loss_fn!r}")
+    check_key(key)
+    flat, unravel = _ravel_params(params)
+    dtype = flat.dtype
+    scale = perturbation.scale
+    if not _is_number(scale) or jnp.shape(scale) != ():
+        raise ValueError(f"{perturbation.scale_name}: expected a scalar > 0, got {describe(scale)}")
+    mask = _mask_vector(perturbation.mask, params)
+    if not mask.any():
+        raise ValueError("perturbation.mask: matches no parameter")
+    check_finite(params, "params")
+    check_positive(scale, perturbation.scale_name)
+    ok = jnp.logical_and(jnp.all(jnp.isfinite(flat)), _valid_scale(scale))
+    # an all-true mask (the default) becomes a broadcast of ones that XLA folds away, not a
+    # parameter-sized constant in the program
+    mask_values = jnp.ones(flat.shape, dtype) if mask.all() else jnp.asarray(mask, dtype)
+    if perturbation.adaptive:
+        scales = mask_values * jnp.abs(flat)
+        dim = _support_size(scales)
+        check_that(
+            jnp.logical_or(jnp.logical_not(ok), dim > 0),
+            "perturbation: adaptive scales |θ| are zero on every masked parameter",
+        )
+        ok = jnp.logical_and(ok, dim > 0)
+    else:
+        scales = mask_values
+        dim = int(mask.sum())
+    # One jitted closure of the displacement's leaves: every use (L(θ), perturbed points,
+    # derivatives, flat or leaf by leaf) reuses the jaxpr of a single trace of loss_fn, this
+    # shape check included.
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    shifted = jax.jit(
+        lambda d: loss_fn(
+            jax.tree_util.tree_unflatten(treedef, [w + x for w, x in zip(leaves, d, strict=True)]),
+            batch,
+        )
+    )
+
+    def loss(d: jax.Array) -> jax.Array:
+        return shifted(jax.tree_util.tree_leaves(unravel(d)))
+
+    _check_loss_value(jax.eval_shape(loss, flat))
+    return _Problem(flat, unravel, loss, scales, dim, ok, shifted)
+
+
+def _support_size(scales: jax.Array) -> jax.Array:
+    """How many scales are nonzero, counted in their float dtype.
+
+    An int32 count wraps past 2**31 parameters with x64 off; a float32 count is exact to
+    2**24 and within a relative 1e-6 beyond, ample for the radius draw ``u**(1/dim)``.
+    """
+    return jnp.sum(scales != 0, dtype=scales.dtype)
+
+
+def _valid_scale(scale: Any) -> jax.Array:
+    return jnp.logical_and(jnp.isfinite(scale), jnp.asarray(scale) > 0)
+
+
+def _check_loss_value(value: Any) -> None:
+    """Static check that the loss is a real floating scalar (from its shape and dtype)."""
+    shape, dtype = jnp.shape(value), jnp.result_type(value)
+    if shape != () or not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(
+            f"loss_fn: must return a real floating scalar, got {dtype} of shape {shape}"
+        )
+
+
+def _checked_base(prob: _Problem, base: jax.Array) -> jax.Array:
+    """Runtime check that L(theta) is finite; returns the updated check gate."""
+    finite = jnp.isfinite(base)
+    check_that(
+        jnp.logical_or(jnp.logical_not(prob.ok), finite),
+        "loss_fn: expected a finite loss at params, got {}",
+        base,
+    )
+    return jnp.logical_and(prob.ok, finite)
+
+
+def _loss_at_params(prob: _Problem) -> tuple[jax.Array, jax.Array]:
+    """L(theta) (checked) and the updated check gate."""
+    base = prob.loss(jnp.zeros_like(prob.flat))
+    return base, _checked_base(prob, base)
+
+
+def _hessian_at(
+    prob: _Problem, shift: jax.Array
+) -> tuple[jax.Array, Callable[[jax.Array], jax.Array]]:
+    """L at theta + ``shift`` and ``v -> H v`` there, from one linearisation of the gradient."""
+    value, linear = _linearized(prob, shift)
+    return value, lambda v: linear(v)[1]
+
+
+def _linearized(prob: _Problem, shift: jax.Array) -> tuple[jax.Array, Any]:
+    """L at theta + ``shift`` and the linearised value-and-gradient there (a Partial)."""
+    (value, _), linear = jax.linearize(jax.value_and_grad(prob.loss), shift)
+    return value, linear
+
+
+def _quadratic_form(prob: _Problem) -> Callable[[jax.Array], jax.Array]:
+    r"""``x -> x^T H(theta) x``: the second derivative of $t \mapsto L(\theta + t x)$ at 0.
+
+    Forward over forward mode (two nested ``jax.jvp``): no backward pass, no linearisation.
+    """
+    zero = jnp.zeros_like(prob.flat)
+
+    def form(x: jax.Array) -> jax.Array:
+        def slope(d: jax.Array) -> jax.Array:
+            return jax.jvp(prob.loss, (d,), (x,))[1]
+
+        return jax.jvp(slope, (zero,), (x,))[1]
+
+    return form
+
+
+# the decomposition's u^T H u: linearised products for one pair / probe at a time while the
+# linearisation keeps at most this many bytes and their estimated memory fits the sharpness
+# budget (_products_fit), else quadratic forms (the rule and the measurements behind it:
+# kernels._backend's memory budget, kernels.curvature's Hutchinson mode="auto")
+_PRODUCT_RESIDUAL_BYTES = 2**30
+
+
+def _residual_bytes(linear: Any) -> int:
+    leaves = jax.tree_util.tree_leaves(linear)
+    return sum(math.prod(jnp.shape(x)) * np.dtype(jnp.result_type(x)).itemsize for x in leaves)
+
+
+def _check_samples(num_bad: jax.Array, ok: jax.Array, what: str) -> None:
+    """Runtime check: no non-finite sample (reported only when the earlier checks passed)."""
+    check_that(
+        jnp.logical_or(jnp.logical_not(ok), num_bad == 0),
+        f"loss_fn: non-finite at {{}} of the {what} (the estimate would be NaN)",
+        num_bad,
+    )
+
+
+def _check_count(value: Any, name: str, minimum: int = 1, why: str = _LOOP) -> int:
+    """An int in ``[minimum, 2**31 - 3]``: counts of kept results and of loop iterations.
+
+    The loops run a count plus up to 2 extra iterations in int32 (``lax.fori_loop``).
+    """
+    num = check_positive_int(value, name, minimum)
+    if num > _INT32_MAX - 2:
+        raise ValueError(f"{name}: at most 2**31 - 3 ({why}), got {num}")
+    return num
+
+
+def _check_chunk(chunk_size: Any) -> Any:
+    """``chunk_size``: ``None``, an int >= 1, or ``"auto"`` (resolved by :func:`_auto_chunk`)."""
+    return check_chunk_size(chunk_size, auto="auto")
+
+
+def _auto_chunk(
+    chunk_size: Any, params: Any, prob: _Problem, *, hessian: bool = False
+) -> int | None:
+    """``chunk_size`` (checked by :func:`_check_chunk`) with ``"auto"`` resolved.
+
+    ``"auto"`` is ``None`` on a CPU. On an accelerator the largest power of two up to 16 (and
+    within :func:`kernels._backend.default_chunk_size`'s device budget) whose samples'
+    estimated memory fits ``memory_budget("sharpness", ...)``: 1.3 gradients' temporaries of
+    the loss (``prob.loss``: its jaxpr is reused, ``loss_fn`` is not traced again), at least
+    128 MiB (:mod:`kernels._backend`). A sample is a perturbed-loss evaluation, plus
+    (``hessian``) a Hutchinson quadratic form of the Hessian.
+    """
+    if chunk_size != "auto":
+        return chunk_size
+    size, dtype = tree_size(params)
+    cap = auto_chunk_size(None, "probes", size=size, dtype=dtype)
+    if cap is None:  # a CPU, or not two samples within the device's chunk budget
+        return None
+    zero = jnp.zeros_like(prob.flat)
+    program = program_bytes(prob.loss, zero)
+    per_sample = sample_bytes("perturbations", params=params, program=program)
+    if hessian:
+        program = program_bytes(_quadratic_form(prob), zero)
+        per_sample += sample_bytes("forms", params=params, program=program)
+    budget = memory_budget("sharpness", _gradient_bytes(prob))
+    fixed = 2 * tree_bytes(params)  # the raveled parameters and their scales
+    return budgeted_chunk_size(None, per_sample=per_sample, budget=budget, cap=cap, fixed=fixed)
+
+
+def _products_fit(linear: Any, prob: _Problem, params: Any) -> bool:
+    """Whether the decomposition's linearised products fit (``mode="auto"``, one at a time).
+
+    Residuals of at most ``_PRODUCT_RESIDUAL_BYTES``, and their estimated memory
+    (:func:`kernels._backend.sample_bytes` ``("products", ...)``) within
+    ``memory_budget("sharpness", ...)``: 1.3 gradients' temporaries, at least 128 MiB. On a
+    4.2M-parameter decoder the products planned 4.5 gradients, quadratic forms 1.26.
+    """
+    residuals = _residual_bytes(linear)
+    if residuals > _PRODUCT_RESIDUAL_BYTES:
+        return False
+    need = sample_bytes("products", params=params, residuals=residuals)
+    return need <= memory_budget("sharpness", _gradient_bytes(prob))
+
+
+def _gradient_bytes(prob: _Problem) -> int:
+    """:func:`kernels._backend.gradient_bytes` of the loss, from the problem's jitted loss.
+
+    ``prob.loss`` was traced once already: its jaxpr is reused, ``loss_fn`` is not traced again.
+    """
+    return gradient_bytes(prob.loss, jnp.zeros_like(prob.flat))
+
+
+def _check_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected a bool, got {describe(value)}")
+    return value
+
+
+def _sampler(kind: str, scale: Any, prob: _Problem) -> Callable[[jax.Array], jax.Array]:
+    r"""``key -> u``: one perturbation vector $u = s \odot \eta$ of the given kind."""
+    scales = prob.scales
+    dtype, size = scales.dtype, scales.shape[0]
+    scale = jnp.asarray(scale, dtype)
+    if kind == "gaussian":
+        return lambda k: scale * scales * jax.random.normal(k, (size,), dtype)
+    if kind == "linf_ball":
+        return lambda k: scale * scales * jax.random.uniform(k, (size,), dtype, -1.0, 1.0)
+    support = (scales != 0).astype(dtype)
+    dim = jnp.asarray(prob.dim, dtype)  # uniform in the l2 ball of the support's dimension
+
+    def l2(k: jax.Array) -> jax.Array:
+        k_dir, k_rad = jax.random.split(k)
+        z = support * jax.random.normal(k_dir, (size,), dtype)
+        radius = scale * jax.random.uniform(k_rad, (), dtype) ** (1 / dim)
+        return radius * scales * z / tree_norm(z)
+
+    return l2
+
+
+def _increase(prob: _Problem, base: jax.Array, u: jax.Array, antithetic: bool) -> jax.Array:
+    r"""$\frac12(f(u) + f(-u))$ (one after the other) or $f(u)$; $f = L(\theta+.) - L(\theta)$."""
+    if not antithetic:
+        return prob.loss(u) - base
+    # one evaluation after the other over the sign of u: never two perturbed vectors at once
+    values = jax.lax.map(lambda sign: prob.loss(sign * u), jnp.array([1, -1], u.dtype))
+    return 0.5 * ((values[0] - base) + (values[1] - base))
+
+
+def _increase_fn(
+    prob: _Problem, base: jax.Array, draw: Callable[[jax.Array], jax.Array], antithetic: bool
+) -> Callable[[jax.Array], jax.Array]:
+    """``key -> sample`` of :func:`_increase` at a drawn perturbation vector."""
+    return lambda k: _increase(prob, base, draw(k), antithetic)
+
+
+def _pairs_text(num: int, antithetic: bool = True) -> str:
+    return f"{num} antithetic pairs" if antithetic else f"{num} perturbed points"
