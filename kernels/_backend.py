@@ -15,14 +15,14 @@ Kernels run unchanged on whatever ``jax.devices()`` holds. Two things depend on 
   (:func:`chunk_memory_budget`). Defaults that depend on this read :func:`sample_platform`.
 - **Memory relative to a gradient.** ``chunk_size="auto"`` of the loss kernels (Hutchinson on
   a loss operator, the sharpness kernels) and Hutchinson's ``mode="auto"`` choose under a
-  budget stated in gradients: :func:`gradient_bytes`, :func:`sample_bytes`,
-  :func:`memory_budget` and :func:`budgeted_chunk_size` hold the rule.
+  budget stated in gradients: :mod:`kernels._memory` holds every memory estimate and the
+  rule.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -32,20 +32,13 @@ from kernels._devices import sample_devices
 
 __all__ = [
     "CHUNK_DEFAULTS",
-    "GRADIENT_MULTIPLES",
     "HIGHEST",
-    "UNCONSTRAINED_BYTES",
     "auto_chunk_size",
-    "budgeted_chunk_size",
     "chunk_memory_budget",
     "default_chunk_size",
     "full_precision",
-    "gradient_bytes",
     "is_accelerator",
-    "memory_budget",
-    "program_bytes",
     "reduced_precision_matmuls",
-    "sample_bytes",
     "sample_platform",
     "tree_bytes",
     "tree_size",
@@ -240,193 +233,3 @@ def tree_bytes(tree: Any) -> int:
         with contextlib.suppress(TypeError):  # a key array's dtype: no numpy itemsize
             total += int(np.prod(shape)) * np.dtype(dtype).itemsize
     return total
-
-
-# --------------------------------------------------------------------------- memory budget
-#
-# chunk_size="auto" of the loss kernels and Hutchinson's mode="auto" keep a kernel's planned
-# temporaries within a multiple of one gradient's (issue 34). Everything is estimated by
-# tracing only (``jax.eval_shape`` / ``jax.make_jaxpr``: no compilation), so it works eagerly
-# and under a user's ``jit`` alike. Calibrated against XLA's plans
-# (``compiled.memory_analysis().temp_size_in_bytes``) on the CPU, float32, 16 samples:
-#
-#   model (parameters)         gradient         forms probe      linearised product  sample
-#                              est. / XLA       est. / XLA       est. / XLA          est. / XLA
-#   bench/scale.py QUICK (135k) 3.2 / 4.1 MB    6.5 / 2.7 MB     16.5 / 16.4 MB      2.6 / 2.1 MB
-#   reference (53,968)          91.8 / 73.8 MB  275 / 256 MB     346 / 274 MB        19 / 11 MB
-#   decoder (4,240,896)         100 / 128 MB    132 / 69 MB      515 / 478 MB        78 / 68 MB
-#
-# (forms probe and sample: a chunk's plan per added sample, one at a time for the reference
-# model's forms; product: probes one at a time, the whole plan; the decoder is
-# bench/scale.py's build_jax(Config(4096, 256, 4, 1024, 4, 128, 4, 1)).)
-
-GRADIENT_MULTIPLES: dict[str, float] = {
-    # Hutchinson: hessian_trace, ggn_trace and the Gauss-Newton / Fisher operators,
-    # hutchinson_trace on any loss operator
-    "hutchinson": 1.5,
-    # perturbed-loss samples: average_sharpness and the sharpness kernels' chunk_size="auto"
-    "sharpness": 1.3,
-}
-"""The budget of ``chunk_size="auto"`` per kind of kernel, in gradients' temporaries."""
-
-UNCONSTRAINED_BYTES = 128 << 20
-"""Below this many bytes (128 MiB) a chunk's memory is not constrained by the gradient's."""
-
-# a quadratic form's plan per probe over the bytes of all the values its program computes
-# (its jaxpr's equations, no buffer reused): 0.08 (QUICK), 0.19 (reference), 0.10 (decoder)
-_FORMS_FRACTION = 0.2
-# a linearised product's plan over the bytes of its residuals: 1.59 (QUICK), 1.27, 1.49
-_PRODUCT_FACTOR = 1.6
-# a perturbed-loss sample: its parameter-sized copies (the perturbation, the perturbed
-# parameters and their tangents in the program: 4.0 in the decoder's plan) plus this fraction of
-# the bytes of the values the loss's program computes (0.06 in the reference model's plan), on
-# top of 2 parameter-sized copies per chunk
-_SAMPLE_COPIES = 4
-_SAMPLE_FRACTION = 0.1
-_CHUNK_COPIES = 2
-
-
-def gradient_bytes(loss: Callable[[Any], Any], params: Any) -> int:
-    """Estimated temporaries of one gradient of ``loss`` at ``params``, traced only.
-
-    The bytes of the residuals of ``jax.vjp(loss, params)`` that the forward pass computes
-    (the values the backward pass reads, not ``params`` or the data ``loss`` closes over),
-    from ``jax.make_jaxpr``: nothing is compiled or run, and ``loss`` may close over tracers
-    of an outer ``jit``. XLA's plan for ``jax.value_and_grad`` measured 0.80x (reference
-    model) to 1.28x (4.2M decoder) of it.
-
-    Args:
-      loss: ``params -> scalar``.
-      params: the pytree the gradient is taken in.
-
-    Returns:
-      Bytes, an int >= 0.
-
-    >>> import jax.numpy as jnp
-    >>> x = jnp.ones((8, 3))  # the backward pass of sin(x @ w) reads cos(x @ w): 8 floats
-    >>> gradient_bytes(lambda w: jnp.sum(jnp.sin(x @ w)), jnp.ones((3,)))
-    32
-    """
-    closed = jax.make_jaxpr(lambda p: jax.vjp(loss, p)[1])(params)
-    given = {id(v) for v in (*closed.jaxpr.invars, *closed.jaxpr.constvars)}
-    return tree_bytes([v.aval for v in closed.jaxpr.outvars if id(v) not in given])
-
-
-def _jaxpr_bytes(jaxpr: Any) -> int:
-    """Bytes of the values a jaxpr's equations compute (a sub-program's counted once)."""
-    total = 0
-    for eqn in jaxpr.eqns:
-        total += tree_bytes([v.aval for v in eqn.outvars])
-        subs = []
-        for param in eqn.params.values():
-            for item in param if isinstance(param, tuple | list) else (param,):
-                inner = getattr(item, "jaxpr", item)  # a ClosedJaxpr's jaxpr, or a Jaxpr
-                if hasattr(inner, "eqns"):
-                    subs.append(inner)
-        total += max((_jaxpr_bytes(sub) for sub in subs), default=0)
-    return total
-
-
-def program_bytes(fn: Callable[..., Any], *args: Any) -> int:
-    """Bytes of every value ``fn(*args)``'s program computes, none reused (traced only).
-
-    A loop's or a sub-program's body counts once. An upper bound on what one call holds at a
-    time; :func:`sample_bytes` scales it by calibrated fractions.
-    """
-    return _jaxpr_bytes(jax.make_jaxpr(fn)(*args).jaxpr)
-
-
-def sample_bytes(kind: str, *, params: Any, program: int = 0, residuals: int = 0) -> int:
-    """Estimated bytes one Monte Carlo sample of ``kind`` adds to a chunk (traced sizes).
-
-    - ``"forms"``: a Hutchinson probe by forward over forward mode: ``0.2 * program``, the
-      bytes of the quadratic form's values (:func:`program_bytes`).
-    - ``"products"``: a linearised product, probes one at a time: ``1.6 * residuals``, the
-      linearisation's residual bytes (its whole cost: it is paid once, not per probe).
-    - ``"perturbations"``: a perturbed-loss sample: 4 parameter-sized copies plus
-      ``0.1 * program``, the bytes of the loss's values.
-
-    The factors cover XLA's plans on bench/scale.py's QUICK decoder, the 54k reference model
-    and a 4.2M decoder (the calibration table in this module's source), so an estimate errs
-    on the side of memory.
-
-    Args:
-      kind: ``"forms"``, ``"products"`` or ``"perturbations"``.
-      params: the parameters (a pytree; only shapes and dtypes are read).
-      program: :func:`program_bytes` of one sample's program (``"forms"``, ``"perturbations"``).
-      residuals: the linearisation's residual bytes (``"products"``).
-
-    Returns:
-      Bytes, an int >= 0.
-
-    Raises:
-      ValueError: for an unknown ``kind``.
-    """
-    if kind == "forms":
-        return int(_FORMS_FRACTION * program)
-    if kind == "products":
-        return int(_PRODUCT_FACTOR * residuals)
-    if kind == "perturbations":
-        return _SAMPLE_COPIES * tree_bytes(params) + int(_SAMPLE_FRACTION * program)
-    raise ValueError(f"kind: expected 'forms', 'products' or 'perturbations', got {kind!r}")
-
-
-def memory_budget(kind: str, gradient: int) -> int:
-    """Bytes a kernel of ``kind`` may plan for its samples, given a gradient's ``gradient``.
-
-    ``min(chunk_memory_budget(), max(UNCONSTRAINED_BYTES, GRADIENT_MULTIPLES[kind] *
-    gradient))``: a multiple of one gradient's temporaries (1.5 for Hutchinson, 1.3 for
-    perturbed-loss samples), never constrained below 128 MiB (tiny models keep vectorised
-    chunks and linearised products), never above the device's chunk budget.
-
-    Args:
-      kind: a key of :data:`GRADIENT_MULTIPLES`.
-      gradient: :func:`gradient_bytes` of the kernel's loss.
-
-    Raises:
-      ValueError: for an unknown ``kind``.
-
-    >>> memory_budget("hutchinson", 200 << 20) == 300 << 20  # a device of 4.7 GiB or more
-    True
-    >>> memory_budget("sharpness", 1 << 20) == UNCONSTRAINED_BYTES
-    True
-    """
-    if kind not in GRADIENT_MULTIPLES:
-        raise ValueError(f"kind: expected one of {sorted(GRADIENT_MULTIPLES)}, got {kind!r}")
-    budget = max(UNCONSTRAINED_BYTES, int(GRADIENT_MULTIPLES[kind] * gradient))
-    return min(chunk_memory_budget(), budget)
-
-
-def budgeted_chunk_size(
-    cpu: int | None,
-    *,
-    per_sample: int,
-    budget: int,
-    cap: int,
-    fixed: int = 0,
-    accelerator: bool | None = None,
-) -> int | None:
-    """``chunk_size="auto"`` under a memory budget: the CPU default, or the largest that fits.
-
-    On a CPU ``cpu`` (the kernel's CPU default, unchanged). On an accelerator the largest power
-    of two ``c <= cap`` with ``fixed + c * per_sample <= budget``; ``None`` (one sample at a
-    time) when not even two fit.
-
-    Args:
-      cpu: the kernel's CPU default (``None`` or an int >= 1).
-      per_sample: bytes one sample adds (:func:`sample_bytes`).
-      budget: bytes allowed (:func:`memory_budget`).
-      cap: the largest chunk worth vectorising on an accelerator.
-      fixed: bytes a chunk holds whatever its size.
-      accelerator: whether the backend is an accelerator (``None``: :func:`is_accelerator`).
-
-    >>> chunk = budgeted_chunk_size(None, per_sample=10, budget=100, cap=16)
-    >>> chunk == (8 if is_accelerator() else None)  # 8 x 10 bytes fit 100, 16 x 10 do not
-    True
-    """
-    if not (is_accelerator() if accelerator is None else accelerator):
-        return cpu
-    chunk = cap
-    while chunk > 1 and fixed + chunk * per_sample > budget:
-        chunk //= 2
-    return chunk if chunk >= 2 else None

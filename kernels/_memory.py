@@ -1,54 +1,313 @@
-"""Memory estimates of the kernels' Monte Carlo chunks and linearised products (traced only)."""
+"""Memory estimates of the kernels, in one place: every chunk and product budget.
+
+``chunk_size="auto"`` of the loss kernels (Hutchinson on a loss operator, the sharpness
+kernels) and the ``mode="auto"`` of Hutchinson and of the sharpness decomposition keep a
+kernel's planned temporaries within a multiple of one gradient's. Everything here is estimated
+from traced programs through public JAX (``jax.make_jaxpr``, ``jax.closure_convert``,
+``jax.extend.core.jaxprs_in_params``): nothing is compiled or run, so it works eagerly and
+under a user's ``jit`` alike.
+
+- What a program needs: :func:`gradient_bytes` (one gradient's residuals),
+  :func:`linear_residual_bytes` (a linearised product's), :func:`program_bytes` (every value a
+  program computes) and :func:`sample_bytes` (one Monte Carlo sample, calibrated against XLA).
+- What a kernel may plan: :func:`memory_budget` and :func:`budgeted_chunk_size`.
+- The kernels' rules: :func:`probe_chunk` and :func:`hutchinson_chunk` (Hutchinson's probes),
+  :func:`perturbation_chunk` (the sharpness kernels' samples) and :func:`products_fit`
+  (whether a linearised product fits).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
+import jax.extend
 
 from kernels._backend import (
-    budgeted_chunk_size,
-    gradient_bytes,
+    auto_chunk_size,
+    chunk_memory_budget,
     is_accelerator,
-    memory_budget,
-    program_bytes,
-    sample_bytes,
+    tree_bytes,
+    tree_size,
 )
-from kernels._checks import (
-    check_chunk_size,
-)
-from kernels._operators import (
-    _LossOperator,
-)
+from kernels._checks import check_chunk_size
+from kernels._operators import _LossOperator
 
-# --------------------------------------------------------------------------- input checks
+__all__ = [
+    "GRADIENT_MULTIPLES",
+    "PRODUCT_RESIDUAL_BYTES",
+    "UNCONSTRAINED_BYTES",
+    "budgeted_chunk_size",
+    "gradient_bytes",
+    "hutchinson_chunk",
+    "linear_residual_bytes",
+    "memory_budget",
+    "perturbation_chunk",
+    "probe_chunk",
+    "products_fit",
+    "program_bytes",
+    "sample_bytes",
+]
 
+# --------------------------------------------------------------------------- memory budget
+#
+# chunk_size="auto" of the loss kernels and Hutchinson's mode="auto" keep a kernel's planned
+# temporaries within a multiple of one gradient's (issue 34). Everything is estimated by
+# tracing only (``jax.eval_shape`` / ``jax.make_jaxpr``: no compilation), so it works eagerly
+# and under a user's ``jit`` alike. Calibrated against XLA's plans
+# (``compiled.memory_analysis().temp_size_in_bytes``) on the CPU, float32, 16 samples:
+#
+#   model (parameters)         gradient         forms probe      linearised product  sample
+#                              est. / XLA       est. / XLA       est. / XLA          est. / XLA
+#   bench/scale.py QUICK (135k) 3.2 / 4.1 MB    6.5 / 2.7 MB     15.8 / 16.4 MB      2.6 / 2.1 MB
+#   reference (53,968)          91.2 / 73.8 MB  275 / 256 MB     344 / 274 MB        19 / 11 MB
+#   decoder (4,240,896)         100 / 128 MB    132 / 69 MB      494 / 478 MB        78 / 68 MB
+#
+# (forms probe and sample: a chunk's plan per added sample, one at a time for the reference
+# model's forms; product: probes one at a time, the whole plan; the decoder is
+# bench/scale.py's build_jax(Config(4096, 256, 4, 1024, 4, 128, 4, 1)).)
+
+GRADIENT_MULTIPLES: dict[str, float] = {
+    # Hutchinson: hessian_trace, ggn_trace and the Gauss-Newton / Fisher operators,
+    # hutchinson_trace on any loss operator
+    "hutchinson": 1.5,
+    # perturbed-loss samples: average_sharpness and the sharpness kernels' chunk_size="auto"
+    "sharpness": 1.3,
+}
+"""The budget of ``chunk_size="auto"`` per kind of kernel, in gradients' temporaries."""
+
+UNCONSTRAINED_BYTES = 128 << 20
+"""Below this many bytes (128 MiB) a chunk's memory is not constrained by the gradient's."""
+
+# a quadratic form's plan per probe over the bytes of all the values its program computes
+# (its jaxpr's equations, no buffer reused): 0.08 (QUICK), 0.19 (reference), 0.10 (decoder)
+_FORMS_FRACTION = 0.2
+# a linearised product's plan over the bytes of its residuals: 1.66 (QUICK), 1.27, 1.55
+_PRODUCT_FACTOR = 1.6
+# a perturbed-loss sample: its parameter-sized copies (the perturbation, the perturbed
+# parameters and their tangents in the program: 4.0 in the decoder's plan) plus this fraction of
+# the bytes of the values the loss's program computes (0.06 in the reference model's plan), on
+# top of 2 parameter-sized copies per chunk
+_SAMPLE_COPIES = 4
+_SAMPLE_FRACTION = 0.1
+_CHUNK_COPIES = 2
+
+
+def gradient_bytes(loss: Callable[[Any], Any], params: Any) -> int:
+    """Estimated temporaries of one gradient of ``loss`` at ``params``, traced only.
+
+    The bytes of the residuals of ``jax.vjp(loss, params)`` that the forward pass computes
+    (the values the backward pass reads, as ``jax.closure_convert`` hoists them from the vjp
+    function; not ``params`` or the data ``loss`` closes over), from ``jax.make_jaxpr``:
+    nothing is compiled or run, and ``loss`` may close over tracers of an outer ``jit``.
+    XLA's plan for ``jax.value_and_grad`` measured 0.81x (reference model) to 1.28x (4.2M
+    decoder) of it.
+
+    Args:
+      loss: ``params -> scalar``.
+      params: the pytree the gradient is taken in.
+
+    Returns:
+      Bytes, an int >= 0.
+
+    >>> import jax.numpy as jnp
+    >>> x = jnp.ones((8, 3))  # the backward pass of sin(x @ w) reads cos(x @ w): 8 floats
+    >>> gradient_bytes(lambda w: jnp.sum(jnp.sin(x @ w)), jnp.ones((3,)))
+    32
+    """
+
+    def residuals(p: Any) -> Any:
+        out, vjp_fn = jax.vjp(loss, p)
+        return jax.closure_convert(vjp_fn, out)[1]
+
+    return _computed_bytes(residuals, params)
+
+
+def linear_residual_bytes(build: Callable[[Any], Callable], primal: Any) -> int:
+    """Bytes a linear function keeps between calls: its residuals, traced only.
+
+    ``build(p)`` returns the linear function at ``p`` (``jax.linearize``'s, taking a tangent
+    shaped like ``p``). The residuals are the values the forward pass computed that the function
+    closes over, as ``jax.closure_convert`` hoists them, not ``primal`` or data the
+    function closes over; each counts once. From ``jax.make_jaxpr``: nothing is compiled or run.
+
+    Args:
+      build: ``p -> (t -> L t)``.
+      primal: the point ``p`` (a pytree; may hold tracers of an outer ``jit``).
+
+    Returns:
+      Bytes, an int >= 0.
+
+    >>> import jax.numpy as jnp
+    >>> x = jnp.ones((8, 3))  # the tangent program of sin(x @ w) reads cos(x @ w): 8 floats
+    >>> linear_residual_bytes(lambda w: jax.linearize(lambda v: jnp.sin(x @ v), w)[1],
+    ...                       jnp.ones((3,)))
+    32
+    """
+    return _computed_bytes(lambda p: jax.closure_convert(build(p), p)[1], primal)
+
+
+def _computed_bytes(fn: Callable[[Any], Any], primal: Any) -> int:
+    """Bytes of ``fn(primal)``'s outputs that its program computes (not inputs or constants)."""
+    closed = jax.make_jaxpr(fn)(primal)
+    given = {id(v) for v in (*closed.jaxpr.invars, *closed.jaxpr.constvars)}
+    return tree_bytes([v.aval for v in closed.jaxpr.outvars if id(v) not in given])
+
+
+def _jaxpr_bytes(jaxpr: Any) -> int:
+    """Bytes of the values a jaxpr's equations compute (a sub-program's counted once)."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        total += tree_bytes([v.aval for v in eqn.outvars])
+        subs = jax.extend.core.jaxprs_in_params(eqn.params)
+        total += max((_jaxpr_bytes(sub) for sub in subs), default=0)
+    return total
+
+
+def program_bytes(fn: Callable[..., Any], *args: Any) -> int:
+    """Bytes of every value ``fn(*args)``'s program computes, none reused (traced only).
+
+    A loop's or a sub-program's body counts once. An upper bound on what one call holds at a
+    time; :func:`sample_bytes` scales it by calibrated fractions.
+    """
+    return _jaxpr_bytes(jax.make_jaxpr(fn)(*args).jaxpr)
+
+
+def sample_bytes(kind: str, *, params: Any, program: int = 0, residuals: int = 0) -> int:
+    """Estimated bytes one Monte Carlo sample of ``kind`` adds to a chunk (traced sizes).
+
+    - ``"forms"``: a Hutchinson probe by forward over forward mode: ``0.2 * program``, the
+      bytes of the quadratic form's values (:func:`program_bytes`).
+    - ``"products"``: a linearised product, probes one at a time: ``1.6 * residuals``, the
+      linearisation's residual bytes (its whole cost: it is paid once, not per probe).
+    - ``"perturbations"``: a perturbed-loss sample: 4 parameter-sized copies plus
+      ``0.1 * program``, the bytes of the loss's values.
+
+    The factors cover XLA's plans on bench/scale.py's QUICK decoder, the 54k reference model
+    and a 4.2M decoder (the calibration table in this module's source), so an estimate errs
+    on the side of memory.
+
+    Args:
+      kind: ``"forms"``, ``"products"`` or ``"perturbations"``.
+      params: the parameters (a pytree; only shapes and dtypes are read).
+      program: :func:`program_bytes` of one sample's program (``"forms"``, ``"perturbations"``).
+      residuals: the linearisation's residual bytes (``"products"``).
+
+    Returns:
+      Bytes, an int >= 0.
+
+    Raises:
+      ValueError: for an unknown ``kind``.
+    """
+    if kind == "forms":
+        return int(_FORMS_FRACTION * program)
+    if kind == "products":
+        return int(_PRODUCT_FACTOR * residuals)
+    if kind == "perturbations":
+        return _SAMPLE_COPIES * tree_bytes(params) + int(_SAMPLE_FRACTION * program)
+    raise ValueError(f"kind: expected 'forms', 'products' or 'perturbations', got {kind!r}")
+
+
+def memory_budget(kind: str, gradient: int) -> int:
+    """Bytes a kernel of ``kind`` may plan for its samples, given a gradient's ``gradient``.
+
+    ``min(chunk_memory_budget(), max(UNCONSTRAINED_BYTES, GRADIENT_MULTIPLES[kind] *
+    gradient))``: a multiple of one gradient's temporaries (1.5 for Hutchinson, 1.3 for
+    perturbed-loss samples), never constrained below 128 MiB (tiny models keep vectorised
+    chunks and linearised products), never above the device's chunk budget.
+
+    Args:
+      kind: a key of :data:`GRADIENT_MULTIPLES`.
+      gradient: :func:`gradient_bytes` of the kernel's loss.
+
+    Raises:
+      ValueError: for an unknown ``kind``.
+
+    >>> memory_budget("hutchinson", 200 << 20) == 300 << 20  # a device of 4.7 GiB or more
+    True
+    >>> memory_budget("sharpness", 1 << 20) == UNCONSTRAINED_BYTES
+    True
+    """
+    if kind not in GRADIENT_MULTIPLES:
+        raise ValueError(f"kind: expected one of {sorted(GRADIENT_MULTIPLES)}, got {kind!r}")
+    budget = max(UNCONSTRAINED_BYTES, int(GRADIENT_MULTIPLES[kind] * gradient))
+    return min(chunk_memory_budget(), budget)
+
+
+def budgeted_chunk_size(
+    cpu: int | None,
+    *,
+    per_sample: int,
+    budget: int,
+    cap: int,
+    fixed: int = 0,
+    accelerator: bool | None = None,
+) -> int | None:
+    """``chunk_size="auto"`` under a memory budget: the CPU default, or the largest that fits.
+
+    On a CPU ``cpu`` (the kernel's CPU default, unchanged). On an accelerator the largest power
+    of two ``c <= cap`` with ``fixed + c * per_sample <= budget``; ``None`` (one sample at a
+    time) when not even two fit.
+
+    Args:
+      cpu: the kernel's CPU default (``None`` or an int >= 1).
+      per_sample: bytes one sample adds (:func:`sample_bytes`).
+      budget: bytes allowed (:func:`memory_budget`).
+      cap: the largest chunk worth vectorising on an accelerator.
+      fixed: bytes a chunk holds whatever its size.
+      accelerator: whether the backend is an accelerator (``None``: :func:`is_accelerator`).
+
+    >>> chunk = budgeted_chunk_size(None, per_sample=10, budget=100, cap=16)
+    >>> chunk == (8 if is_accelerator() else None)  # 8 x 10 bytes fit 100, 16 x 10 do not
+    True
+    """
+    if not (is_accelerator() if accelerator is None else accelerator):
+        return cpu
+    chunk = cap
+    while chunk > 1 and fixed + chunk * per_sample > budget:
+        chunk //= 2
+    return chunk if chunk >= 2 else None
+
+
+# --------------------------------------------------------------------------- the kernels' rules
 
 # Hutchinson's chunk_size="auto": probes one at a time on a CPU (vectorising them measured
 # slower there), this many vectorised on an accelerator (the 54k-parameter reference model on
 # an H100: 0.53 gradients per probe one at a time, 0.30 in chunks of 16)
-_ACCELERATOR_PROBES = 16
+ACCELERATOR_PROBES = 16
+
+# mode="auto" with probes one at a time (Hutchinson on a one-batch Hessian, the sharpness
+# decomposition): the linearised product (its tangent program measured 0.7-1.0x a quadratic
+# form's time per probe, at 54k to 124M parameters) while its estimated memory fits the
+# kernel's budget (1.5 gradients for Hutchinson, 1.3 for sharpness, at least 128 MiB: a
+# 4.2M-parameter decoder's product planned 3.7x its gradient's temporaries, its quadratic forms
+# 0.54x) and its residuals (the forward and backward pass's intermediates) this much at most
+# (3.4 GB at 124M parameters). Chunks of probes take quadratic forms, which then share their
+# primal pass: per probe about 4 forward passes of matmuls against the tangent program's 6.
+PRODUCT_RESIDUAL_BYTES = 2**30
 
 
-def _auto_chunk(chunk_size: Any) -> int:
-    """``chunk_size`` with ``"auto"`` resolved for the devices kernels run on (validated)."""
-    chunk = check_chunk_size(chunk_size, auto=_ACCELERATOR_PROBES if is_accelerator() else None)
+def probe_chunk(chunk_size: Any) -> int:
+    """``chunk_size`` of probes with ``"auto"`` resolved for the kernels' devices (validated).
+
+    ``"auto"``: one at a time on a CPU, :data:`ACCELERATOR_PROBES` on an accelerator.
+    """
+    chunk = check_chunk_size(chunk_size, auto=ACCELERATOR_PROBES if is_accelerator() else None)
     return 1 if chunk is None else chunk
 
 
-def _hutchinson_chunk(chunk_size: Any, matvec: Any) -> int:
+def hutchinson_chunk(chunk_size: Any, matvec: Any) -> int:
     """Hutchinson's ``chunk_size``, ``"auto"`` resolved under the memory budget (validated).
 
     For a loss operator on an accelerator: the largest power of two up to 16 whose probes'
     estimated memory fits ``memory_budget("hutchinson", ...)`` (1.5 gradients, at least
-    128 MiB; :func:`kernels._backend.budgeted_chunk_size`); on a CPU one at a time. A plain
-    callable has no gradient to compare with: :func:`_auto_chunk` (16 on an accelerator).
+    128 MiB; :func:`budgeted_chunk_size`); on a CPU one at a time. A plain callable has no
+    gradient to compare with: :func:`probe_chunk` (16 on an accelerator).
     """
     value = check_chunk_size(chunk_size, auto="auto")
     if value != "auto" or not isinstance(matvec, _LossOperator):
-        return _auto_chunk(value)
+        return probe_chunk(value)
     if not is_accelerator():
         return 1
     params = matvec.params
@@ -60,41 +319,64 @@ def _hutchinson_chunk(chunk_size: Any, matvec: Any) -> int:
     per_probe = sample_bytes("forms", params=params, program=program)
     budget = memory_budget("hutchinson", gradient_bytes(matvec.scalar_loss(), params))
     chunk = budgeted_chunk_size(
-        None, per_sample=per_probe, budget=budget, cap=_ACCELERATOR_PROBES, accelerator=True
+        None, per_sample=per_probe, budget=budget, cap=ACCELERATOR_PROBES, accelerator=True
     )
     return 1 if chunk is None else chunk
 
 
-def _products_fit(matvec: Any, product: Any) -> bool:
-    """Whether a linearised product, probes one at a time, fits Hutchinson's memory budget.
+def perturbation_chunk(
+    chunk_size: Any,
+    params: Any,
+    loss: Callable[[Any], Any],
+    primal: Any,
+    form: Callable[[Any], Any] | None = None,
+) -> int | None:
+    """The sharpness kernels' ``chunk_size`` (checked) with ``"auto"`` resolved.
 
-    Its estimated memory (:func:`kernels._backend.sample_bytes` ``("products", ...)`` of its
-    residuals) within ``memory_budget("hutchinson", ...)`` and its residuals within
-    ``_PRODUCT_RESIDUAL_BYTES``.
+    ``"auto"`` is ``None`` on a CPU. On an accelerator the largest power of two up to 16 (and
+    within :func:`kernels._backend.default_chunk_size`'s device budget) whose samples'
+    estimated memory fits ``memory_budget("sharpness", ...)``: 1.3 gradients' temporaries of
+    ``loss`` at ``primal``, at least 128 MiB. A sample is a perturbed-loss evaluation, plus
+    (``form`` given) a Hutchinson quadratic form of the Hessian.
+
+    Args:
+      chunk_size: ``None``, an int >= 1 or ``"auto"``.
+      params: the parameters (only shapes and dtypes are read).
+      loss: the flat loss, ``x -> scalar``, that each sample evaluates.
+      primal: the flat point ``loss`` is traced at.
+      form: ``x -> x^T H x``, when each sample adds a quadratic form.
     """
-    residuals = _residual_bytes(product)
-    if residuals > _PRODUCT_RESIDUAL_BYTES:
+    if chunk_size != "auto":
+        return chunk_size
+    size, dtype = tree_size(params)
+    cap = auto_chunk_size(None, "probes", size=size, dtype=dtype)
+    if cap is None:  # a CPU, or not two samples within the device's chunk budget
+        return None
+    per_sample = sample_bytes("perturbations", params=params, program=program_bytes(loss, primal))
+    if form is not None:
+        per_sample += sample_bytes("forms", params=params, program=program_bytes(form, primal))
+    budget = memory_budget("sharpness", gradient_bytes(loss, primal))
+    fixed = 2 * tree_bytes(params)  # the raveled parameters and their scales
+    return budgeted_chunk_size(None, per_sample=per_sample, budget=budget, cap=cap, fixed=fixed)
+
+
+def products_fit(
+    kind: str, build: Callable[[Any], Callable], primal: Any, loss: Callable[[Any], Any]
+) -> bool:
+    """Whether a linearised product, probes one at a time, fits a kernel's memory budget.
+
+    Its residuals (:func:`linear_residual_bytes` of ``build`` at ``primal``) within
+    :data:`PRODUCT_RESIDUAL_BYTES`, and their estimated memory (:func:`sample_bytes`
+    ``("products", ...)``) within ``memory_budget(kind, gradient_bytes(loss, primal))``.
+
+    Args:
+      kind: ``"hutchinson"`` or ``"sharpness"`` (:data:`GRADIENT_MULTIPLES`).
+      build: ``p -> (t -> L t)``, the linearised product at ``p``.
+      primal: the point of the linearisation.
+      loss: ``p -> scalar``, whose gradient the budget is stated in.
+    """
+    residuals = linear_residual_bytes(build, primal)
+    if residuals > PRODUCT_RESIDUAL_BYTES:
         return False
-    need = sample_bytes("products", params=matvec.params, residuals=residuals)
-    return need <= memory_budget("hutchinson", gradient_bytes(matvec.scalar_loss(), matvec.params))
-
-
-# Hutchinson's mode="auto" on a one-batch Hessian, probes one at a time: the linearised
-# product (its tangent program measured 0.7-1.0x a quadratic form's time per probe, at 54k to
-# 124M parameters) while its estimated memory fits the budget of 1.5 gradients (at least
-# 128 MiB; kernels._backend.memory_budget: a 4.2M-parameter decoder's product planned 3.7x its
-# gradient's temporaries, its quadratic forms 0.54x) and its residuals (the forward and
-# backward pass's intermediates) this much at most (3.4 GB at 124M parameters). Chunks of
-# probes take quadratic forms, which then share their primal pass: per probe about 4 forward
-# passes of matmuls against the tangent program's 6.
-_PRODUCT_RESIDUAL_BYTES = 2**30
-
-
-def _residual_bytes(product: Any) -> int:
-    """Bytes a linearised product keeps: the leaves of ``jax.linearize``'s function.
-
-    That function is a ``jax.tree_util.Partial`` whose leaves are its residuals; a function
-    that holds none gives 0.
-    """
-    leaves = jax.tree_util.tree_leaves(product)
-    return sum(int(np.prod(jnp.shape(x))) * np.dtype(jnp.result_type(x)).itemsize for x in leaves)
+    need = sample_bytes("products", params=primal, residuals=residuals)
+    return need <= memory_budget(kind, gradient_bytes(loss, primal))

@@ -88,7 +88,7 @@ class _LossOperator:
 
         For an operator over stacked batches, the loss of the first batch (the kernels hold
         one batch at a time). Used only abstractly (``jax.eval_shape``) by
-        :func:`kernels._backend.gradient_bytes`, to size ``chunk_size="auto"``.
+        :func:`kernels._memory.gradient_bytes`, to size ``chunk_size="auto"``.
         """
         raise NotImplementedError
 

@@ -12,16 +12,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from kernels._backend import (
-    auto_chunk_size,
-    budgeted_chunk_size,
-    gradient_bytes,
-    memory_budget,
-    program_bytes,
-    sample_bytes,
-    tree_bytes,
-    tree_size,
-)
 from kernels._checks import (
     check_array_leaves,
     check_chunk_size,
@@ -33,6 +23,7 @@ from kernels._checks import (
     describe,
     is_concrete,
 )
+from kernels._memory import perturbation_chunk, products_fit
 from kernels.norms import tree_norm
 
 _KINDS = ("gaussian", "l2_ball", "linf_ball")
@@ -360,18 +351,6 @@ def _quadratic_form(prob: _Problem) -> Callable[[jax.Array], jax.Array]:
     return form
 
 
-# the decomposition's u^T H u: linearised products for one pair / probe at a time while the
-# linearisation keeps at most this many bytes and their estimated memory fits the sharpness
-# budget (_products_fit), else quadratic forms (the rule and the measurements behind it:
-# kernels._backend's memory budget, kernels.curvature's Hutchinson mode="auto")
-_PRODUCT_RESIDUAL_BYTES = 2**30
-
-
-def _residual_bytes(linear: Any) -> int:
-    leaves = jax.tree_util.tree_leaves(linear)
-    return sum(math.prod(jnp.shape(x)) * np.dtype(jnp.result_type(x)).itemsize for x in leaves)
-
-
 def _check_samples(num_bad: jax.Array, ok: jax.Array, what: str) -> None:
     """Runtime check: no non-finite sample (reported only when the earlier checks passed)."""
     check_that(
@@ -393,60 +372,32 @@ def _check_count(value: Any, name: str, minimum: int = 1, why: str = _LOOP) -> i
 
 
 def _check_chunk(chunk_size: Any) -> Any:
-    """``chunk_size``: ``None``, an int >= 1, or ``"auto"`` (resolved by :func:`_auto_chunk`)."""
+    """``chunk_size``: ``None``, an int >= 1, or ``"auto"`` (resolved by :func:`_sample_chunk`)."""
     return check_chunk_size(chunk_size, auto="auto")
 
 
-def _auto_chunk(
+def _sample_chunk(
     chunk_size: Any, params: Any, prob: _Problem, *, hessian: bool = False
 ) -> int | None:
     """``chunk_size`` (checked by :func:`_check_chunk`) with ``"auto"`` resolved.
 
-    ``"auto"`` is ``None`` on a CPU. On an accelerator the largest power of two up to 16 (and
-    within :func:`kernels._backend.default_chunk_size`'s device budget) whose samples'
-    estimated memory fits ``memory_budget("sharpness", ...)``: 1.3 gradients' temporaries of
-    the loss (``prob.loss``: its jaxpr is reused, ``loss_fn`` is not traced again), at least
-    128 MiB (:mod:`kernels._backend`). A sample is a perturbed-loss evaluation, plus
-    (``hessian``) a Hutchinson quadratic form of the Hessian.
+    :func:`kernels._memory.perturbation_chunk` of the problem's jitted loss (``prob.loss``: its
+    jaxpr is reused, ``loss_fn`` is not traced again); a sample is a perturbed-loss
+    evaluation, plus (``hessian``) a Hutchinson quadratic form of the Hessian.
     """
-    if chunk_size != "auto":
-        return chunk_size
-    size, dtype = tree_size(params)
-    cap = auto_chunk_size(None, "probes", size=size, dtype=dtype)
-    if cap is None:  # a CPU, or not two samples within the device's chunk budget
-        return None
-    zero = jnp.zeros_like(prob.flat)
-    program = program_bytes(prob.loss, zero)
-    per_sample = sample_bytes("perturbations", params=params, program=program)
-    if hessian:
-        program = program_bytes(_quadratic_form(prob), zero)
-        per_sample += sample_bytes("forms", params=params, program=program)
-    budget = memory_budget("sharpness", _gradient_bytes(prob))
-    fixed = 2 * tree_bytes(params)  # the raveled parameters and their scales
-    return budgeted_chunk_size(None, per_sample=per_sample, budget=budget, cap=cap, fixed=fixed)
+    form = _quadratic_form(prob) if hessian else None
+    return perturbation_chunk(chunk_size, params, prob.loss, prob.flat, form)
 
 
-def _products_fit(linear: Any, prob: _Problem, params: Any) -> bool:
+def _products_fit(prob: _Problem) -> bool:
     """Whether the decomposition's linearised products fit (``mode="auto"``, one at a time).
 
-    Residuals of at most ``_PRODUCT_RESIDUAL_BYTES``, and their estimated memory
-    (:func:`kernels._backend.sample_bytes` ``("products", ...)``) within
-    ``memory_budget("sharpness", ...)``: 1.3 gradients' temporaries, at least 128 MiB. On a
-    4.2M-parameter decoder the products planned 4.5 gradients, quadratic forms 1.26.
+    :func:`kernels._memory.products_fit` under the sharpness budget (1.3 gradients, at least
+    128 MiB). On a 4.2M-parameter decoder the products planned 4.5 gradients, quadratic
+    forms 1.26.
     """
-    residuals = _residual_bytes(linear)
-    if residuals > _PRODUCT_RESIDUAL_BYTES:
-        return False
-    need = sample_bytes("products", params=params, residuals=residuals)
-    return need <= memory_budget("sharpness", _gradient_bytes(prob))
-
-
-def _gradient_bytes(prob: _Problem) -> int:
-    """:func:`kernels._backend.gradient_bytes` of the loss, from the problem's jitted loss.
-
-    ``prob.loss`` was traced once already: its jaxpr is reused, ``loss_fn`` is not traced again.
-    """
-    return gradient_bytes(prob.loss, jnp.zeros_like(prob.flat))
+    zero = jnp.zeros_like(prob.flat)
+    return products_fit("sharpness", lambda s: _linearized(prob, s)[1], zero, prob.loss)
 
 
 def _check_bool(value: Any, name: str) -> bool:

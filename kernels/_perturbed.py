@@ -12,7 +12,6 @@ import jax.numpy as jnp
 from kernels._jit import compile_once
 from kernels._perturbation import (
     Perturbation,
-    _auto_chunk,
     _check_bool,
     _check_chunk,
     _check_count,
@@ -27,6 +26,7 @@ from kernels._perturbation import (
     _Problem,
     _products_fit,
     _quadratic_form,
+    _sample_chunk,
     _sampler,
     _setup,
 )
@@ -136,7 +136,7 @@ def average_sharpness(
         GPU or TPU the largest power of two up to 16 (within
         :func:`kernels._backend.default_chunk_size` ``("probes", ...)``) whose samples'
         estimated memory stays within 1.3 gradients' temporaries of the loss (at least
-        128 MiB; :func:`kernels._backend.memory_budget`). An int is used as given.
+        128 MiB; :func:`kernels._memory.memory_budget`). An int is used as given.
         Static.
       antithetic: use pairs $(u, -u)$. Static.
 
@@ -164,7 +164,7 @@ def average_sharpness(
     chunk_size = _check_chunk(chunk_size)
     antithetic = _check_bool(antithetic, "antithetic")
     prob = _setup(loss_fn, params, batch, key, perturbation)
-    chunk_size = _auto_chunk(chunk_size, params, prob)
+    chunk_size = _sample_chunk(chunk_size, params, prob)
     base, ok = _loss_at_params(prob)
     draw = _sampler(perturbation.kind, perturbation.scale, prob)
     sample = _increase_fn(prob, base, draw, antithetic)
@@ -252,7 +252,7 @@ def sharpness_decomposition(
         ``None`` on a CPU, on a GPU or TPU the largest power of two up to 16 (within
         :func:`kernels._backend.default_chunk_size` ``("probes", ...)``) whose samples'
         estimated memory stays within 1.3 gradients' temporaries of the loss (at least
-        128 MiB; :func:`kernels._backend.memory_budget`). An int is used as given.
+        128 MiB; :func:`kernels._memory.memory_budget`). An int is used as given.
       mode: how each $u^\top H u$ (pairs) and $v^\top SHS v$ (probes) is formed:
         ``"products"`` (a Hessian-vector product from one linearisation of the gradient at
         $\theta$, whose residuals stay in memory), ``"forms"`` (forward over forward mode:
@@ -292,10 +292,10 @@ def sharpness_decomposition(
     if not isinstance(mode, str) or mode not in _MODES:
         raise ValueError(f"mode: expected one of {_MODES}, got {mode!r}")
     prob = _setup(loss_fn, params, batch, key, perturbation)
-    chunk_size = _auto_chunk(chunk_size, params, prob, hessian=True)
+    chunk_size = _sample_chunk(chunk_size, params, prob, hessian=True)
     base, linear = _linearized(prob, jnp.zeros_like(prob.flat))
     products = mode == "products" or (
-        mode == "auto" and chunk_size in (None, 1) and _products_fit(linear, prob, params)
+        mode == "auto" and chunk_size in (None, 1) and _products_fit(prob)
     )
     if products:
 
@@ -390,7 +390,7 @@ def perturbed_hessian_traces(
         ``None`` on a CPU, on a GPU or TPU the largest power of two up to 16 (within
         :func:`kernels._backend.default_chunk_size` ``("probes", ...)``) whose samples'
         estimated memory stays within 1.3 gradients' temporaries of the loss (at least
-        128 MiB; :func:`kernels._backend.memory_budget`). An int is used as given.
+        128 MiB; :func:`kernels._memory.memory_budget`). An int is used as given.
 
     Returns:
       :class:`PerturbedTraces` (``traces``: per perturbation, ``average``: over them).
@@ -433,7 +433,7 @@ def _perturbed_samples(
     num_probes = check_num_samples(num_probes, "num_probes", minimum=2)
     chunk_size = _check_chunk(chunk_size)
     prob = _setup(loss_fn, params, batch, key, perturbation)
-    chunk_size = _auto_chunk(chunk_size, params, prob, hessian=True)
+    chunk_size = _sample_chunk(chunk_size, params, prob, hessian=True)
     draw = _sampler(perturbation.kind, perturbation.scale, prob)
     one = _trace_at(prob, draw, key, num_probes)
     means, stderrs, bad = map_samples(

@@ -16,12 +16,12 @@ from kernels._checks import (
 from kernels._jit import compile_once
 from kernels._perturbation import (
     Perturbation,
-    _auto_chunk,
     _check_chunk,
     _check_count,
     _check_samples,
     _increase_fn,
     _loss_at_params,
+    _sample_chunk,
     _sampler,
     _setup,
 )
@@ -131,7 +131,7 @@ def sigma_search(
         on a CPU, on a GPU or TPU the largest power of two up to 16 (within
         :func:`kernels._backend.default_chunk_size` ``("probes", ...)``) whose samples'
         estimated memory stays within 1.3 gradients' temporaries of the loss (at least
-        128 MiB; :func:`kernels._backend.memory_budget`). An int is used as given.
+        128 MiB; :func:`kernels._memory.memory_budget`). An int is used as given.
 
     Returns:
       :class:`SigmaSearch` ``(sigma, increase, bracketed)``.
@@ -163,7 +163,7 @@ def sigma_search(
     num_steps = _check_count(num_steps, "num_steps")
     chunk_size = _check_chunk(chunk_size)
     prob = _setup(loss_fn, params, batch, key, perturbation)
-    chunk_size = _auto_chunk(chunk_size, params, prob)
+    chunk_size = _sample_chunk(chunk_size, params, prob)
     dtype = prob.flat.dtype
     lower = jnp.asarray(sigma_lower, dtype)
     upper = jnp.asarray(perturbation.scale, dtype)

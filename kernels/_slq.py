@@ -17,7 +17,7 @@ from kernels._flat import _check_kept_count, _check_linearize, _indices, _num_ba
 from kernels._hessian import Matvec
 from kernels._jit import compile_once
 from kernels._lanczos import _check_basis_dtype, _check_steps, _lanczos_run, _tridiagonal_matrix
-from kernels._memory import _auto_chunk
+from kernels._memory import probe_chunk
 from kernels._names import renamed_kwargs
 from kernels.parallel import (
     map_samples,
@@ -59,7 +59,7 @@ def _slq(
     indices = _indices(num_samples)
     if start is not None:  # a block of the probe stream (kernels.blocks): a traced uint32 start
         indices = start + indices
-    chunk = _auto_chunk(chunk_size)
+    chunk = probe_chunk(chunk_size)
     # on a user's mesh the probes run inside shard_maps: products recomputed there
     linearize = _check_linearize(linearize) and not splits_user_mesh()
     flat = _setup(matvec, like, linearize=linearize)

@@ -17,7 +17,7 @@ from kernels._checks import (
 from kernels._flat import _MAX_KEPT, _Flat, _indices, _num_bad_rows, _setup, _setup_forms
 from kernels._hessian import Matvec, hvp
 from kernels._jit import compile_once
-from kernels._memory import _auto_chunk, _hutchinson_chunk
+from kernels._memory import hutchinson_chunk, probe_chunk
 from kernels._names import method_count, renamed_kwargs
 from kernels.estimate import Estimate
 from kernels.parallel import (
@@ -45,7 +45,7 @@ def _hutchinson(
 ) -> Estimate:
     check_key(key, "key")
     check_num_samples(num_samples, "num_samples", minimum=2)
-    chunk = _hutchinson_chunk(chunk_size, matvec)
+    chunk = hutchinson_chunk(chunk_size, matvec)
     if probe not in ("rademacher", "gaussian"):
         raise ValueError(f"probe: expected 'rademacher' or 'gaussian', got {probe!r}")
     if not isinstance(mode, str) or mode not in _MODES:
@@ -97,8 +97,8 @@ def hutchinson_trace(
         time is also fastest for Hessians; on a GPU or TPU, which wants vectorised chunks
         (:func:`kernels._backend.is_accelerator`), for a loss operator the largest power of
         two up to 16 whose probes' estimated memory stays within 1.5 gradients' temporaries
-        of its loss (at least 128 MiB; :func:`kernels._backend.memory_budget`,
-        :func:`kernels._backend.budgeted_chunk_size`), for a plain callable (no gradient to
+        of its loss (at least 128 MiB; :func:`kernels._memory.memory_budget`,
+        :func:`kernels._memory.budgeted_chunk_size`), for a plain callable (no gradient to
         compare with) 16. An int is used as given. It never changes the result beyond float
         reassociation. Static.
       probe: ``"rademacher"`` or ``"gaussian"``.
@@ -177,7 +177,7 @@ def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int):
 def _hutchpp(matvec: Any, like: Any, key: Any, num_matvecs: int, chunk_size: Any) -> Estimate:
     key = check_key(key, "key")
     check_num_samples(num_matvecs, "num_matvecs", minimum=4)
-    chunk = _auto_chunk(chunk_size)
+    chunk = probe_chunk(chunk_size)
     # on a user's mesh the products run inside shard_maps: recomputed there (splits_user_mesh)
     flat = _setup(matvec, like, linearize=not splits_user_mesh())
     num_sketch = min(num_matvecs // 3, flat.size)
@@ -349,7 +349,7 @@ def _hessian_trace(
     if method == "hutchinson":
         return _hutchinson(op, params, key, count, chunk_size, "rademacher")
     _check_sketch_memory(params, count, max_memory_bytes)
-    return _hutchpp(op, params, key, count, _auto_chunk(chunk_size))
+    return _hutchpp(op, params, key, count, probe_chunk(chunk_size))
 
 
 def _check_sketch_memory(params: Any, num_matvecs: int, max_memory_bytes: int | None) -> None:

@@ -94,7 +94,6 @@ from kernels._lanczos import (
     lanczos,
     top_eigenvalues,
 )
-from kernels._memory import _auto_chunk, _hutchinson_chunk, _products_fit  # noqa: F401
 from kernels._slq import (  # noqa: F401
     QuadratureNodes,
     SpectralDensity,

@@ -59,8 +59,8 @@ from kernels._apgd import WorstCase, worst_case_sharpness
 # private names that kernels.blocks and the tests reach through this module
 from kernels._perturbation import (  # noqa: F401
     Perturbation,
-    _auto_chunk,
     _check_chunk,
+    _sample_chunk,
     _setup,
     _support_size,
 )

@@ -1217,12 +1217,12 @@ def test_hutchinson_modes_agree_and_auto_picks_by_residual_memory(monkeypatch):
     monkeypatch.setattr(_flat, "_setup", spy)
     hutchinson_trace(op, params, jax.random.key(45), num_samples=3)  # small residuals
     assert chosen.pop("products", False)
-    monkeypatch.setattr(_memory, "_PRODUCT_RESIDUAL_BYTES", 0)
+    monkeypatch.setattr(_memory, "PRODUCT_RESIDUAL_BYTES", 0)
     hutchinson_trace(op, params, jax.random.key(46), num_samples=3)
     assert not chosen  # over the budget: forms
     hutchinson_trace(op, params, jax.random.key(47), num_samples=4, chunk_size=2)
     assert not chosen  # chunks: forms share their primal pass
-    monkeypatch.setattr(_memory, "_PRODUCT_RESIDUAL_BYTES", 2**30)
+    monkeypatch.setattr(_memory, "PRODUCT_RESIDUAL_BYTES", 2**30)
     monkeypatch.setattr(_memory, "is_accelerator", lambda: True)
     hutchinson_trace(op, params, jax.random.key(48), num_samples=3)
     assert not chosen  # the accelerator's default: a chunk of probes, forms
@@ -1231,21 +1231,20 @@ def test_hutchinson_modes_agree_and_auto_picks_by_residual_memory(monkeypatch):
 def test_hutchinson_chunk_size_auto_follows_the_backend(monkeypatch):
     # "auto" is one probe at a time on a CPU (the same program as None) and chunks of 16 on
     # an accelerator; the chunk never changes the estimate beyond rounding
-    import kernels.curvature as curvature
     from kernels import _memory
 
     loss, params, batch = make_poly()
     op = hvp(loss, params, batch)
     key = jax.random.key(48)
     # the backend this runs on: one probe at a time on a CPU, 16 on an accelerator
-    assert curvature._auto_chunk("auto") == (16 if _memory.is_accelerator() else 1)
+    assert _memory.probe_chunk("auto") == (16 if _memory.is_accelerator() else 1)
     monkeypatch.setattr(_memory, "is_accelerator", lambda: False)
-    assert curvature._auto_chunk("auto") == 1
+    assert _memory.probe_chunk("auto") == 1
     cpu = hutchinson_trace(op, params, key, num_samples=20)
     none = hutchinson_trace(op, params, key, num_samples=20, chunk_size=None)
     assert float(cpu.mean) == float(none.mean)
     monkeypatch.setattr(_memory, "is_accelerator", lambda: True)
-    assert curvature._auto_chunk("auto") == 16
+    assert _memory.probe_chunk("auto") == 16
     accel = hutchinson_trace(op, params, key, num_samples=20)
     np.testing.assert_allclose(accel.mean, cpu.mean, rtol=1e-12)
     np.testing.assert_allclose(accel.stderr, cpu.stderr, rtol=1e-9)

@@ -1,4 +1,4 @@
-"""chunk_size="auto" and Hutchinson's mode="auto" under the memory budget (kernels._backend).
+"""chunk_size="auto" and Hutchinson's mode="auto" under the memory budget (kernels._memory).
 
 The budget is a multiple of one gradient's temporaries (1.5 for Hutchinson, 1.3 for perturbed
 losses), at least 128 MiB. The decoder tests compile (never run) the kernels' programs of a
@@ -22,6 +22,7 @@ from kernels import (
     Perturbation,
     _backend,
     _flat,
+    _memory,
     average_sharpness,
     dataset_ggn,
     dataset_hvp,
@@ -101,8 +102,10 @@ def hutchinson_choice(loss_fn, params, batch, chunk_size="auto"):
 
     def choose(p, b):
         op = hvp(loss_fn, p, b)
-        chunk = curvature._hutchinson_chunk(chunk_size, op)
-        return chunk, chunk == 1 and curvature._products_fit(op, op.linearize()[0])
+        chunk = _memory.hutchinson_chunk(chunk_size, op)
+        return chunk, chunk == 1 and _memory.products_fit(
+            "hutchinson", op.product_at, p, op.scalar_loss()
+        )
 
     return traced(choose, params, batch)
 
@@ -113,7 +116,7 @@ def sharpness_chunk(loss_fn, params, batch, chunk_size="auto", hessian=False):
     def choose(p, b):
         prob = sharpness._setup(loss_fn, p, b, jax.random.key(0), GAUSS)
         value = sharpness._check_chunk(chunk_size)
-        return sharpness._auto_chunk(value, p, prob, hessian=hessian)
+        return sharpness._sample_chunk(value, p, prob, hessian=hessian)
 
     return traced(choose, params, batch)
 
@@ -127,8 +130,8 @@ def test_gradient_bytes_counts_the_residuals_of_a_closed_form():
     n, d = 11, 3
     x = jnp.ones((n, d), jnp.float32)
     w = jnp.ones((d,), jnp.float32)
-    assert _backend.gradient_bytes(lambda v: jnp.sum(jnp.sin(x @ v)), w) == 4 * n
-    assert _backend.gradient_bytes(lambda v: jnp.sum(x @ v), w) == 0  # linear: nothing kept
+    assert _memory.gradient_bytes(lambda v: jnp.sum(jnp.sin(x @ v)), w) == 4 * n
+    assert _memory.gradient_bytes(lambda v: jnp.sum(x @ v), w) == 0  # linear: nothing kept
     # two layers, float64: cos of both pre-activations (n*h + n) and the hidden layer (n*h)
     h = 5
     x64 = jnp.ones((n, d), jnp.float64)
@@ -137,28 +140,28 @@ def test_gradient_bytes_counts_the_residuals_of_a_closed_form():
     def loss(p):
         return jnp.sum(jnp.sin(jnp.sin(x64 @ p["a"]) @ p["b"]))
 
-    assert _backend.gradient_bytes(loss, params) == 8 * (n * h + n + n * h)
+    assert _memory.gradient_bytes(loss, params) == 8 * (n * h + n + n * h)
     # the same under an outer jit, with the data a tracer closed over
-    got = traced(lambda xs: _backend.gradient_bytes(lambda v: jnp.sum(jnp.sin(xs @ v)), w), x)
+    got = traced(lambda xs: _memory.gradient_bytes(lambda v: jnp.sum(jnp.sin(xs @ v)), w), x)
     assert got == 4 * n
 
 
 def test_sample_bytes_budget_and_chunk_follow_the_stated_rule(accelerator):
     params = {"w": jnp.zeros((1000,), jnp.float32)}  # 4,000 bytes
-    assert _backend.sample_bytes("forms", params=params, program=1000) == 200
-    assert _backend.sample_bytes("products", params=params, residuals=1000) == 1600
-    assert _backend.sample_bytes("perturbations", params=params, program=1000) == 16_100
+    assert _memory.sample_bytes("forms", params=params, program=1000) == 200
+    assert _memory.sample_bytes("products", params=params, residuals=1000) == 1600
+    assert _memory.sample_bytes("perturbations", params=params, program=1000) == 16_100
     with pytest.raises(ValueError, match=r"^kind: expected"):
-        _backend.sample_bytes("probes", params=params)
+        _memory.sample_bytes("probes", params=params)
     mib = 2**20
-    assert _backend.memory_budget("hutchinson", 200 * mib) == 300 * mib
-    assert _backend.memory_budget("sharpness", 200 * mib) == 260 * mib
-    assert _backend.memory_budget("hutchinson", mib) == _backend.UNCONSTRAINED_BYTES == 128 * mib
+    assert _memory.memory_budget("hutchinson", 200 * mib) == 300 * mib
+    assert _memory.memory_budget("sharpness", 200 * mib) == 260 * mib
+    assert _memory.memory_budget("hutchinson", mib) == _memory.UNCONSTRAINED_BYTES == 128 * mib
     cap = _backend.chunk_memory_budget()  # the device's: 1 GiB on a CPU or an H100
-    assert _backend.memory_budget("hutchinson", 10**6 * mib) == cap
+    assert _memory.memory_budget("hutchinson", 10**6 * mib) == cap
     with pytest.raises(ValueError, match=r"^kind: expected one of"):
-        _backend.memory_budget("probes", mib)
-    chunk = functools.partial(_backend.budgeted_chunk_size, None, budget=100, cap=16)
+        _memory.memory_budget("probes", mib)
+    chunk = functools.partial(_memory.budgeted_chunk_size, None, budget=100, cap=16)
     assert chunk(per_sample=10) == 8
     assert chunk(per_sample=10, fixed=30) == 4
     assert chunk(per_sample=1) == 16
@@ -167,7 +170,7 @@ def test_sample_bytes_budget_and_chunk_follow_the_stated_rule(accelerator):
 
 def test_the_chunk_is_the_cpu_default_on_a_cpu(cpu):
     for cpu in (None, 1, 8):
-        assert _backend.budgeted_chunk_size(cpu, per_sample=1, budget=100, cap=16) == cpu
+        assert _memory.budgeted_chunk_size(cpu, per_sample=1, budget=100, cap=16) == cpu
 
 
 # --------------------------------------------------------------------------- the decoder
@@ -308,7 +311,7 @@ def test_gauss_newton_operators_give_their_loss_to_the_budget(monkeypatch):
     expected = jnp.mean(jax.nn.logsumexp(logits, axis=-1) - logits[jnp.arange(6), y])
     np.testing.assert_allclose(op.scalar_loss()(w), expected, rtol=1e-12)
     monkeypatch.setattr(_backend, "sample_platform", lambda: "gpu")
-    assert traced(lambda p: curvature._hutchinson_chunk("auto", op), w) == 16
+    assert traced(lambda p: _memory.hutchinson_chunk("auto", op), w) == 16
 
 
 def test_a_loss_without_forward_mode_derivatives_is_budgeted_by_its_products(monkeypatch):
@@ -326,7 +329,7 @@ def test_a_loss_without_forward_mode_derivatives_is_budgeted_by_its_products(mon
 
     w = jnp.array([0.3, -0.2, 0.5])
     monkeypatch.setattr(_backend, "sample_platform", lambda: "gpu")
-    assert traced(lambda p: curvature._hutchinson_chunk("auto", hvp(loss, p, ())), w) == 16
+    assert traced(lambda p: _memory.hutchinson_chunk("auto", hvp(loss, p, ())), w) == 16
     est = hessian_trace(loss, w, (), jax.random.key(0), num_samples=4)
     np.testing.assert_allclose(est.mean, 6.0, rtol=1e-12)
 
