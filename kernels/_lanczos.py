@@ -76,6 +76,25 @@ _BREAKDOWN = 16.0
 _BASIS_DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 
+@jax.custom_batching.custom_vmap
+def _any_in_batch(pred: jax.Array) -> jax.Array:
+    """``pred`` itself; under ``vmap``, whether it holds for any member of the batch (unbatched).
+
+    The predicate of the Lanczos branches (the second Gram-Schmidt pass, the restart): probes
+    vmapped together (``slq_nodes``'s chunks) take a branch when any of them needs it, and each
+    probe keeps its own result by a select inside the branch. The predicate stays unbatched, so
+    the ``lax.cond`` stays a branch under ``vmap`` (a batched predicate turns it into a
+    ``select_n`` that runs both sides at every step) and the results equal the unbatched run's.
+    """
+    return pred
+
+
+@_any_in_batch.def_vmap
+def _any_in_batch_vmap(axis_size: int, in_batched: list[bool], pred: jax.Array) -> tuple:
+    del axis_size
+    return (jnp.any(pred) if in_batched[0] else pred), False
+
+
 @dataclasses.dataclass(frozen=True)
 class _Basis:
     """The Lanczos basis: ``rows`` stored in ``dtype``, scaled; rows not yet written are zero.
@@ -130,17 +149,20 @@ class _Basis:
     def orthogonalize(self, w: jax.Array, used: Any) -> tuple[jax.Array, jax.Array]:
         """Gram-Schmidt against the rows in use, a second pass only if the first cancelled.
 
-        Returns ``(w', ||w'||)``. The second pass (DGKS) runs when ``||w'|| < ||w|| / sqrt(2)``.
+        Returns ``(w', ||w'||)``. The second pass (DGKS) runs when ``||w'|| < ||w|| / sqrt(2)``
+        (probes vmapped together: when it holds for any, each keeping its own result,
+        :func:`_any_in_batch`).
         """
         before = jnp.linalg.norm(w)
         w = self.project_out(w, used)
         after = jnp.linalg.norm(w)
+        needs = after < _DGKS * before
 
         def again(w: jax.Array) -> tuple[jax.Array, jax.Array]:
-            w = self.project_out(w, used)
-            return w, jnp.linalg.norm(w)
+            second = self.project_out(w, used)
+            return jnp.where(needs, second, w), jnp.where(needs, jnp.linalg.norm(second), after)
 
-        return jax.lax.cond(after < _DGKS * before, again, lambda w: (w, after), w)
+        return jax.lax.cond(_any_in_batch(needs), again, lambda w: (w, after), w)
 
 
 def _lanczos_run(
@@ -193,8 +215,11 @@ def _lanczos_run(
             fresh_norm = jnp.linalg.norm(fresh)
             return fresh / jnp.where(fresh_norm > 0, fresh_norm, 1.0)
 
+        def restart_broken(w: jax.Array) -> jax.Array:
+            return jnp.where(broke, restart(w), w / beta)
+
         # the restart vector only on breakdown: its Gram-Schmidt reads the basis again
-        nxt = jax.lax.cond(broke, restart, lambda w: w / beta, w)
+        nxt = jax.lax.cond(_any_in_batch(broke), restart_broken, lambda w: w / beta, w)
         beta = jnp.where(broke, jnp.zeros_like(beta), beta)
         rows = basis_j.set(j + 1, nxt).rows  # v_k (after the last step) is not kept
         rest = (beta, alphas.at[j].set(alpha), betas.at[j].set(beta), scale)

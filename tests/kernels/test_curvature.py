@@ -1096,6 +1096,60 @@ def test_lanczos_gram_schmidt_against_the_rows_in_use():
     assert np.isnan(np.asarray(low.project_out(w, 4))).all()  # row 3 is read at used=4
 
 
+def _primitive_counts(jaxpr, counts=None):
+    """How often each primitive occurs in a jaxpr and its sub-programs."""
+    from jax.extend.core import jaxprs_in_params
+
+    counts = {} if counts is None else counts
+    for eqn in jaxpr.eqns:
+        counts[eqn.primitive.name] = counts.get(eqn.primitive.name, 0) + 1
+        for sub in jaxprs_in_params(eqn.params):
+            _primitive_counts(sub, counts)
+    return counts
+
+
+def test_slq_probes_vmapped_together_keep_the_lanczos_branches(monkeypatch):
+    # 16 probes in one vmapped chunk (the accelerator default): the second Gram-Schmidt pass
+    # and the breakdown restart stay lax.cond branches, taken when any probe of the chunk needs
+    # them (a batched predicate turns a cond into select_n: both sides at every step); each
+    # probe keeps its own result, so the chunk gives the nodes of the probes run one at a time
+    from kernels import _lanczos
+    from kernels._slq import _slq
+
+    eigs = jnp.array([4.0, 4.0, 4.0, -1.0, -1.0, 2.0, 2.0, 2.0])  # breaks down: restarts
+    a = jnp.asarray(random_symmetric(jax.random.key(17), eigs))
+
+    def matvec(v):
+        return a @ v
+
+    key = jax.random.key(60)
+
+    def chunked(k):
+        q = _slq(matvec, 8, k, 16, 8, 16)
+        return q.nodes, q.weights
+
+    def num_branches():  # a fresh function each time: traced afresh
+        jaxpr = jax.make_jaxpr(lambda k: chunked(k))(key).jaxpr
+        return _primitive_counts(jaxpr).get("cond", 0)
+
+    branches = num_branches()
+    nodes, weights = jax.jit(chunked)(key)
+    one = slq_nodes(matvec, 8, key, num_samples=16, num_steps=8, chunk_size=None)
+    np.testing.assert_allclose(nodes, one.nodes, rtol=1e-12, atol=1e-12)
+    for p in range(4):  # weights of repeated nodes may swap places: compare the moments
+        np.testing.assert_allclose(
+            np.sum(weights * nodes**p, axis=1),
+            np.sum(one.weights * one.nodes**p, axis=1),
+            rtol=1e-10,
+        )
+    np.testing.assert_allclose(np.sort(nodes[0]), np.sort(eigs), atol=1e-10)
+    # with the predicate per probe, vmap turns the three Lanczos branches (the second pass, the
+    # restart, the restart vector's own second pass) into selects
+    monkeypatch.setattr(_lanczos, "_any_in_batch", lambda pred: pred)
+    per_probe = num_branches()
+    assert branches - per_probe == 3, (branches, per_probe)
+
+
 # --------------------------------------------------------------------------- recomputed products
 
 
