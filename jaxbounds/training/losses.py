@@ -8,13 +8,20 @@ All take model outputs first and labels / targets second and return a mean over 
 - :func:`squared_loss`: $\frac1n\sum_i (f_i - y_i)^2$;
 - :func:`classification_loss`: the logistic loss for scalar outputs, the cross-entropy for logits;
 - :func:`accuracy`: the fraction of correct predictions ($f > 0$, or $\arg\max_k f_k$).
+
+The cross-entropy and the squared error are the kernels' loss library's
+(``kernels.gauss_newton``'s ``loss="cross_entropy"`` and ``"squared_error"``), so a model trained
+here and measured there uses one definition. The logistic loss here takes hard labels in
+{0, 1} through signs, ``log(1 + e^{-s f})``; the library's takes labels in [0, 1],
+``log(1 + e^f) - y f``: equal on hard labels, rounded differently, so training keeps its own.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import optax
+
+from kernels._losses import LOSSES
 
 __all__ = [
     "accuracy",
@@ -57,7 +64,7 @@ def cross_entropy_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
     >>> round(float(cross_entropy_loss(jnp.zeros((2, 4)), jnp.array([0, 3]))), 6)  # log 4
     1.386294
     """
-    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
+    return LOSSES["cross_entropy"].mean(logits, labels)
 
 
 def squared_loss(preds: jax.Array, targets: jax.Array) -> jax.Array:
@@ -67,7 +74,7 @@ def squared_loss(preds: jax.Array, targets: jax.Array) -> jax.Array:
     >>> squared_loss(jnp.array([1.0, 3.0]), jnp.array([0.0, 0.0]))
     Array(5., dtype=float32)
     """
-    return jnp.mean((preds - targets.astype(preds.dtype)) ** 2)
+    return LOSSES["squared_error"].mean(preds, targets)
 
 
 def classification_loss(outputs: jax.Array, labels: jax.Array) -> jax.Array:
