@@ -43,6 +43,7 @@ from jax.flatten_util import ravel_pytree
 from kernels._checks import check_finite, describe
 from kernels._devices import keep_sharding
 from kernels._jit import compile_once
+from kernels._names import warn_renamed
 from kernels._ordered import CheckChain
 
 __all__ = [
@@ -325,7 +326,8 @@ def operator_norm(w: jax.Array, *, p: float) -> jax.Array:
     r"""Induced norm $\|W\|_{p\to p} = \sup_{x \ne 0} \|Wx\|_p / \|x\|_p$, $p \in \{1, 2, \infty\}$.
 
     $p=1$: largest absolute column sum; $p=2$: largest singular value; $p=\infty$: largest
-    absolute row sum. All exact.
+    absolute row sum. All exact. ``p=2`` is deprecated: the spectral norm has one name,
+    :func:`spectral_norm` (``p=2`` warns and is removed in 0.3).
 
     Raises:
       ValueError: if ``w`` is not 2-D or ``p`` is not 1, 2 or inf.
@@ -337,6 +339,18 @@ def operator_norm(w: jax.Array, *, p: float) -> jax.Array:
     """
     w = _check_matrix(w)
     p = _check_exponent(p, "p")
+    _warn_spectral("operator_norm", p, 2.0)
+    return _operator_norm(w, p)
+
+
+def _warn_spectral(name: str, p: float, spectral: float, stacklevel: int = 2) -> None:
+    """Warn that ``name(w, p=spectral)`` is :func:`spectral_norm` under another name."""
+    if p == spectral:
+        shown = "inf" if math.isinf(spectral) else f"{spectral:g}"
+        warn_renamed(f"{name}(w, p={shown})", "spectral_norm(w)", stacklevel + 1)
+
+
+def _operator_norm(w: jax.Array, p: float) -> jax.Array:
     if p == 1:
         return jnp.max(jnp.sum(jnp.abs(w), axis=0))
     if p == 2:
@@ -349,7 +363,8 @@ def operator_norm(w: jax.Array, *, p: float) -> jax.Array:
 def schatten_norm(w: jax.Array, *, p: float, rtol: float | None = None) -> jax.Array:
     r"""Schatten-$p$ norm $(\sum_i \sigma_i(W)^p)^{1/p}$; the rank at $p = 0$.
 
-    $p=1$ nuclear, $p=2$ Frobenius, $p=\infty$ spectral. At $p=0$ returns the number of
+    $p=1$ nuclear, $p=2$ Frobenius, $p=\infty$ spectral (deprecated at ``p=inf``: use
+    :func:`spectral_norm`; it warns and is removed in 0.3). At $p=0$ returns the number of
     singular values above ``rtol * sigma_max`` (default ``rtol = max(n, k) * eps``, numpy's
     ``matrix_rank`` rule) as an integer array.
 
@@ -369,6 +384,11 @@ def schatten_norm(w: jax.Array, *, p: float, rtol: float | None = None) -> jax.A
     """
     w = _check_matrix(w)
     p = _check_exponent(p, "p", allow_zero=True)
+    _warn_spectral("schatten_norm", p, math.inf)
+    return _schatten_norm(w, p, rtol)
+
+
+def _schatten_norm(w: jax.Array, p: float, rtol: float | None) -> jax.Array:
     if p == 0:
         check_finite(w, "w")
     s = jnp.linalg.svd(w, compute_uv=False)
@@ -439,14 +459,16 @@ def tree_group_norms(tree: Any, *, q: float, p: float, split_axis: int = 1) -> A
 
 def tree_operator_norms(tree: Any, *, p: float, split_axis: int = 1) -> Any:
     r"""$\|W\|_{p\to p}$ of every leaf (see the module docstring for how leaves become matrices)."""
-    return _tree_matrix_map(lambda m: operator_norm(m, p=p), tree, split_axis)
+    p = _check_exponent(p, "p")
+    return _tree_matrix_map(lambda m: _operator_norm(_check_matrix(m), p), tree, split_axis)
 
 
 def tree_schatten_norms(
     tree: Any, *, p: float, rtol: float | None = None, split_axis: int = 1
 ) -> Any:
     r"""Schatten-$p$ norm (rank at $p=0$) of every leaf, leaves read as matrices."""
-    return _tree_matrix_map(lambda m: schatten_norm(m, p=p, rtol=rtol), tree, split_axis)
+    p = _check_exponent(p, "p", allow_zero=True)
+    return _tree_matrix_map(lambda m: _schatten_norm(_check_matrix(m), p, rtol), tree, split_axis)
 
 
 # --------------------------------------------------------------------------- projections

@@ -9,11 +9,11 @@ from jaxbounds.training.losses import (
     logistic_loss,
     squared_loss,
 )
-from jaxbounds.training.progress import Progress
+from jaxbounds.training.progress import ProgressBar
 from jaxbounds.training.records import TrainingRecord, leaf_names, weight_norms
 
 __all__ = [
-    "Progress",
+    "ProgressBar",
     "TrainResult",
     "TrainingRecord",
     "accuracy",
@@ -28,3 +28,13 @@ __all__ = [
     "train_minibatch",
     "weight_norms",
 ]
+
+
+def __getattr__(name: str) -> type:
+    """``Progress``: the deprecated name of :class:`ProgressBar` (removed in 0.3)."""
+    if name == "Progress":
+        from kernels._names import warn_renamed
+
+        warn_renamed("jaxbounds.training.Progress", "ProgressBar", stacklevel=2)
+        return ProgressBar
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxbounds.training.progress import Progress
+from jaxbounds.training.progress import ProgressBar
 from jaxbounds.training.records import TrainingRecord, initial_norms, leaf_names, weight_norms
 
 __all__ = ["TrainResult", "make_step", "train"]
@@ -649,7 +649,7 @@ def train(
         "threshold": jnp.asarray(-np.inf if loss_threshold is None else loss_threshold),
         "patience": jnp.asarray(0 if patience is None else patience, jnp.int32),
     }
-    bar = Progress(int(caps.max()) * -(-num_runs // width), progress, label)
+    bar = ProgressBar(int(caps.max()) * -(-num_runs // width), progress, label)
     groups = []
     try:
         for g0 in range(0, num_runs, width):
@@ -688,7 +688,7 @@ def _pad(tree: Any, sl: slice, width: int) -> Any:
 
 
 def _run_group(static: _Static, sl: slice, params, key, hyper, data, eval_data, caps, limits,
-               bar: Progress, group: int) -> dict:  # fmt: skip
+               bar: ProgressBar, group: int) -> dict:  # fmt: skip
     """Train one group of at most ``lanes`` runs; the host-side records of its lanes."""
     width = static.lanes
     real = sl.stop - sl.start

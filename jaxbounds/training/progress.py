@@ -1,4 +1,8 @@
-"""The one progress bar of the training loops: a single text line redrawn on a stream."""
+"""The one progress bar of the training loops: a single text line redrawn on a stream.
+
+:class:`ProgressBar` was called ``Progress``, the name of :class:`jaxbounds.longrun.Progress`
+(what a long run reports after each block); the old name works until 0.3, with a warning.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,10 @@ import sys
 import time
 from typing import TextIO
 
-__all__ = ["Progress"]
+__all__ = ["ProgressBar"]
 
 
-class Progress:
+class ProgressBar:
     """A one-line text progress bar (``label [####....] done/total text elapsed``).
 
     Redraws at most every ``min_interval`` seconds, always on the last update; writes nothing
@@ -24,7 +28,7 @@ class Progress:
 
     >>> import io
     >>> out = io.StringIO()
-    >>> bar = Progress(2, out, "[demo]", width=4, min_interval=0.0)
+    >>> bar = ProgressBar(2, out, "[demo]", width=4, min_interval=0.0)
     >>> bar.update(2, "loss 0.5")
     >>> bar.close()
     >>> out.getvalue().strip().split(" ")[:3]
@@ -63,3 +67,13 @@ class Progress:
         if self.stream is not None:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def __getattr__(name: str) -> type:
+    """``Progress``: the deprecated name of :class:`ProgressBar` (removed in 0.3)."""
+    if name == "Progress":
+        from kernels._names import warn_renamed
+
+        warn_renamed("jaxbounds.training.Progress", "ProgressBar", stacklevel=2)
+        return ProgressBar
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
