@@ -19,7 +19,6 @@ References:
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -48,47 +47,30 @@ __all__ = [
 ]
 
 
-def _parameters(fn: Callable) -> set[str]:
-    return set(inspect.signature(fn).parameters)
-
-
-# TODO(lead): drop after h-small merge (maps the agreed kernels.dudley names onto the old ones).
-_NEW_DUDLEY = "num_examples" in _parameters(_kernels_dudley.dudley_integral)
-_INVERSE_SQUARE = _parameters(_kernels_dudley.dudley_inverse_square)
-
-
 def _kernel_inverse_square(
     C: float, *, num_examples: int, radius: float, coef_delta: float, coef_integral: float
 ) -> float:
-    """``kernels.dudley.dudley_inverse_square`` in float64, as a Python float.
-
-    If the kernel takes only the standard constants (c_0, c_1) = (4, 12), other constants use
-    the identity B_{c0,c1}(C, n, A) = (c1 / 12) B_{4,12}(C, n, (c0 / 4)(12 / c1) A).
-    """
-    size = "num_examples" if "num_examples" in _INVERSE_SQUARE else "num_samples"
-    kw = {size: num_examples}
-    if "coef_delta" in _INVERSE_SQUARE:
-        kw.update(coef_delta=coef_delta, coef_integral=coef_integral)
-        scale, radius_scale = 1.0, 1.0
-    else:
-        scale, radius_scale = coef_integral / 12.0, (coef_delta / 4.0) * (12.0 / coef_integral)
+    """``kernels.dudley.dudley_inverse_square`` in float64, as a Python float."""
     with float64_scope():
-        out = _kernels_dudley.dudley_inverse_square(C, radius=radius * radius_scale, **kw)
-    return scale * float(out)
+        out = _kernels_dudley.dudley_inverse_square(
+            C,
+            num_examples=num_examples,
+            radius=radius,
+            coef_delta=coef_delta,
+            coef_integral=coef_integral,
+        )
+    return float(out)
 
 
 def _kernel_integral(
     fn: Callable, *, num_examples: int, radius: float, num_grid: int, **options: Any
 ) -> tuple[float, float]:
     """``kernels.dudley.dudley_integral`` in float64, as ``(value, cutoff)`` floats."""
-    if _NEW_DUDLEY:
-        sizes = {"num_examples": num_examples, "num_grid": num_grid}
-    else:  # TODO(lead): drop after h-small merge
-        sizes = {"num_samples": num_examples, "num_points": num_grid}
     with float64_scope():
-        out = _kernels_dudley.dudley_integral(fn, radius=radius, **sizes, **options)
-    value, cutoff = out if isinstance(out, tuple) else (out.value, out.cutoff)
-    return float(value), float(cutoff)
+        out = _kernels_dudley.dudley_integral(
+            fn, num_examples=num_examples, radius=radius, num_grid=num_grid, **options
+        )
+    return float(out.value), float(out.cutoff)
 
 
 def _cover(ins: Inputs, C: np.ndarray, eps: np.ndarray, name: str, provenance: str, hyp) -> Bound:

@@ -230,14 +230,11 @@ def test_dudley_cross_check_with_kernels_dudley():
     """One Dudley: the calculators are kernels.dudley (closed form and numeric) as Bounds."""
     from kernels.dudley import dudley_integral, dudley_inverse_square
 
-    new_api = covering._NEW_DUDLEY  # TODO(lead): drop after h-small merge
-    size = "num_examples" if new_api else "num_samples"
     for C, A, n in [(2.0, 1.0, 1000), (50.0, 3.0, 10**5), (100.0, 0.1, 10)]:
         ours = float(covering.dudley_rademacher(C=C, radius=A, num_examples=n).value)
-        out = dudley_integral(lambda e, C=C: C / e**2, **{size: n}, radius=A)
-        num = out[0] if isinstance(out, tuple) else out.value
-        assert ours == pytest.approx(float(num), rel=1e-5)
-        assert ours == pytest.approx(float(dudley_inverse_square(C, **{size: n}, radius=A)))
+        out = dudley_integral(lambda e, C=C: C / e**2, num_examples=n, radius=A)
+        assert ours == pytest.approx(float(out.value), rel=1e-5)
+        assert ours == pytest.approx(float(dudley_inverse_square(C, num_examples=n, radius=A)))
     # a cover from Theorem 4.2 through both routes
     ML = {"L_sigma": 1.0, "B_c2": 1.1, "B_v2": 0.9, "B_QK2": 0.5, "B_w": 1.7}
     cover = trauger_tewari.multi_layer_log_cover(C_1=2.0, C_Bx=5.0, num_layers=2, **ML)
