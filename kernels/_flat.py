@@ -154,7 +154,7 @@ def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> 
         like = _template(like)
         _check_like(matvec, like)
         product, valid = matvec.linearize()
-        if products_fit("hutchinson", matvec.product_at, matvec.params, matvec.scalar_loss()):
+        if products_fit("hutchinson", product, like, matvec.params, matvec.scalar_loss()):
             return _with_product_forms(_setup(matvec, like, (product, valid, "loss_fn")))
     if not _forward_mode_ok(form, matvec.params):  # e.g. a custom_vjp in the loss
         return _with_product_forms(_setup(matvec, like, linearize=inside))

@@ -68,14 +68,6 @@ class HessianOperator(_LossOperator):
         _, product, value = jax.linearize(grad_fn, self.params, has_aux=True)
         return product, _check_loss_at(self.params, value)
 
-    def product_at(self, params: Any) -> Matvec:
-        """The linearised product at ``params`` that :meth:`linearize` keeps, without checks.
-
-        For measuring its residuals (:func:`kernels._memory.products_fit`), traced only.
-        """
-        grad_fn = jax.grad(_as_scalar(self.loss_fn, self.batch), has_aux=True)
-        return jax.linearize(grad_fn, params, has_aux=True)[1]
-
     def recomputed(self) -> tuple[Matvec, jax.Array]:
         """Products recomputed: each a forward-over-reverse ``jax.jvp(jax.grad)`` from scratch.
 

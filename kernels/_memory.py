@@ -8,8 +8,9 @@ from traced programs through public JAX (``jax.make_jaxpr``, ``jax.closure_conve
 under a user's ``jit`` alike.
 
 - What a program needs: :func:`gradient_bytes` (one gradient's residuals),
-  :func:`linear_residual_bytes` (a linearised product's), :func:`program_bytes` (every value a
-  program computes) and :func:`sample_bytes` (one Monte Carlo sample, calibrated against XLA).
+  :func:`linear_residual_bytes` (a linearised product's, from the function itself),
+  :func:`program_bytes` (every value a program computes) and :func:`sample_bytes` (one Monte
+  Carlo sample, calibrated against XLA).
 - What a kernel may plan: :func:`memory_budget` and :func:`budgeted_chunk_size`.
 - The kernels' rules: :func:`probe_chunk` and :func:`hutchinson_chunk` (Hutchinson's probes),
   :func:`perturbation_chunk` (the sharpness kernels' samples) and :func:`products_fit`
@@ -60,9 +61,9 @@ __all__ = [
 #
 #   model (parameters)         gradient         forms probe      linearised product  sample
 #                              est. / XLA       est. / XLA       est. / XLA          est. / XLA
-#   bench/scale.py QUICK (135k) 3.2 / 4.1 MB    6.5 / 2.7 MB     15.8 / 16.4 MB      2.6 / 2.1 MB
-#   reference (53,968)          91.2 / 73.8 MB  275 / 256 MB     344 / 274 MB        19 / 11 MB
-#   decoder (4,240,896)         100 / 128 MB    132 / 69 MB      494 / 478 MB        78 / 68 MB
+#   bench/scale.py QUICK (135k) 3.2 / 4.1 MB    6.5 / 2.7 MB     16.5 / 16.4 MB      2.6 / 2.1 MB
+#   reference (53,968)          91.2 / 73.8 MB  275 / 256 MB     345 / 274 MB        19 / 11 MB
+#   decoder (4,240,896)         100 / 128 MB    132 / 69 MB      514 / 478 MB        78 / 68 MB
 #
 # (forms probe and sample: a chunk's plan per added sample, one at a time for the reference
 # model's forms; product: probes one at a time, the whole plan; the decoder is
@@ -83,7 +84,7 @@ UNCONSTRAINED_BYTES = 128 << 20
 # a quadratic form's plan per probe over the bytes of all the values its program computes
 # (its jaxpr's equations, no buffer reused): 0.08 (QUICK), 0.19 (reference), 0.10 (decoder)
 _FORMS_FRACTION = 0.2
-# a linearised product's plan over the bytes of its residuals: 1.66 (QUICK), 1.27, 1.55
+# a linearised product's plan over the bytes of its residuals: 1.59 (QUICK), 1.27, 1.49
 _PRODUCT_FACTOR = 1.6
 # a perturbed-loss sample: its parameter-sized copies (the perturbation, the perturbed
 # parameters and their tangents in the program: 4.0 in the decoder's plan) plus this fraction of
@@ -124,28 +125,33 @@ def gradient_bytes(loss: Callable[[Any], Any], params: Any) -> int:
     return _computed_bytes(residuals, params)
 
 
-def linear_residual_bytes(build: Callable[[Any], Callable], primal: Any) -> int:
+def linear_residual_bytes(linear: Callable, tangent: Any) -> int:
     """Bytes a linear function keeps between calls: its residuals, traced only.
 
-    ``build(p)`` returns the linear function at ``p`` (``jax.linearize``'s, taking a tangent
-    shaped like ``p``). The residuals are the values the forward pass computed that the function
-    closes over, as ``jax.closure_convert`` hoists them, not ``primal`` or data the
-    function closes over; each counts once. From ``jax.make_jaxpr``: nothing is compiled or run.
+    ``linear`` is ``jax.linearize``'s function (or ``jax.vjp``'s), built under a trace (the
+    kernels run under ``jit``): its residuals are the tracers it closes over, which
+    ``jax.closure_convert`` hoists; each counts once. ``tangent`` is an argument it takes (only
+    shapes and dtypes are read); nothing of the loss is traced again. Built outside any trace,
+    a function closes over concrete arrays only, and this returns 0.
 
     Args:
-      build: ``p -> (t -> L t)``.
-      primal: the point ``p`` (a pytree; may hold tracers of an outer ``jit``).
+      linear: ``t -> L t``.
+      tangent: a valid argument of ``linear``.
 
     Returns:
       Bytes, an int >= 0.
 
     >>> import jax.numpy as jnp
     >>> x = jnp.ones((8, 3))  # the tangent program of sin(x @ w) reads cos(x @ w): 8 floats
-    >>> linear_residual_bytes(lambda w: jax.linearize(lambda v: jnp.sin(x @ v), w)[1],
-    ...                       jnp.ones((3,)))
-    32
+    >>> def kept(w):
+    ...     linear = jax.linearize(lambda v: jnp.sin(x @ v), w)[1]
+    ...     return linear_residual_bytes(linear, w)
+    >>> out = []
+    >>> _ = jax.make_jaxpr(lambda w: out.append(kept(w)) or w)(jnp.ones((3,)))
+    >>> out
+    [32]
     """
-    return _computed_bytes(lambda p: jax.closure_convert(build(p), p)[1], primal)
+    return tree_bytes(jax.closure_convert(linear, tangent)[1])
 
 
 def _computed_bytes(fn: Callable[[Any], Any], primal: Any) -> int:
@@ -361,21 +367,22 @@ def perturbation_chunk(
 
 
 def products_fit(
-    kind: str, build: Callable[[Any], Callable], primal: Any, loss: Callable[[Any], Any]
+    kind: str, linear: Callable, tangent: Any, primal: Any, loss: Callable[[Any], Any]
 ) -> bool:
     """Whether a linearised product, probes one at a time, fits a kernel's memory budget.
 
-    Its residuals (:func:`linear_residual_bytes` of ``build`` at ``primal``) within
-    :data:`PRODUCT_RESIDUAL_BYTES`, and their estimated memory (:func:`sample_bytes`
-    ``("products", ...)``) within ``memory_budget(kind, gradient_bytes(loss, primal))``.
+    Its residuals (:func:`linear_residual_bytes`) within :data:`PRODUCT_RESIDUAL_BYTES`, and
+    their estimated memory (:func:`sample_bytes` ``("products", ...)``) within
+    ``memory_budget(kind, gradient_bytes(loss, primal))``.
 
     Args:
       kind: ``"hutchinson"`` or ``"sharpness"`` (:data:`GRADIENT_MULTIPLES`).
-      build: ``p -> (t -> L t)``, the linearised product at ``p``.
-      primal: the point of the linearisation.
+      linear: the linearised product, built under the kernel's trace.
+      tangent: an argument of ``linear`` (shapes and dtypes only).
+      primal: the point the budget's gradient is taken at.
       loss: ``p -> scalar``, whose gradient the budget is stated in.
     """
-    residuals = linear_residual_bytes(build, primal)
+    residuals = linear_residual_bytes(linear, tangent)
     if residuals > PRODUCT_RESIDUAL_BYTES:
         return False
     need = sample_bytes("products", params=primal, residuals=residuals)

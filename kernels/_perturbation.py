@@ -389,15 +389,15 @@ def _sample_chunk(
     return perturbation_chunk(chunk_size, params, prob.loss, prob.flat, form)
 
 
-def _products_fit(prob: _Problem) -> bool:
+def _products_fit(prob: _Problem, linear: Any) -> bool:
     """Whether the decomposition's linearised products fit (``mode="auto"``, one at a time).
 
-    :func:`kernels._memory.products_fit` under the sharpness budget (1.3 gradients, at least
-    128 MiB). On a 4.2M-parameter decoder the products planned 4.5 gradients, quadratic
-    forms 1.26.
+    :func:`kernels._memory.products_fit` of ``linear`` (the linearised value and gradient at
+    the unperturbed point) under the sharpness budget (1.3 gradients, at least 128 MiB). On a
+    4.2M-parameter decoder the products planned 4.5 gradients, quadratic forms 1.26.
     """
     zero = jnp.zeros_like(prob.flat)
-    return products_fit("sharpness", lambda s: _linearized(prob, s)[1], zero, prob.loss)
+    return products_fit("sharpness", linear, zero, zero, prob.loss)
 
 
 def _check_bool(value: Any, name: str) -> bool:

@@ -295,7 +295,7 @@ def sharpness_decomposition(
     chunk_size = _sample_chunk(chunk_size, params, prob, hessian=True)
     base, linear = _linearized(prob, jnp.zeros_like(prob.flat))
     products = mode == "products" or (
-        mode == "auto" and chunk_size in (None, 1) and _products_fit(prob)
+        mode == "auto" and chunk_size in (None, 1) and _products_fit(prob, linear)
     )
     if products:
 

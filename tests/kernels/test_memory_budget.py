@@ -103,8 +103,9 @@ def hutchinson_choice(loss_fn, params, batch, chunk_size="auto"):
     def choose(p, b):
         op = hvp(loss_fn, p, b)
         chunk = _memory.hutchinson_chunk(chunk_size, op)
+        product = op.linearize()[0]
         return chunk, chunk == 1 and _memory.products_fit(
-            "hutchinson", op.product_at, p, op.scalar_loss()
+            "hutchinson", product, p, p, op.scalar_loss()
         )
 
     return traced(choose, params, batch)
