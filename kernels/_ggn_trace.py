@@ -30,7 +30,7 @@ from kernels._operators import (
     _check_floating,
     _check_params,
 )
-from kernels._trace import hutchinson_trace, hutchpp_trace
+from kernels._trace import _check_method_count, operator_trace
 from kernels.estimate import Estimate
 from kernels.parallel import check_num_samples, map_chunked, map_samples, sample_statistics
 
@@ -116,11 +116,9 @@ def _ggn_trace(
     chunk_size: int | Literal["auto"] | None,
 ) -> Estimate:
     """:func:`ggn_trace` once its count is named (``count``: probes or products)."""
-    count = check_positive_int(count, count_name, minimum=2 if method == "hutchinson" else 4)
+    count = _check_method_count(count, count_name, method)
     op = ggn(apply_fn, params, batch, loss=loss)
-    if method == "hutchinson":
-        return hutchinson_trace(op, params, key, num_samples=count, chunk_size=chunk_size)
-    return hutchpp_trace(op, params, key, num_matvecs=count, chunk_size=chunk_size)
+    return operator_trace(op, params, key, method=method, count=count, chunk_size=chunk_size)
 
 
 def _example_chunk(example_chunk_size: Any) -> int | None:

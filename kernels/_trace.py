@@ -342,14 +342,31 @@ def _hessian_trace(
     max_memory_bytes: int | None,
 ) -> Estimate:
     """:func:`hessian_trace` once its count is named (``count``: probes or products)."""
-    check_positive_int(count, count_name, minimum=2 if method == "hutchinson" else 4)
+    _check_method_count(count, count_name, method)
     if max_memory_bytes is not None:
         check_positive_int(max_memory_bytes, "max_memory_bytes")
     op = hvp(loss_fn, params, batch)
+    if method == "hutchpp":
+        _check_sketch_memory(params, count, max_memory_bytes)
+    return operator_trace(op, params, key, method=method, count=count, chunk_size=chunk_size)
+
+
+def _check_method_count(count: Any, count_name: str, method: str) -> int:
+    """The count of ``method`` (named by :func:`kernels._names.method_count`), checked."""
+    return check_positive_int(count, count_name, minimum=2 if method == "hutchinson" else 4)
+
+
+def operator_trace(
+    op: Any, like: Any, key: Any, *, method: str, count: int, chunk_size: Any
+) -> Estimate:
+    """The trace of a loss operator by ``method``: the one dispatch of the loss kernels.
+
+    ``"hutchinson"``: :func:`hutchinson_trace` with ``count`` Rademacher probes;
+    ``"hutchpp"``: :func:`hutchpp_trace` with a budget of ``count`` products.
+    """
     if method == "hutchinson":
-        return _hutchinson(op, params, key, count, chunk_size, "rademacher")
-    _check_sketch_memory(params, count, max_memory_bytes)
-    return _hutchpp(op, params, key, count, probe_chunk(chunk_size))
+        return _hutchinson(op, like, key, count, chunk_size, "rademacher")
+    return _hutchpp(op, like, key, count, probe_chunk(chunk_size))
 
 
 def _check_sketch_memory(params: Any, num_matvecs: int, max_memory_bytes: int | None) -> None:
