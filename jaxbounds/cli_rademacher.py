@@ -25,6 +25,8 @@ import re
 import signal
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -449,18 +451,36 @@ def run(args: argparse.Namespace) -> int:
             try:
                 result = job.run()
             except RunFailed as failed:
-                job.write(failed.partial)
-                _error(f"{failed} (the samples finished are saved)")
+                with _held_signals():
+                    job.write(failed.partial)
+                    _error(f"{failed} (the samples finished are saved)")
                 return 1
-            print(_result_line(result), flush=True)
-            job.write(result)
+            with _held_signals() as late:  # a signal now waits until the outputs are written
+                print(_result_line(result), flush=True)
+                job.write(result)
     except UsageError as err:
         _error(str(err))
         return 2
     except InputError as err:
         _error(str(err))
         return 1
-    if result.reason == "interrupted":
+    if result.reason == "interrupted" or late:
         _say_interrupted(args.checkpoint)
-        return 128 + (result.signal or signal.SIGINT)
+        return 128 + (result.signal or (late[0] if late else signal.SIGINT))
     return 0
+
+
+@contextlib.contextmanager
+def _held_signals() -> Iterator[list[int]]:
+    """SIGINT/SIGTERM are recorded, not acted on, inside the block (the outputs' writes)."""
+    got: list[int] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, lambda n, _frame: got.append(n))
+    try:
+        yield got
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
