@@ -558,6 +558,17 @@ class _Runner:
             return "max_time"
         return None
 
+    def samples_to_target(self) -> int | None:
+        """Samples still needed for the target as the standard error falls (None: no target)."""
+        if self.target is None or self.state is None or self.state.count < 2:
+            return None
+        mean, stderr = self.stream()
+        bound = self.target * abs(mean) if self.opts.relative else self.target
+        if not (math.isfinite(stderr) and bound > 0):
+            return None
+        need = max(self.state.count * (stderr / bound) ** 2, self.opts.min_samples)
+        return max(math.ceil(need) - self.state.count, 1)
+
     # -- blocks
 
     def next_block(self, size: int) -> tuple[int, int]:
@@ -601,12 +612,8 @@ class _Runner:
     def report(self, size: int, calibrating: bool) -> None:
         mean, stderr = self.stream()
         rate = self.done_here / max(self.this_run(), 1e-9)
-        eta = None
-        if self.target is not None and math.isfinite(stderr):
-            bound = self.target * abs(mean) if self.opts.relative else self.target
-            count = self.state.count
-            need = max(count * (stderr / bound) ** 2, self.opts.min_samples) if bound else math.inf
-            eta = max(need - count, 0) / rate
+        need = self.samples_to_target()
+        eta = None if need is None else need / rate
         info = Progress(self.state.count, self.elapsed(), rate, mean, stderr, eta, size,
                         calibrating=calibrating)  # fmt: skip
         if self.callback is not None:
@@ -638,8 +645,14 @@ class _Runner:
                 self.block_size = size  # no time left to compile a larger block
                 break
             # grow towards one block_seconds (by 2x to 256x; a small block's time includes the
-            # dispatch overhead, so this errs on the small side)
-            size *= 2 ** min(max(round(math.log2(wanted / size)), 1), 8)
+            # dispatch overhead, so this errs on the small side), but not past the samples the
+            # target is predicted to need (a larger block would overshoot it by that much)
+            grown = size * 2 ** min(max(round(math.log2(wanted / size)), 1), 8)
+            need = self.samples_to_target()
+            if need is not None and need <= size:
+                self.block_size = size
+                break
+            size = grown if need is None else min(grown, 2 ** math.ceil(math.log2(need)))
         self.block_size = self.block_size or size
         self.calibration = time.monotonic() - t0
         return reason
