@@ -48,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels import norms
+from kernels import _searches, norms
 from kernels import rademacher as rad
 
 N, D = 4096, 512
@@ -264,14 +264,14 @@ def bench_search(
         call = search_call("plain", specs2["plain"], x2, num_signs, steps, 8)
         sup = search_sup_of("plain", specs2["plain"], x2, key, steps)
         single = jax.jit(lambda s, sup=sup: sup(s[None])[0])
-        rad._CHECKS_IN_ASCENT = True
+        _searches._CHECKS_IN_ASCENT = True
         try:
             traced = {
                 "plain_checks_in_loop_one_call_chunk8": timed(lambda k: call(k)[0], key),
                 "plain_checks_in_loop_python_loop": timed(single, signs[0]),
             }
         finally:
-            rad._CHECKS_IN_ASCENT = False
+            _searches._CHECKS_IN_ASCENT = False
         variants["plain_checks_in_loop_one_call_chunk8"] = lambda k, call=call: call(k)[0]
         variants["plain_checks_in_loop_python_loop"] = lambda _, single=single: np.mean(
             [float(single(signs[i])) for i in range(num_signs)]

@@ -40,7 +40,7 @@ import numpy as np
 from kernels._checks import check_key, check_positive, check_positive_int
 from kernels._jit import compile_once
 from kernels._ordered import CheckChain
-from kernels.rademacher import _check_float_array, _check_float_dtype
+from kernels._signs import _check_float_array, _check_float_dtype
 
 __all__ = [
     "WQKCover",

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels import _checks, norms
+from kernels import _checks, _rademacher, norms
 from kernels import rademacher as rad
 from tests.helpers import TraceCounter, compiles_in, count_compiles, matmul_tol, tol
 
@@ -1060,14 +1060,14 @@ def test_linear_default_chunk_follows_the_backend(monkeypatch):
     chunk's signs and products fit the budget."""
     x = jnp.zeros((4096, 512), jnp.float32)
     # the backend this runs on: its 4096 draws take 75 MB, within the budget
-    assert rad._linear_chunk("auto", x) == (4096 if rad.is_accelerator() else 256)
-    monkeypatch.setattr(rad, "is_accelerator", lambda: False)
+    assert rad._linear_chunk("auto", x) == (4096 if _rademacher.is_accelerator() else 256)
+    monkeypatch.setattr(_rademacher, "is_accelerator", lambda: False)
     assert rad._linear_chunk("auto", x) == 256
     assert rad._linear_chunk(None, x) is None
     assert rad._linear_chunk(12, x) == 12
-    monkeypatch.setattr(rad, "is_accelerator", lambda: True)
+    monkeypatch.setattr(_rademacher, "is_accelerator", lambda: True)
     assert rad._linear_chunk("auto", x) == 4096
-    monkeypatch.setattr(rad, "_ACCEL_CHUNK_BYTES", 4608 * 4 * 1000)  # fits 1000 draws
+    monkeypatch.setattr(_rademacher, "_ACCEL_CHUNK_BYTES", 4608 * 4 * 1000)  # fits 1000 draws
     assert rad._linear_chunk("auto", x) == 512
     with pytest.raises(ValueError, match=r"^chunk_size"):
         rad.rademacher_linear(x[:4, :2], KEY, norm=2, radius=1.0, num_samples=4, chunk_size="big")
