@@ -111,9 +111,31 @@ def _search_all(sup: Any, signs: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jnp.max(best, axis=1).reshape(lead), jnp.max(top, axis=1).reshape(lead)
 
 
+class _Search:
+    """What both searches share: the ascent from every start, for sign vectors ``[..., n]``.
+
+    A subclass gives ``_objective(signs, theta) -> (value, output bound)`` and the fields
+    ``starts``, ``num_examples`` and ``dtype`` (:func:`_search_all`, :func:`_ascend`).
+    """
+
+    def search(self, signs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Values ``[...]`` for sign vectors ``[..., n]`` and the largest output bound seen.
+
+        The second output is the largest output bound of the class (:class:`SearchSup`:
+        ``max |f(x_i)|``; :class:`ReadoutSearchSup`: ``B max_i ||phi_V(x_i)||_{q*}``) over
+        every parameter the search visited for that sign vector (all iterates of all
+        restarts): what an ``output_bound`` must cover.
+        """
+        return _search_all(self, signs)
+
+    def __call__(self, signs: jax.Array) -> jax.Array:
+        """Search values (lower bounds of the sups) for sign vectors ``[..., n]``."""
+        return self.search(signs)[0]
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class SearchSup:
+class SearchSup(_Search):
     r"""Lower-bound sup of a constrained parametric class (see :func:`search_sup`).
 
     Attributes:
@@ -142,18 +164,6 @@ class SearchSup:
         f = self.apply_fn(theta, self.inputs).reshape(n).astype(self.dtype)
         # the value certifies a lower bound: full precision whatever the default (TF32)
         return jnp.dot(signs, f, precision=_HIGHEST) / n, jnp.max(jnp.abs(f))
-
-    def search(self, signs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        r"""Values ``[...]`` for sign vectors ``[..., n]`` and the largest $|f_\theta(x_i)|$ seen.
-
-        The second output is $\max |f_\theta(x_i)|$ over every parameter the search visited for
-        that sign vector (all iterates of all restarts): what an ``output_bound`` must cover.
-        """
-        return _search_all(self, signs)
-
-    def __call__(self, signs: jax.Array) -> jax.Array:
-        """Search values (lower bounds of the sups) for sign vectors ``[..., n]``."""
-        return self.search(signs)[0]
 
 
 def _random_starts(
@@ -327,7 +337,7 @@ def _readout_exponent(readout_norm: Any) -> float:
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class ReadoutSearchSup:
+class ReadoutSearchSup(_Search):
     r"""Lower-bound sup of a class ending in a norm-bounded readout (:func:`readout_search_sup`).
 
     Attributes:
@@ -365,19 +375,6 @@ class ReadoutSearchSup:
         radius = self.readout_radius.astype(self.dtype)
         value = radius / n * _smooth_lp(v, self.dual)
         return value, radius * jnp.max(vector_norm(phi, self.dual, axis=1))
-
-    def search(self, signs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        r"""Values ``[...]`` for sign vectors ``[..., n]`` and the largest output bound seen.
-
-        The second output is $B\max_i\|\phi_V(x_i)\|_{q^*} = \sup_{\|w\|_q\le B}
-        \max_i |w^\top\phi_V(x_i)|$, maximised over every V the search visited for that sign
-        vector: what an ``output_bound`` must cover.
-        """
-        return _search_all(self, signs)
-
-    def __call__(self, signs: jax.Array) -> jax.Array:
-        """Search values (lower bounds of the sups) for sign vectors ``[..., n]``."""
-        return self.search(signs)[0]
 
 
 def _readout_search_sup(
