@@ -592,6 +592,7 @@ def rademacher_exact(
         non-finite at some sign vector (also under ``jit``).
 
     >>> import jax.numpy as jnp
+    >>> from kernels.rademacher import linear_sup
     >>> est = rademacher_exact(linear_sup(jnp.eye(3), norm=1, radius=1.0))
     >>> round(float(est.mean), 6)  # ||s||_inf / 3
     0.333333
