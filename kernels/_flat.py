@@ -224,15 +224,23 @@ def _num_bad_rows(*arrays: jax.Array) -> jax.Array:
 _MAX_KEPT = 2**31 - 1
 
 
+def check_bounded_count(
+    value: Any, name: str, *, minimum: int = 1, maximum: int, shown: str, why: str
+) -> int:
+    """An int in ``[minimum, maximum]``; else a ValueError naming ``name``, the bound and why.
+
+    The one check of a count with an upper bound (``shown``: how the message writes it).
+    """
+    num = check_positive_int(value, name, minimum)
+    if num > maximum:
+        raise ValueError(f"{name}: at most {shown} ({why}), got {num}")
+    return num
+
+
 def _check_kept_count(value: Any, name: str) -> int:
     """An int in ``[1, 2**31 - 1]``: a count of probes whose outputs are all kept."""
-    num = check_positive_int(value, name)
-    if num > _MAX_KEPT:
-        raise ValueError(
-            f"{name}: at most 2**31 - 1 (every probe's output is kept in memory, one row "
-            f"each), got {num}"
-        )
-    return num
+    why = "every probe's output is kept in memory, one row each"
+    return check_bounded_count(value, name, maximum=_MAX_KEPT, shown="2**31 - 1", why=why)
 
 
 def _indices(num: int) -> jax.Array:

@@ -18,11 +18,11 @@ from kernels._checks import (
     check_finite,
     check_key,
     check_positive,
-    check_positive_int,
     check_that,
     describe,
     is_concrete,
 )
+from kernels._flat import check_bounded_count
 from kernels._memory import perturbation_chunk, products_fit
 from kernels.norms import tree_norm
 
@@ -365,10 +365,9 @@ def _check_count(value: Any, name: str, minimum: int = 1, why: str = _LOOP) -> i
 
     The loops run a count plus up to 2 extra iterations in int32 (``lax.fori_loop``).
     """
-    num = check_positive_int(value, name, minimum)
-    if num > _INT32_MAX - 2:
-        raise ValueError(f"{name}: at most 2**31 - 3 ({why}), got {num}")
-    return num
+    return check_bounded_count(
+        value, name, minimum=minimum, maximum=_INT32_MAX - 2, shown="2**31 - 3", why=why
+    )
 
 
 def _check_chunk(chunk_size: Any) -> Any:
