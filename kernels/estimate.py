@@ -1,4 +1,11 @@
-"""The result type every Monte Carlo kernel returns."""
+"""The result type every Monte Carlo kernel returns.
+
+One stream of samples has three containers, one per stage, and only this one is a result:
+:class:`Estimate` (mean, standard error, sample count: what a kernel returns);
+:class:`kernels.parallel.SampleStats` (the sums one program accumulates over its samples, inside
+the kernel); :class:`kernels.blocks.MonteCarloState` (the same sums, mergeable across blocks,
+processes and checkpoints, with the sample ranges they cover).
+"""
 
 from __future__ import annotations
 
