@@ -41,14 +41,14 @@ TOY = textwrap.dedent(
     from jaxbounds.report import registry
     from jaxbounds.report.facts import Run
     from jaxbounds.report.rows import Row
-    from jaxbounds.training import Progress
+    from jaxbounds.training import ProgressBar
 
     BUILDS = []
 
 
     def build_toy(key, *, quick=True):
         BUILDS.append(key)
-        bar = Progress(3, True, "[toy] train", min_interval=0.0)
+        bar = ProgressBar(3, True, "[toy] train", min_interval=0.0)
         for i in range(3):
             bar.update(i + 1, "loss 0.5")
         bar.close()
