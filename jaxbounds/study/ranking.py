@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxbounds.study import _stats
+
 __all__ = ["Psi", "Tau", "granulated_psi", "kendall", "psi_groups", "signs", "tau_a"]
 
 
@@ -99,8 +101,6 @@ def kendall(measure: Any, gap: Any) -> Tau:
     >>> kendall([2, 2, 2], [1, 2, 3]).note
     'the measure is constant'
     """
-    from jaxbounds.experiments import _stats
-
     mu = np.asarray(measure, dtype=float).reshape(-1)
     g = np.asarray(gap, dtype=float).reshape(-1)
     n = int(mu.size)

@@ -83,3 +83,14 @@ def test_psi_one_group_constant_measure_scores_zero_there():
     groups = psi_groups([(1,), (2,)], [0, 0], ["lr"])
     r = granulated_psi([5.0, 5.0], [1.0, 2.0], groups, [0, 0])
     assert r.per_axis == {"lr": 0.0}
+
+
+def test_the_study_floor_imports_nothing_of_the_experiments():
+    import subprocess
+    import sys
+
+    code = ("import sys, jaxbounds.study, jaxbounds.study.report, jaxbounds.study._cli; "
+            "print(sorted(m for m in sys.modules if m.startswith('jaxbounds.experiments')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]"
