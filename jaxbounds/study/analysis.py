@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from jaxbounds.study import bootstrap, cmi, nulls, ranking, sign_error
-from jaxbounds.study._table import ModelTable
+from jaxbounds.study._table import ModelTable, check_gap_range
 
 __all__ = ["FamilyResult", "MeasureResult", "Study", "analyze"]
 
@@ -314,7 +314,8 @@ def analyze(
       A :class:`Study`.
 
     Raises:
-      ValueError: for a confidence outside (0, 1), or num_null_draws / num_resamples < 1.
+      ValueError: for a confidence outside (0, 1), num_null_draws / num_resamples < 1, or
+        (with test-set sizes) a gap beyond ``loss_range``.
 
     >>> from jaxbounds.study import load_table
     >>> rows = [{"lr": lr, "seed": s, "gap": lr + s / 10, "m": lr} for lr in (1, 2, 3)
@@ -326,6 +327,9 @@ def analyze(
     """
     if not (isinstance(confidence, float) and 0.0 < confidence < 1.0):
         raise ValueError(f"confidence: expected a float in (0, 1), got {confidence!r}")
+    if not (math.isfinite(loss_range) and loss_range > 0):
+        raise ValueError(f"loss_range: expected a finite number > 0, got {loss_range!r}")
+    check_gap_range(table, float(loss_range))
     opts = {
         "converged_only": bool(converged_only), "collapse_duplicates": bool(collapse_duplicates),
         "num_null_draws": num_null_draws, "num_resamples": num_resamples,

@@ -18,7 +18,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["NullBaseline", "Summary", "null_draws"]
+__all__ = ["MIN_DRAWS", "NullBaseline", "Summary", "beyond", "null_draws"]
+
+#: Draws a two-sided rank test at level 5% needs: with k draws the smallest p-value is
+#: 2 / (k + 1), at most 0.05 from k = 39 on.
+MIN_DRAWS = 39
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,3 +127,27 @@ def null_draws(
     )
     return {"random": summarise("random", random_stats),
             "gap+noise": summarise("gap+noise", noise_stats, note)}  # fmt: skip
+
+
+def beyond(value: float, draws: Summary, *, level: float = 0.05) -> bool | None:
+    r"""Whether ``value`` lies beyond the null's draws: a two-sided Monte Carlo rank test.
+
+    $p = \min(1, 2\min(1 + \#\{d \ge v\}, 1 + \#\{d \le v\}) / (k + 1))$ over the $k$
+    finite draws $d$, and ``value`` is beyond the null when $p \le$ ``level``. A value that is
+    itself a draw of the null is called beyond with probability at most ``level`` (ties make
+    the test conservative). With fewer than :data:`MIN_DRAWS` draws (at 5%) no value can be
+    beyond: None, as for a NaN value.
+
+    >>> s = Summary.of(list(np.arange(100.0)))
+    >>> beyond(100.5, s), beyond(50.0, s), beyond(2.0, s)
+    (True, False, False)
+    >>> print(beyond(100.5, Summary.of(list(np.arange(20.0)))))
+    None
+    """
+    d = np.asarray(draws.values, dtype=float)
+    d = d[np.isfinite(d)]
+    k = d.size
+    if not math.isfinite(value) or 2.0 / (k + 1) > level:
+        return None
+    p = 2.0 * min(1 + int((d >= value).sum()), 1 + int((d <= value).sum())) / (k + 1)
+    return min(1.0, p) <= level

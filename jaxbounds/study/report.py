@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from jaxbounds.study import nulls
 from jaxbounds.study.analysis import FamilyResult, MeasureResult, Study
 
 __all__ = ["as_json", "render_report", "study_json", "study_markdown"]
@@ -59,11 +60,17 @@ def _nulls(fr: FamilyResult) -> list[str]:
 
 
 def _beyond(value: float, fr: FamilyResult, stat: str) -> str:
-    """``yes`` when the value lies outside the random null's 95% range, else ``no``."""
+    """``yes`` / ``no``: the random null's rank test (:func:`~jaxbounds.study.nulls.beyond`).
+
+    ``n/a`` without a value, or with too few draws (said in the cell).
+    """
     s = fr.nulls["random"].stats.get(stat)
-    if s is None or not math.isfinite(value) or not math.isfinite(s.low):
+    if s is None or not math.isfinite(value):
         return "n/a"
-    return "yes" if (value < s.low or value > s.high) else "no"
+    verdict = nulls.beyond(value, s)
+    if verdict is None:
+        return f"n/a (too few draws: {fr.nulls['random'].num_samples} < {nulls.MIN_DRAWS})"
+    return "yes" if verdict else "no"
 
 
 def _measure_row(fr: FamilyResult, m: MeasureResult) -> list[str]:
@@ -97,7 +104,8 @@ def _family_section(fr: FamilyResult) -> list[str]:
     lines += [*_nulls(fr), ""]
     lines += ["### Measures", "",
               "tau: Jiang et al.'s eq. (3) (tau-a); tau-b beside it; intervals: seed "
-              "bootstrap; 'beyond null': outside the random measure's 95% range; CMI: "
+              "bootstrap; 'beyond null': the random measure's draws put it beyond them (a "
+              "two-sided 5% rank test; n/a with fewer than 39 draws); CMI: "
               "|S| = 0 / 1 / 2, the minimum over conditioning sets of that size; sign error: "
               "Dziugaite et al.'s, over the environments kept (mean / p90 / max).", ""]  # fmt: skip
     header = ["measure", "n", "tau", "tau-b", "tau interval", "beyond null", "Psi",

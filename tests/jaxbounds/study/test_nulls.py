@@ -36,3 +36,24 @@ def test_summary_percentiles():
 def test_bad_num_samples():
     with pytest.raises(ValueError, match="num_samples"):
         null_draws(np.arange(3.0), None, lambda m: {}, num_samples=0, rng_seed=0)
+
+
+@pytest.mark.parametrize("k", [39, 40, 100])
+def test_beyond_has_its_level_over_every_rank(k):
+    # A value that is itself a draw of the null has each of the k + 1 ranks with probability
+    # 1 / (k + 1): the rank test calls it beyond for at most 5% of the ranks.
+    from jaxbounds.study.nulls import beyond
+
+    draws = Summary.of(list(np.arange(float(k))))
+    calls = [beyond(r - 0.5, draws) for r in range(k + 1)]
+    assert None not in calls
+    expected = {39: 2, 40: 2, 100: 4}[k]  # ranks with 2 min(...) / (k + 1) <= 0.05
+    assert sum(calls) == expected
+    assert sum(calls) / (k + 1) <= 0.05
+
+
+def test_beyond_needs_39_draws():
+    from jaxbounds.study.nulls import beyond
+
+    assert beyond(100.0, Summary.of(list(np.arange(38.0)))) is None
+    assert beyond(100.0, Summary.of(list(np.arange(39.0)))) is True

@@ -89,8 +89,10 @@ def test_the_study_floor_imports_nothing_of_the_experiments():
     import subprocess
     import sys
 
-    code = ("import sys, jaxbounds.study, jaxbounds.study.report, jaxbounds.study._cli; "
-            "print(sorted(m for m in sys.modules if m.startswith('jaxbounds.experiments')))")
+    code = (
+        "import sys, jaxbounds.study, jaxbounds.study.report, jaxbounds.study._cli; "
+        "print(sorted(m for m in sys.modules if m.startswith('jaxbounds.experiments')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)  # fmt: skip
     assert out.stdout.strip() == "[]"

@@ -9,8 +9,8 @@ from jaxbounds.study.report import as_json, render_report, study_markdown
 
 
 def _study():
-    rows = [{"lr": lr, "bs": bs, "seed": s, "gap": lr + 0.1 * bs + 0.01 * s, "m": lr * bs,
-             "flat": 1.0, "se": 0.001}
+    rows = [{"lr": lr, "bs": bs, "seed": s, "gap": (lr + 0.1 * bs + 0.01 * s) / 10,
+             "m": lr * bs, "flat": 1.0, "se": 0.001}
             for lr in (1, 2, 3) for bs in (1, 2) for s in (0, 1, 2, 3)]  # fmt: skip
     t = load_table(rows, axes=["lr", "bs"], seed="seed", gap="gap", measures=["m", "flat"],
                    gap_stderr="se", num_test=100000)  # fmt: skip
