@@ -61,7 +61,7 @@ def test_nan_rows_and_one_seed_are_reported(tmp_path, capsys):
     assert main(_args(path, tmp_path / "out")) == 0
     out = capsys.readouterr().out
     assert "1 row(s) without a gap (NaN) left out" in out
-    assert "one seed: no bootstrap interval over seeds" in out
+    assert "one seed: the intervals resample the configurations only" in out
     report = (tmp_path / "out" / "report.md").read_text()
     assert "the measure is constant" in report
 

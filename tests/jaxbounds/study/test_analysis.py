@@ -99,12 +99,13 @@ def test_nan_rows_are_reported_not_dropped_silently():
     assert f.measures["m"].num_models == 16
 
 
-def test_one_seed_gives_statistics_but_no_interval():
+def test_one_seed_resamples_the_configurations_only():
     f = _study(_rows(seeds=(0,))).families["small"]
     assert f.seeds == (0,)
     assert math.isfinite(f.measures["m"].psi.psi)
-    assert math.isnan(f.measures["m"].tau_interval.low)
-    assert any("one seed" in n for n in f.notes)
+    assert f.measures["m"].tau_interval.distinct_resamples == 462  # multisets of 6 of 6
+    assert any("one seed: the intervals resample the configurations only" in n for n in f.notes)
+    assert set(f.resamples.weights.sum(axis=1).tolist()) == {6.0}
 
 
 def test_nulls_bracket_the_measure():

@@ -10,12 +10,12 @@ from jaxbounds.study.ranking import tau_a
 def test_draws_follow_the_documented_generator():
     gap = np.linspace(0.0, 1.0, 6)
     se = np.full(6, 0.01)
-    out = null_draws(gap, se, lambda m: {"tau": tau_a(m, gap)}, num_samples=3, rng_seed=7)
+    out = null_draws(gap, se, lambda m, k: {"tau": tau_a(m, gap)}, num_samples=3, rng_seed=7)
     rng = np.random.default_rng(7)
     expected_random, expected_noise = [], []
     for _ in range(3):
         r, z = rng.standard_normal(6), rng.standard_normal(6)
-        expected_random.append(tau_a(r, gap))
+        expected_random.append(tau_a(np.exp(r), gap))
         expected_noise.append(tau_a(gap + se * z, gap))
     assert out["random"].stats["tau"].values == tuple(expected_random)
     assert out["gap+noise"].stats["tau"].values == tuple(expected_noise)
@@ -23,7 +23,7 @@ def test_draws_follow_the_documented_generator():
 
 
 def test_gap_plus_noise_needs_a_standard_error():
-    out = null_draws(np.arange(3.0), None, lambda m: {"x": 0.0}, num_samples=2, rng_seed=0)
+    out = null_draws(np.arange(3.0), None, lambda m, k: {"x": 0.0}, num_samples=2, rng_seed=0)
     assert out["gap+noise"].num_samples == 0
     assert out["gap+noise"].note
 
@@ -35,7 +35,7 @@ def test_summary_percentiles():
 
 def test_bad_num_samples():
     with pytest.raises(ValueError, match="num_samples"):
-        null_draws(np.arange(3.0), None, lambda m: {}, num_samples=0, rng_seed=0)
+        null_draws(np.arange(3.0), None, lambda m, k: {}, num_samples=0, rng_seed=0)
 
 
 @pytest.mark.parametrize("k", [39, 40, 100])

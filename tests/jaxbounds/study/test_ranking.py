@@ -65,8 +65,8 @@ def test_psi_by_hand_two_axes_two_seeds():
     assert r.per_axis["bs"] == 0.0
     assert r.psi == 0.5
     assert r.num_groups == {"lr": 4, "bs": 4}
-    # a resample of seed 0 twice: lr 1, bs (1 - 1)/2 = 0 -> 0.5; seed 1 only: same
-    assert r.resampled({0: 2}) == 0.5
+    # a resample of seed 0 twice (models 0-3): lr 1, bs (1 - 1)/2 = 0 -> 0.5
+    assert r.resampled(np.array([[2.0] * 4 + [0.0] * 4]))[0] == 0.5
 
 
 def test_psi_leaves_out_an_axis_with_one_value():
