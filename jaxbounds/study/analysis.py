@@ -155,6 +155,7 @@ class _Family:
     resamples: bootstrap.Resamples
     env: list
     groups: dict[str, list[np.ndarray]]
+    layout: ranking.PsiLayout
     pairs: Any
     subsets: Any
     opts: dict[str, Any]
@@ -214,10 +215,10 @@ def _prepare(kept: ModelTable, rows: np.ndarray, opts: dict[str, Any], notes: li
     elif opts["cmi_max_size"] >= 0:
         notes.append(f"CMI skipped: {kept.num_rows} models, more than cmi_max_models = "
                      f"{opts['cmi_max_models']} (it uses all n(n-1) ordered pairs)")  # fmt: skip
+    groups = ranking.psi_groups(configs, seeds, list(axes))
     return _Family(kept, rows, axes, configs, seeds, resamples,
-                   sign_error.environments(configs, list(axes)),
-                   ranking.psi_groups(configs, seeds, list(axes)), pairs, subsets,
-                   opts)  # fmt: skip
+                   sign_error.environments(configs, list(axes)), groups,
+                   ranking.psi_layout(groups), pairs, subsets, opts)  # fmt: skip
 
 
 def _sign_error(f: _Family, mu: np.ndarray, idx: np.ndarray, name: str | None,
@@ -277,7 +278,8 @@ def _measure(f: _Family, name: str, values: np.ndarray, capped: ModelTable,
     tau = ranking.kendall(mu, g)
     if tau.note and idx.size:
         notes.append(f"{name}: tau n/a ({tau.note})")
-    psi = ranking.granulated_psi(mu, g, groups, sd, index=idx)
+    psi = ranking.granulated_psi(mu, g, groups, sd, index=idx,
+                                 layout=f.layout if have.all() else None)  # fmt: skip
     w = f.resamples.weights
     if tau.note:
         tau_values = np.full(w.shape[0], math.nan)
@@ -305,7 +307,8 @@ def _null_stats(f: _Family, with_cmi: bool) -> Any:
     def stats(m: np.ndarray, kind: str) -> dict[str, float]:
         adjust = kind != "gap+noise"  # the null measures are size-adjusted as the measures
         out = {"tau": ranking.tau_a(m, f.kept.gap),
-               "psi": ranking.granulated_psi(m, f.kept.gap, f.groups, f.seeds).psi}  # fmt: skip
+               "psi": ranking.granulated_psi(m, f.kept.gap, f.groups, f.seeds,
+                                             layout=f.layout).psi}  # fmt: skip
         if with_cmi:
             c = _cmi(f, m, every)
             for k in range(f.opts["cmi_max_size"] + 1):

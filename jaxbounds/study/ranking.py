@@ -18,7 +18,18 @@ import numpy as np
 
 from jaxbounds.study import _stats
 
-__all__ = ["Psi", "PsiTerms", "Tau", "granulated_psi", "kendall", "psi_groups", "signs", "tau_a"]
+__all__ = [
+    "Psi",
+    "PsiLayout",
+    "PsiTerms",
+    "Tau",
+    "granulated_psi",
+    "kendall",
+    "psi_groups",
+    "psi_layout",
+    "signs",
+    "tau_a",
+]
 
 
 def signs(values: Any) -> np.ndarray:
@@ -223,8 +234,57 @@ def psi_groups(
     return out
 
 
-def _cat(parts: list, dtype: Any) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+@dataclasses.dataclass(frozen=True)
+class PsiLayout:
+    """The ordered pairs within the groups of :func:`psi_groups`, measure-free.
+
+    Computed once per set of groups (:func:`psi_layout`) and shared by every measure's
+    :func:`granulated_psi`.
+
+    Attributes:
+      i: (P,) first model of each pair (a position in the measure).
+      j: (P,) second model.
+      starts: (G,) where each group's pairs start.
+      size: (G,) ordered pairs of each group, n (n - 1).
+      axis: (G,) the axis (position) of each group.
+      first: (G,) the first model of each group (for its seed).
+      axes: the axes, in order.
+    """
+
+    i: np.ndarray
+    j: np.ndarray
+    starts: np.ndarray
+    size: np.ndarray
+    axis: np.ndarray
+    first: np.ndarray
+    axes: tuple[str, ...]
+
+
+def _cat(parts: list) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def psi_layout(groups: dict[str, list[np.ndarray]]) -> PsiLayout:
+    """The pairs of every group (:class:`PsiLayout`).
+
+    >>> lay = psi_layout({"lr": [np.array([0, 1, 2])], "bs": [np.array([0, 3])]})
+    >>> lay.i.tolist(), lay.j.tolist(), lay.size.tolist(), lay.axis.tolist()
+    ([0, 0, 1, 1, 2, 2, 0, 3], [1, 2, 0, 2, 0, 1, 3, 0], [6, 2], [0, 1])
+    """
+    ii, jj, sizes, gaxis, first = [], [], [], [], []
+    for k, members in enumerate(groups.values()):
+        for m in members:
+            m = np.asarray(m)
+            x, y = np.nonzero(~np.eye(m.size, dtype=bool))
+            ii.append(m[x])
+            jj.append(m[y])
+            sizes.append(x.size)
+            gaxis.append(k)
+            first.append(int(m[0]))
+    size = np.asarray(sizes, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64) if size.size else size
+    return PsiLayout(_cat(ii), _cat(jj), starts, size, np.asarray(gaxis, dtype=np.int64),
+                     np.asarray(first, dtype=np.int64), tuple(groups))  # fmt: skip
 
 
 def granulated_psi(
@@ -234,6 +294,7 @@ def granulated_psi(
     seeds: Sequence[Any],
     *,
     index: Any = None,
+    layout: PsiLayout | None = None,
 ) -> Psi:
     r"""Jiang et al.'s $\psi_k$ per axis and $\Psi$ from the groups of :func:`psi_groups`.
 
@@ -248,6 +309,7 @@ def granulated_psi(
       seeds: (n,) seed of each model.
       index: (n,) the column of each model in the resample weights that
         :meth:`Psi.resampled` will get (default: its position).
+      layout: :func:`psi_layout` of ``groups`` (computed when None).
 
     Returns:
       A :class:`Psi`.
@@ -262,30 +324,22 @@ def granulated_psi(
     """
     mu = np.asarray(measure, dtype=float)
     g = np.asarray(gap, dtype=float)
+    lay = psi_layout(groups) if layout is None else layout
     where = np.arange(mu.size) if index is None else np.asarray(index)
+    sign = np.sign(mu[lay.i] - mu[lay.j]) * np.sign(g[lay.i] - g[lay.j])
+    group_tau = (np.add.reduceat(sign, lay.starts) / lay.size if lay.size.size
+                 else np.zeros(0))  # fmt: skip
     per_axis, counts, taus, gseeds = {}, {}, {}, {}
-    ii, jj, ss, sizes, gaxis = [], [], [], [], []
-    for k, (axis, members) in enumerate(groups.items()):
-        t = [tau_a(mu[m], g[m]) for m in members]
+    for k, axis in enumerate(lay.axes):
+        mine = np.flatnonzero(lay.axis == k)
+        t = group_tau[mine].tolist()
         per_axis[axis] = float(np.mean(t)) if t else math.nan
         counts[axis] = len(t)
         if t:
             taus[axis] = tuple(t)
-            gseeds[axis] = tuple(seeds[int(m[0])] for m in members)
-        for m in members:
-            m = np.asarray(m)
-            x, y = np.nonzero(~np.eye(m.size, dtype=bool))
-            ii.append(where[m[x]])
-            jj.append(where[m[y]])
-            ss.append(np.sign(mu[m[x]] - mu[m[y]]) * np.sign(g[m[x]] - g[m[y]]))
-            sizes.append(x.size)
-            gaxis.append(k)
+            gseeds[axis] = tuple(seeds[int(f)] for f in lay.first[mine])
     defined = [v for v in per_axis.values() if not math.isnan(v)]
     psi = float(np.mean(defined)) if defined else math.nan
-    size = np.asarray(sizes, dtype=np.int64)
-    terms = PsiTerms(
-        _cat(ii, np.int64), _cat(jj, np.int64), _cat(ss, float),
-        np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64) if size.size else size,
-        size.astype(float), np.asarray(gaxis, dtype=np.int64), len(groups),
-    )  # fmt: skip
+    terms = PsiTerms(where[lay.i], where[lay.j], sign, lay.starts, lay.size.astype(float),
+                     lay.axis, len(lay.axes))  # fmt: skip
     return Psi(psi, per_axis, counts, taus, gseeds, terms)
