@@ -612,10 +612,12 @@ def test_committed_tau_and_psi_recomputed_from_results_csv():
             if key not in seen:
                 seen.add(key)
                 sub.append(r)
-        # learning_rate = lr_scale x the optimizer's base rate: derived, not an axis of its own
+        # learning_rate = lr_scale x the optimizer's base rate: derived, not an axis of its own;
+        # the step budget within which a kept model converged is an outcome, not an axis
         axes = [
-            a for a in mvg.AXIS_KEYS if a != "learning_rate" and len({r.get(a) for r in sub}) > 1
-        ]
+            a for a in mvg.AXIS_KEYS
+            if a not in ("learning_rate", "max_steps") and len({r.get(a) for r in sub}) > 1
+        ]  # fmt: skip
         got = {r["measure"]: r for r in table if r["family"] == family}
         gap = [float(r["gap"]) for r in sub]
         for name in names:
