@@ -55,8 +55,8 @@ def test_every_committed_reproduction_is_listed():
         assert name in REGISTRY, name
 
 
-# measures-vs-gap renders its study (seed bootstrap, 100 null draws per statistic, CMI) over 864
-# models: about 2.5 minutes of one core, so it runs with the slow tests; its tau and Psi are
+# measures-vs-gap renders its study (two-way bootstrap, 100 null draws per statistic, CMI) over 864
+# models: about 40 s on the 2-core machine, so it runs with the slow tests; its tau and Psi are
 # recomputed independently in the default run (test_measures_vs_gap.py)
 SLOW_RENDERS = {"measures-vs-gap"}
 
