@@ -72,6 +72,60 @@ def _ranked(fr: Any, specs: Sequence[Any]) -> list[Any]:
     return sorted(_defined(fr.family, specs), key=key)
 
 
+def _counts_text(studies: Mapping[str, Any], fr: Any) -> str:
+    loss = studies["loss"]
+    return (
+        f"{fr.num_rows} models; {fr.num_capped} stopped at their step cap (reported apart); "
+        f"{fr.num_duplicates} duplicate runs counted once"
+        + (" (a run that reached the threshold within a smaller step budget is the same "
+           "run at every larger one)" if fr.num_duplicates else "")
+        + f"; **{fr.num_models} models analysed**, seeds "
+        f"{', '.join(str(s) for s in fr.seeds)}; axes: "
+        f"{', '.join(_SHORT.get(a, a) for a in fr.axes)}. Two-way bootstrap: "
+        f"{loss.options['num_resamples']} resamples of the configurations and seeds."
+        + _budget_text(studies, fr)
+    )  # fmt: skip
+
+
+def _measure_table(fr: Any, er: Any, specs: Sequence[Any], cost: Mapping[str, Any]) -> str:
+    """The nulls, then every measure ranked by Psi: tau, Psi, CMI, sign error, cost."""
+    header = ["measure", "kind", "n", "tau", "tau-b", "tau interval", "Psi",
+              "Psi interval", "CMI 0 / 1 / 2 (tau's sign)", "sign err mean", "p90", "max",
+              f"max at n = {_mvg_study.ANCHOR_NUM_TEST}", "envs", "s/model",
+              "compile s"]  # fmt: skip
+    table = _null_rows(fr, er)
+    for spec in _ranked(fr, specs):
+        m, se = fr.measures[spec.name], er.measures[spec.name].sign_error
+        at = er.measures[spec.name].sign_error_at.get(_mvg_study.ANCHOR_NUM_TEST)
+        cmi = m.cmi.by_size if m.cmi is not None else {}
+        price = cost.get(spec.program, {})
+        table.append([
+            f"`{spec.name}`", spec.kind, str(m.num_models), _f(m.tau.tau), _f(m.tau.tau_b),
+            m.tau_interval.format(2), _f(m.psi.psi), m.psi_interval.format(2),
+            (" / ".join(_u(cmi.get(k)) for k in (0, 1, 2)) + f" ({_sign(m.tau.tau)})"
+             if cmi else "n/a"),
+            _u(se.mean), _u(se.p90), _u(se.worst), _u(at.worst if at else math.nan),
+            str(se.num_environments),
+            runner.format_number(price.get("seconds_per_model"), 2),
+            runner.format_number(price.get("compile_seconds"), 2),
+        ])  # fmt: skip
+    return runner.markdown_table(header, table, align="llr" + "r" * 13)
+
+
+def _per_axis_table(fr: Any, er: Any, specs: Sequence[Any]) -> str:
+    header = ["measure", *[_SHORT.get(a, a) for a in fr.axes]]
+    table = []
+    for spec in _ranked(fr, specs):
+        m, se = fr.measures[spec.name], er.measures[spec.name].sign_error
+        cells = [f"`{spec.name}`"]
+        for a in fr.axes:
+            mean, _, top = se.axis_summary(a)
+            cells.append(f"{_f(m.psi.per_axis.get(a), 2)}; {_u(mean, 2)} / {_u(top, 2)} "
+                         f"({len(se.per_axis.get(a, ()))})")  # fmt: skip
+        table.append(cells)
+    return runner.markdown_table(header, table, align="l" + "r" * len(fr.axes))
+
+
 def family_sections(studies: Mapping[str, Any], specs: Sequence[Any],
                     cost: Mapping[str, Any]) -> list[str]:  # fmt: skip
     """Per family: counts, null baselines, every measure's statistics, psi per axis."""
@@ -79,53 +133,10 @@ def family_sections(studies: Mapping[str, Any], specs: Sequence[Any],
     lines: list[str] = []
     for family, fr in loss.families.items():
         er = error.families[family]
-        lines += [f"## {family}", ""]
-        lines.append(
-            f"{fr.num_rows} models; {fr.num_capped} stopped at their step cap (reported apart); "
-            f"{fr.num_duplicates} duplicate runs counted once"
-            + (" (a run that reached the threshold within a smaller step budget is the same "
-               "run at every larger one)" if fr.num_duplicates else "")
-            + f"; **{fr.num_models} models analysed**, seeds "
-            f"{', '.join(str(s) for s in fr.seeds)}; axes: "
-            f"{', '.join(_SHORT.get(a, a) for a in fr.axes)}. Two-way bootstrap: "
-            f"{loss.options['num_resamples']} resamples of the configurations and seeds."
-            + _budget_text(studies, fr)
-        )  # fmt: skip
-        lines.append("")
-        header = ["measure", "kind", "n", "tau", "tau-b", "tau interval", "Psi",
-                  "Psi interval", "CMI 0 / 1 / 2 (tau's sign)", "sign err mean", "p90", "max",
-                  f"max at n = {_mvg_study.ANCHOR_NUM_TEST}", "envs", "s/model",
-                  "compile s"]  # fmt: skip
-        table = _null_rows(fr, er)
-        for spec in _ranked(fr, specs):
-            m, se = fr.measures[spec.name], er.measures[spec.name].sign_error
-            at = er.measures[spec.name].sign_error_at.get(_mvg_study.ANCHOR_NUM_TEST)
-            cmi = m.cmi.by_size if m.cmi is not None else {}
-            price = cost.get(spec.program, {})
-            table.append([
-                f"`{spec.name}`", spec.kind, str(m.num_models), _f(m.tau.tau), _f(m.tau.tau_b),
-                m.tau_interval.format(2), _f(m.psi.psi), m.psi_interval.format(2),
-                (" / ".join(_u(cmi.get(k)) for k in (0, 1, 2)) + f" ({_sign(m.tau.tau)})"
-                 if cmi else "n/a"),
-                _u(se.mean), _u(se.p90), _u(se.worst), _u(at.worst if at else math.nan),
-                str(se.num_environments),
-                runner.format_number(price.get("seconds_per_model"), 2),
-                runner.format_number(price.get("compile_seconds"), 2),
-            ])  # fmt: skip
-        lines += [runner.markdown_table(header, table, align="llr" + "r" * 13), ""]
-        header = ["measure", *[_SHORT.get(a, a) for a in fr.axes]]
-        table = []
-        for spec in _ranked(fr, specs):
-            m, se = fr.measures[spec.name], er.measures[spec.name].sign_error
-            cells = [f"`{spec.name}`"]
-            for a in fr.axes:
-                mean, _, top = se.axis_summary(a)
-                cells.append(f"{_f(m.psi.per_axis.get(a), 2)}; {_u(mean, 2)} / {_u(top, 2)} "
-                             f"({len(se.per_axis.get(a, ()))})")  # fmt: skip
-            table.append(cells)
-        per_axis = runner.markdown_table(header, table, align="l" + "r" * len(fr.axes))
+        lines += [f"## {family}", "", _counts_text(studies, fr), ""]
+        lines += [_measure_table(fr, er, specs, cost), ""]
         lines += ["psi per axis; sign error mean / max over that axis's kept environments "
-                  "(count):", "", per_axis, ""]  # fmt: skip
+                  "(count):", "", _per_axis_table(fr, er, specs), ""]  # fmt: skip
         dropped = sum(next(iter(er.measures.values())).sign_error.num_dropped.values())
         lines += [f"Sign error environments dropped for an effective sample size below 12: "
                   f"{dropped} (of each measure's environments, the same for all).", ""]  # fmt: skip
