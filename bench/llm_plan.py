@@ -45,8 +45,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,8 +198,11 @@ def measure(
             compiled = lowered.compile()
         except Exception as err:  # a program that does not compile is a result
             record["error"] = f"{type(err).__name__}: {str(err)[:400]}"
+            frames = traceback.extract_tb(err.__traceback__)
+            ours = [f for f in frames if f"{os.sep}kernels{os.sep}" in f.filename]
+            if ours:  # where in the kernels it was raised
+                record["error_at"] = f"kernels/{Path(ours[-1].filename).name}:{ours[-1].lineno}"
             records.append(record)
-            print(json.dumps(record), flush=True)
             continue
         record["compile_s"] = round(time.perf_counter() - start, 2)
         mem = compiled.memory_analysis()
@@ -211,7 +217,6 @@ def measure(
         record["xla_flops_per_device"] = float(cost.get("flops", float("nan"))) if cost else None
         record["load_end"] = [round(x, 2) for x in os.getloadavg()]
         records.append(record)
-        print(json.dumps(record), flush=True)
         del compiled, lowered
         jax.clear_caches()
     return records
@@ -262,7 +267,10 @@ def markdown(records: list[dict]) -> str:
         prog = r["program"] + (f" ({r['num_steps']} steps)" if "num_steps" in r else "")
         load = r.get("load_start", [None])[0]
         if "error" in r:
-            lines.append(f"| {r['decoder']} | {prog} | {r['variant']} | {r['error'][:80]} "
+            where = f" ({r['error_at']})" if "error_at" in r else ""
+            error = re.sub(r"[FEW]\d{4} [\d:.]+ +\d+ \S+\] ", "", r["error"])  # glog prefix
+            error = error.replace("|", "/")[:240]
+            lines.append(f"| {r['decoder']} | {prog} | {r['variant']} | {error}{where} "
                          f"| | | | | | | {load} |")  # fmt: skip
             continue
         meets = {True: "yes", False: "**no**"}.get(r.get("meets_goal"), "")
@@ -277,6 +285,65 @@ def markdown(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def variants(program: str, f32_args: bool) -> list[str]:
+    """The variants measured for a program (see the module docstring)."""
+    out = ["f32_in_program"] + (["bf16"] if program == "gradient" else [])
+    return out + (["f32_args"] if f32_args else [])
+
+
+def _child(name: str, program: str, args: argparse.Namespace) -> list[dict]:
+    """One program of one decoder in a fresh process.
+
+    XLA's compiler can abort the process (a failed check) or exhaust the host's memory; a record
+    then says so instead of losing the others. ``--host-memory-gib`` caps the child's address
+    space, so that a compilation that needs more fails alone instead of starving the machine.
+    Each record carries the child's peak resident memory (``compile_host_rss_gib``).
+    """
+    import resource
+    import tempfile
+
+    cmd = [sys.executable, __file__, "--child", "--configs", name, "--programs", program,
+           "--lanczos-steps", str(args.lanczos_steps)]  # fmt: skip
+    if args.f32_args:
+        cmd.append("--f32-args")
+    limit = None if args.host_memory_gib is None else int(args.host_memory_gib * 2**30)
+
+    def cap() -> None:
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, preexec_fn=cap)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    rss_gib = round(usage.ru_maxrss * 1024 / 2**30, 2)  # ru_maxrss is in KiB on Linux
+    records = [json.loads(line[len("RECORD ") :]) for line in stdout.splitlines()
+               if line.startswith("RECORD ")]  # fmt: skip
+    for r in records:
+        r["compile_host_rss_gib"] = rss_gib
+    if code != 0:
+        lines = [ln for ln in stderr.splitlines() if ln.strip()] or [""]
+        why = next((ln for ln in lines if "Check failed" in ln or "Error" in ln
+                    or "bad_alloc" in ln), lines[-1])  # fmt: skip
+        if code == -9:
+            why = "killed (SIGKILL: the system's out-of-memory killer when the host ran out)"
+        done = {r["variant"] for r in records}
+        for variant in variants(program, args.f32_args):
+            if variant not in done:
+                records.append({"decoder": name, "program": program, "variant": variant,
+                                "load_start": [round(x, 2) for x in os.getloadavg()],
+                                "compile_host_rss_gib": rss_gib,
+                                "host_memory_limit_gib": args.host_memory_gib,
+                                "error": f"compilation failed, exit {code}: "
+                                         f"{why.strip()[:300]}"})  # fmt: skip
+    for r in records:
+        print(json.dumps(r), flush=True)
+    return records
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the tiny and 1B decoders only")
@@ -285,6 +352,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--lanczos-steps", type=int, default=10)
     parser.add_argument("--f32-args", action="store_true", help="also float32 arguments")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--host-memory-gib", type=float, default=None,
+                        help="cap each compiling process's address space (GiB)")  # fmt: skip
+    parser.add_argument("--render", action="store_true", help="rewrite the table from the JSON")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     configs = args.configs or ("tiny,1b" if args.quick else "tiny,1b,8b")
     only = args.programs.split(",")
@@ -293,13 +364,25 @@ def main(argv: list[str] | None = None) -> list[dict]:
             parser.error(f"--programs: unknown program {p!r} (known: {', '.join(PROGRAMS)})")
     sys.path.insert(0, str(ROOT))
     cache = _setup()
-    import jax
-
-    if len(jax.devices()) < NUM_DEVICES:
-        parser.error(f"needs {NUM_DEVICES} devices, found {len(jax.devices())}")
     records: list[dict] = []
+    if args.render:
+        path = Path(args.out) / "llm_plan.json"
+        merged = summarize(json.loads(path.read_text()))
+        (Path(args.out) / "llm_plan.md").write_text(markdown(merged))
+        return merged
+    if args.child:
+        import jax
+
+        if len(jax.devices()) < NUM_DEVICES:
+            parser.error(f"needs {NUM_DEVICES} devices, found {len(jax.devices())}")
+        for name in configs.split(","):
+            for r in measure(name, only, args.lanczos_steps, args.f32_args, cache):
+                print("RECORD " + json.dumps(r), flush=True)
+        return []
     for name in configs.split(","):
-        records.extend(measure(name, only, args.lanczos_steps, args.f32_args, cache))
+        for program in PROGRAMS:
+            if program in only:
+                records.extend(_child(name, program, args))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "llm_plan.json"
