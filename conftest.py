@@ -15,6 +15,10 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
+# The tests never use the user's persistent compilation cache (the CLI turns it on; the cache's
+# own tests give it a temporary folder); the setting carries into the processes tests start.
+os.environ["JAXBOUNDS_COMPILE_CACHE"] = "off"
+
 # The tests run hundreds of small programs, so XLA's compile time dominates the suite: skip its
 # expensive optimisation passes (the results do not depend on them beyond rounding, which every
 # test's tolerance covers); the environment variable carries the setting into the processes the

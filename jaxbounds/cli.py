@@ -101,7 +101,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxbounds import __version__, cli_rademacher
+from jaxbounds import __version__, _compile_cache, cli_rademacher
 from jaxbounds.study import _cli as study_cli
 
 __all__ = ["main", "script"]
@@ -855,6 +855,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    # JAX's persistent compilation cache (docs/large-models.md): a second run of the same job
+    # reads its compiled programs from disk; JAXBOUNDS_COMPILE_CACHE=off turns it off
+    _compile_cache.enable()
     try:
         if args.command == "estimate":
             return _estimate(args)

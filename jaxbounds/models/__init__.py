@@ -7,6 +7,16 @@ from jaxbounds.models.construction import (
     construction_error_bound,
     construction_quantities,
 )
+from jaxbounds.models.decoder import (
+    Decoder,
+    DecoderConfig,
+    abstract_decoder,
+    decoder_batch_sharding,
+    decoder_config,
+    decoder_num_params,
+    decoder_shardings,
+    next_token_loss,
+)
 from jaxbounds.models.pure import as_pure, set_params
 from jaxbounds.models.scalar import ScalarQuantities, ScalarTransformer, scalar_quantities
 from jaxbounds.models.shallow import ShallowQuantities, ShallowTransformer, shallow_quantities
@@ -14,14 +24,22 @@ from jaxbounds.models.shallow import ShallowQuantities, ShallowTransformer, shal
 __all__ = [
     "ConstructionQuantities",
     "ConstructionTransformer",
+    "Decoder",
+    "DecoderConfig",
     "ScalarQuantities",
     "ScalarTransformer",
     "ShallowQuantities",
     "ShallowTransformer",
+    "abstract_decoder",
     "as_pure",
     "construction",
     "construction_error_bound",
     "construction_quantities",
+    "decoder_batch_sharding",
+    "decoder_config",
+    "decoder_num_params",
+    "decoder_shardings",
+    "next_token_loss",
     "scalar_quantities",
     "set_params",
     "shallow_quantities",

@@ -47,7 +47,7 @@ def _run(capsys, *argv):
 # -- case 1: any --max-samples; nothing computed is lost
 
 
-@pytest.mark.parametrize("count", ["2", "17", "100", "1E3", "1e3"])
+@pytest.mark.parametrize("count", ["2", "17", "1E3"])
 def test_any_max_samples(data, capsys, count):
     code, _out, err = _run(capsys, *BASE, "--max-samples", count, "--json", "o.json")
     assert code == 0, err
