@@ -198,7 +198,7 @@ def test_version_is_one_number(capsys):
     assert importlib.metadata.version("jaxbounds") == declared, "reinstall: pip install -e ."
     scripts = importlib.metadata.entry_points(group="console_scripts")
     (script,) = [ep for ep in scripts if ep.name == "jaxbounds"]
-    assert script.value == "jaxbounds.cli:main"
+    assert script.value == "jaxbounds.cli:script"
     with pytest.raises(SystemExit) as exit_info:
         jaxbounds.cli.main(["--version"])
     assert exit_info.value.code == 0
