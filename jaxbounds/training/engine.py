@@ -361,9 +361,65 @@ def _init_lane(static: _Static, params: Any, hyper: dict, data: Any, eval_data: 
 
 
 @functools.lru_cache(maxsize=64)
+def _data_axis(static: _Static) -> int | None:
+    """The lanes' axis of the data: 0 when every run has its own data, else shared (None)."""
+    return 0 if static.data_per_run else None
+
+
+def _step(static: _Static, carry: tuple, t: jax.Array) -> tuple:
+    """One optimisation step of every lane still running (none: the lanes unchanged)."""
+    lanes, consts = carry
+    keys, hyper, data, caps = consts["keys"], consts["hyper"], consts["data"], consts["caps"]
+    go = jnp.any(~lanes["stopped"] & (lanes["steps"] < caps))
+    axes = (0, 0, 0, _data_axis(static), 0, None)
+    stepped = jax.lax.cond(
+        go,
+        lambda lanes: _lanes_map(functools.partial(_lane_step, static), static.lanes,
+                                 axes)(lanes, keys, hyper, data, caps, t),
+        lambda lanes: lanes,
+        lanes,
+    )  # fmt: skip
+    return (stepped, consts), None
+
+
+def _evaluate_lanes(static: _Static, params: Any, consts: dict) -> Any:
+    """Every lane's evaluation record at ``params``."""
+    d_ax = _data_axis(static)
+    return _lanes_map(lambda p, p0, d, e: _evaluate(static, p, p0, d, e), static.lanes,
+                      (0, 0, d_ax, d_ax))(params, consts["params0"], consts["data"],
+                                          consts["eval_data"])  # fmt: skip
+
+
+def _block(static: _Static, carry: tuple, b: jax.Array) -> tuple:
+    """``eval_every`` steps, then an evaluation and each lane's verdict (stop, keep best)."""
+    lanes, consts = carry
+    t0 = consts["t0"] + b * static.eval_every
+    valid = ~lanes["stopped"]
+
+    def run(lanes):
+        (lanes, _), _ = jax.lax.scan(
+            functools.partial(_step, static), (lanes, consts),
+            t0 + jnp.arange(static.eval_every, dtype=jnp.int32),
+        )  # fmt: skip
+        ev = _evaluate_lanes(static, lanes["params"], consts)
+        lanes = _lanes_map(functools.partial(_lane_verdict, static), static.lanes,
+                           (0, 0, 0, None, 0))(lanes, ev, valid, consts["limits"],
+                                               consts["caps"])  # fmt: skip
+        return lanes, {"ev": ev, "valid": valid, "step": lanes["steps"]}
+
+    def skip(lanes):  # every lane has stopped: no step, an all-invalid record
+        shapes = jax.eval_shape(functools.partial(_evaluate_lanes, static), lanes["params"], consts)
+        ev = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        return lanes, {"ev": ev, "valid": valid, "step": lanes["steps"]}
+
+    lanes, rec = jax.lax.cond(jnp.any(valid), run, skip, lanes)
+    return (lanes, consts), rec
+
+
+@functools.lru_cache(maxsize=64)
 def _programs(static: _Static) -> tuple[Callable, Callable]:
     """The compiled ``(init, advance)`` programs of one static setup."""
-    d_ax = 0 if static.data_per_run else None
+    d_ax = _data_axis(static)
     init_axes = (0, 0, d_ax, d_ax, 0, None, 0)
 
     @jax.jit
@@ -373,56 +429,12 @@ def _programs(static: _Static) -> tuple[Callable, Callable]:
             params, hyper, data, eval_data, caps, limits, active
         )
 
-    step_axes = (0, 0, 0, d_ax, 0, None)
-    eval_axes = (0, 0, d_ax, d_ax)
-    verdict_axes = (0, 0, 0, None, 0)
-
-    def step(carry, t):
-        lanes, consts = carry
-        keys, hyper, data, caps = consts["keys"], consts["hyper"], consts["data"], consts["caps"]
-        go = jnp.any(~lanes["stopped"] & (lanes["steps"] < caps))
-        stepped = jax.lax.cond(
-            go,
-            lambda lanes: _lanes_map(functools.partial(_lane_step, static), static.lanes,
-                                     step_axes)(lanes, keys, hyper, data, caps, t),
-            lambda lanes: lanes,
-            lanes,
-        )  # fmt: skip
-        return (stepped, consts), None
-
-    def evaluate(params, consts):
-        return _lanes_map(lambda p, p0, d, e: _evaluate(static, p, p0, d, e), static.lanes,
-                          eval_axes)(params, consts["params0"], consts["data"],
-                                     consts["eval_data"])  # fmt: skip
-
-    def block(carry, b):
-        lanes, consts = carry
-        t0 = consts["t0"] + b * static.eval_every
-        valid = ~lanes["stopped"]
-
-        def run(lanes):
-            (lanes, _), _ = jax.lax.scan(
-                step, (lanes, consts), t0 + jnp.arange(static.eval_every, dtype=jnp.int32)
-            )
-            ev = evaluate(lanes["params"], consts)
-            lanes = _lanes_map(functools.partial(_lane_verdict, static), static.lanes,
-                               verdict_axes)(lanes, ev, valid, consts["limits"],
-                                             consts["caps"])  # fmt: skip
-            return lanes, {"ev": ev, "valid": valid, "step": lanes["steps"]}
-
-        def skip(lanes):  # every lane has stopped: no step, an all-invalid record
-            shapes = jax.eval_shape(evaluate, lanes["params"], consts)
-            ev = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-            return lanes, {"ev": ev, "valid": valid, "step": lanes["steps"]}
-
-        lanes, rec = jax.lax.cond(jnp.any(valid), run, skip, lanes)
-        return (lanes, consts), rec
-
     @jax.jit
     def advance(lanes, consts):
         (lanes, _), recs = jax.lax.scan(
-            block, (lanes, consts), jnp.arange(static.evals_per_call, dtype=jnp.int32)
-        )
+            functools.partial(_block, static), (lanes, consts),
+            jnp.arange(static.evals_per_call, dtype=jnp.int32),
+        )  # fmt: skip
         return lanes, recs
 
     return init, advance
@@ -587,45 +599,16 @@ def train(
     start = time.perf_counter()
     hyperparams = dict(hyperparams or {})
     hyper_names = _check_optimizer(optimizer, hyperparams)
-    eval_every = _check_int(eval_every, "eval_every", 1)
-    evals_per_call = max(1, 64 // eval_every) if evals_per_call is None else evals_per_call
-    evals_per_call = _check_int(evals_per_call, "evals_per_call", 1)
-    if keep not in ("last", "best"):
-        raise ValueError(f"keep: expected 'last' or 'best', got {keep!r}")
-    if patience is not None:
-        if _check_int(patience, "patience", 1) > 2**31 - 1:  # the int32 counter of the lanes
-            raise ValueError(f"patience: expected an int <= {2**31 - 1}, got {patience!r}")
-        if keep != "best":
-            raise ValueError("patience: early stopping needs keep='best' (it watches best_metric)")
-    if norms not in _NORMS:
-        raise ValueError(f"norms: expected one of {_NORMS}, got {norms!r}")
-    if loss_threshold is not None and not (
-        isinstance(loss_threshold, int | float) and math.isfinite(loss_threshold)
-    ):
-        raise ValueError(
-            f"loss_threshold: expected a finite number or None, got {loss_threshold!r}"
-        )
+    eval_every, evals_per_call = _check_rules(
+        eval_every, evals_per_call, keep, patience, norms, loss_threshold
+    )
     single = runs is None
     num_runs = 1 if single else _check_int(runs, "runs", 1)
     width = 1 if single else _check_int(lanes, "lanes", 1)
-    if single:
-        params = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], params)
-        key = None if key is None else key[None]
-        if data_per_run:
-            raise ValueError("data_per_run: needs runs (a batch of runs)")
-    elif _leading(params, "params") != num_runs:
-        raise ValueError(f"params: expected a leading run axis of {num_runs} (runs)")
+    params, key = _with_run_axis(params, key, num_runs, single, data_per_run)
     eval_data = data if eval_data is None else eval_data
     n = _num_examples(data, data_per_run, num_runs, batch_size is not None)
-    if batch_size is not None:
-        batch_size = min(_check_int(batch_size, "batch_size", 1), n)
-        if key is None:
-            raise ValueError("key: minibatches (batch_size) need a PRNG key per run")
-    if key is None:
-        key = jax.random.split(jax.random.key(0), num_runs)  # unused without minibatches
-    elif jnp.shape(key)[:1] != (num_runs,):
-        raise ValueError(f"key: expected one key per run, shape ({num_runs},), got "
-                         f"{jnp.shape(key)}")  # fmt: skip
+    batch_size, key = _check_batches(batch_size, key, n, num_runs)
     caps = _per_run(num_steps, "num_steps", num_runs, np.int64)
     limit = 2**31 - evals_per_call * eval_every  # the int32 step counter of the last call
     if caps.min() < 0 or caps.max() >= limit:
@@ -659,6 +642,57 @@ def train(
     finally:
         bar.close()
     return _assemble(static, groups, params, hyper, single, time.perf_counter() - start)
+
+
+def _check_rules(
+    eval_every: Any, evals_per_call: Any, keep: Any, patience: Any, norms: Any, threshold: Any
+) -> tuple[int, int]:
+    """The checked evaluation sizes of :func:`train`; a ValueError naming a bad rule."""
+    eval_every = _check_int(eval_every, "eval_every", 1)
+    evals_per_call = max(1, 64 // eval_every) if evals_per_call is None else evals_per_call
+    evals_per_call = _check_int(evals_per_call, "evals_per_call", 1)
+    if keep not in ("last", "best"):
+        raise ValueError(f"keep: expected 'last' or 'best', got {keep!r}")
+    if patience is not None:
+        if _check_int(patience, "patience", 1) > 2**31 - 1:  # the int32 counter of the lanes
+            raise ValueError(f"patience: expected an int <= {2**31 - 1}, got {patience!r}")
+        if keep != "best":
+            raise ValueError("patience: early stopping needs keep='best' (it watches best_metric)")
+    if norms not in _NORMS:
+        raise ValueError(f"norms: expected one of {_NORMS}, got {norms!r}")
+    if threshold is not None and not (
+        isinstance(threshold, int | float) and math.isfinite(threshold)
+    ):
+        raise ValueError(f"loss_threshold: expected a finite number or None, got {threshold!r}")
+    return eval_every, evals_per_call
+
+
+def _with_run_axis(
+    params: Any, key: Any, num_runs: int, single: bool, data_per_run: bool
+) -> tuple[Any, Any]:
+    """``params`` and ``key`` with their run axis (added for a single run), checked."""
+    if single:
+        params = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], params)
+        key = None if key is None else key[None]
+        if data_per_run:
+            raise ValueError("data_per_run: needs runs (a batch of runs)")
+    elif _leading(params, "params") != num_runs:
+        raise ValueError(f"params: expected a leading run axis of {num_runs} (runs)")
+    return params, key
+
+
+def _check_batches(batch_size: Any, key: Any, n: int, num_runs: int) -> tuple[int | None, Any]:
+    """The minibatch size (clipped to n) and one key per run (a fixed one without batches)."""
+    if batch_size is not None:
+        batch_size = min(_check_int(batch_size, "batch_size", 1), n)
+        if key is None:
+            raise ValueError("key: minibatches (batch_size) need a PRNG key per run")
+    if key is None:
+        key = jax.random.split(jax.random.key(0), num_runs)  # unused without minibatches
+    elif jnp.shape(key)[:1] != (num_runs,):
+        raise ValueError(f"key: expected one key per run, shape ({num_runs},), got "
+                         f"{jnp.shape(key)}")  # fmt: skip
+    return batch_size, key
 
 
 def _num_examples(data: Any, per_run: bool, runs: int, needed: bool) -> int:
