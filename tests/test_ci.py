@@ -37,3 +37,21 @@ def test_no_tests_collected_fails_the_ci_script(tmp_path):
     )
     assert proc.returncode == 5
     assert "ran-on" not in proc.stdout
+
+
+def test_each_test_moved_to_slow_and_its_cover_exist():
+    # a renamed test would leave its entry matching nothing (the test back in the default run)
+    # or name a cover that no longer runs
+    from tests.conftest import MOVED_TO_SLOW
+
+    contributing = (ROOT / "docs" / "contributing.md").read_text()
+    for moved, covers in MOVED_TO_SLOW.items():
+        assert moved not in covers
+        assert f"`{moved}`" in contributing, moved
+        for node in (moved, *covers):
+            path, name = node.split("::")
+            function, _, param = name.partition("[")
+            text = (ROOT / path).read_text()
+            assert f"def {function}(" in text, node
+            for value in param.rstrip("]").split("-") if param else ():
+                assert f'"{value}"' in text, node
