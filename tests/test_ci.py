@@ -53,5 +53,6 @@ def test_each_test_moved_to_slow_and_its_cover_exist():
             function, _, param = name.partition("[")
             text = (ROOT / path).read_text()
             assert f"def {function}(" in text, node
+            fixtures = (ROOT / "tests" / "conftest.py").read_text()  # the run fixture's ids
             for value in param.rstrip("]").split("-") if param else ():
-                assert f'"{value}"' in text, node
+                assert f'"{value}"' in text + fixtures, node
