@@ -27,6 +27,28 @@ if os.environ.get("JAXBOUNDS_TEST_XLA_OPT", "0") != "1":
     os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
     jax.config.update("jax_disable_most_optimizations", True)
 
+# JAX's persistent compilation cache: every compiled program, however quick its compile, is kept
+# on disk in the checkout's gitignored .pytest_cache/, shared by the xdist workers and by later
+# runs. An entry is keyed by the program's HLO, the compile options, XLA_FLAGS, the backend and
+# the jax/jaxlib versions, so a changed kernel compiles afresh; a hit skips XLA's compile only
+# (tracing, lowering and every assertion run as before). A rerun uses about half the CPU of a
+# first run (docs/contributing.md). The processes the tests start do not use it: some are killed
+# on purpose, and JAX writes an entry in place, so a killed writer could leave a broken entry
+# (JAX would warn and compile; an empty entry left by an interrupted run is removed below).
+# JAXBOUNDS_TEST_COMPILE_CACHE names another folder, or 0 compiles everything (a fresh clone's
+# run); `rm -rf .pytest_cache/jax-compile-cache` empties it.
+_COMPILE_CACHE = os.environ.get(
+    "JAXBOUNDS_TEST_COMPILE_CACHE",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), ".pytest_cache", "jax-compile-cache"),
+)
+if _COMPILE_CACHE != "0":
+    if "PYTEST_XDIST_WORKER" not in os.environ and os.path.isdir(_COMPILE_CACHE):
+        for _entry in os.scandir(_COMPILE_CACHE):
+            if _entry.is_file() and _entry.stat().st_size == 0:
+                os.remove(_entry.path)
+    jax.config.update("jax_compilation_cache_dir", _COMPILE_CACHE)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
 
 @pytest.fixture(autouse=True)
 def _doctests_in_float32(request):
