@@ -13,8 +13,9 @@ Python block of README.md and docs/ runs, and the version is one number.
   page reads top to bottom), with JAX's defaults (float32, standard dtype promotion, rank
   promotion allowed): what a reader who copies them sees, not the float64 of the other tests.
   A block that cannot run here is preceded by ``<!-- skip: next "why" -->``; one that runs but is
-  too slow for the default run by ``<!-- skip: next if(not run_slow_examples, reason="why") -->``,
-  and ``JAXBOUNDS_DOCS_SLOW=1`` runs it.
+  too slow for the default run by ``<!-- skip: next if(not run_slow_examples, reason="why") -->``:
+  it is not collected in the default run, and the slow suite runs its page's blocks in order
+  with it (``test_slow_examples_in_order``).
 """
 
 from __future__ import annotations
@@ -222,15 +223,30 @@ MARKDOWN = [
 ]
 
 
+_SLOW_DIRECTIVE = "run_slow_examples"
+
+
 def _examples():
+    """Every example of every page, but the slow blocks (``skip: next if(not run_slow_examples``
+    before them): those run in order with their page in :func:`test_slow_examples_in_order`."""
     params = []
     for path in MARKDOWN:
         document = SYBIL.parse(path)
+        slow_next = False
         for example in document.examples():
             kind = "skip" if isinstance(example.parsed, tuple) else "code"
             label = f"{path.relative_to(ROOT)}:{example.line}:{kind}"
+            if kind == "skip" and _SLOW_DIRECTIVE in str(example.region.parsed):
+                slow_next = True
+                continue
+            if kind == "code" and slow_next:
+                slow_next = False
+                continue
             params.append(pytest.param(example, id=label))
     return params
+
+
+_SLOW_PAGES = [p for p in MARKDOWN if _SLOW_DIRECTIVE in p.read_text()]
 
 
 @pytest.fixture
@@ -253,13 +269,21 @@ def jax_user_defaults():
 
 @pytest.mark.parametrize("example", _examples())
 def test_markdown_example(example, jax_user_defaults):
-    example.namespace.setdefault(
-        "run_slow_examples", os.environ.get("JAXBOUNDS_DOCS_SLOW", "0") == "1"
-    )
+    example.namespace.setdefault(_SLOW_DIRECTIVE, False)
     try:
         example.evaluate()
     except unittest.SkipTest as skip:
         pytest.skip(str(skip))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", _SLOW_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_slow_examples_in_order(path, jax_user_defaults):
+    """A page with slow blocks, every block in order, the slow ones included."""
+    examples = list(SYBIL.parse(path).examples())
+    for example in examples:
+        example.namespace[_SLOW_DIRECTIVE] = True
+        example.evaluate()
 
 
 # ---------------------------------------------------------------------------------------------
