@@ -72,7 +72,7 @@ def violations(source: str) -> list[str]:
             and any(m in node.value for m in ("jax._src", "jax.interpreters"))
         ):
             found.append(f"{node.lineno}: string {node.value[:60]!r}")
-    return sorted(set(found), key=lambda item: int(item.split(":")[0]))
+    return sorted(set(found), key=lambda item: (int(item.split(":")[0]), item))
 
 
 def _sources() -> list[pathlib.Path]:
@@ -99,8 +99,7 @@ def test_the_packages_have_sources():
 )
 def test_the_checker_finds_private_jax(snippet, expected):
     found = violations(snippet)
-    assert found, snippet
-    assert found[0].startswith(expected), found
+    assert any(item.startswith(expected) for item in found), (snippet, found)
 
 
 def test_the_checker_passes_public_jax():
