@@ -1174,7 +1174,13 @@ def test_linear_scaling_is_exact():
 def test_linear_result_beyond_the_range_raises_naming_inputs():
     x = jnp.full((64, 8), 3e38, jnp.float32)
     kw = dict(norm=np.inf, radius=10.0, num_samples=16)
-    message = r"^inputs: non-finite value at 16 of the 16 sign vectors \(NaN, or beyond the range"
+    # sum_i s_i x_i is 3e38 * sum(s) per column: beyond float32's range unless sum(s) == 0
+    signs = np.asarray(rad.sign_vectors(KEY, num_samples=16, num_examples=64))
+    bad = int(np.sum(signs.sum(axis=1) != 0))
+    assert bad > 0
+    message = (
+        rf"^inputs: non-finite value at {bad} of the 16 sign vectors \(NaN, or beyond the range"
+    )
     with pytest.raises(ValueError, match=message):
         rad.rademacher_linear(x, KEY, **kw)
     with pytest.raises(jax.errors.JaxRuntimeError) as info:
