@@ -165,15 +165,18 @@ def _wide_root(key: jax.Array) -> jax.Array:
     return _fold(_fold(key, top), top)
 
 
-def _derive(key: jax.Array, hi: jax.Array, lo: jax.Array) -> jax.Array:
+def _derive(key: jax.Array, hi: jax.Array, lo: jax.Array, wide: bool = True) -> jax.Array:
     """The key of the 64-bit index ``hi * 2**32 + lo`` (uint32 scalars), by ``jax.random`` alone.
 
     ``fold_in(key, lo)`` when ``hi == 0``; else ``fold_in(fold_in(root, hi), lo)`` with the root
-    :func:`_wide_root` (see :func:`sample_key`).
+    :func:`_wide_root` (see :func:`sample_key`). ``wide=False`` (static) says ``hi`` is 0: the
+    two folds of the other branch are not computed.
     """
     hi = jnp.asarray(hi, jnp.uint32)
     lo = jnp.asarray(lo, jnp.uint32)
     low = _fold(key, lo)
+    if not wide:
+        return low
     high = _fold(_fold(_wide_root(key), hi), lo)
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):  # a raw uint32 key
         return jnp.where(hi == 0, low, high)
@@ -645,9 +648,12 @@ def _share_sums(
     """
     num_hi, num_lo = _words(num) if start.shape[0] == 2 else (start[2], start[3])
     offsets = jnp.arange(chunk, dtype=jnp.uint32)
+    # a whole stream of at most 2**32 samples: its samples never leave the low word (padding
+    # past it may wrap into other samples' keys: it is masked out)
+    wide = start.shape[0] != 2 or num > _WORD
 
     def sample(words: tuple[jax.Array, jax.Array]) -> jax.Array:
-        return fn(_derive(key, *words))
+        return fn(_derive(key, *words, wide=wide))
 
     def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
         hi0, lo0, *sums = carry
