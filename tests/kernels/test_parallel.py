@@ -8,6 +8,7 @@ import sys
 import textwrap
 from fractions import Fraction
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -132,11 +133,9 @@ def test_single_element_matches_lax_map():
     np.testing.assert_array_equal(jax.random.key_data(split), jax.random.key_data(want))
     fn = lambda x: {"a": 2 * x, "b": (x, 3)}  # noqa: E731
     got, ref = map_chunked(fn, jnp.ones(1), chunk_size=8), jax.lax.map(fn, jnp.ones(1))
-    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(ref)
-    for g, r in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(ref), strict=True):
-        assert g.shape == r.shape
-        assert g.dtype == r.dtype
-        np.testing.assert_array_equal(g, r)
+    chex.assert_trees_all_equal_structs(got, ref)
+    chex.assert_trees_all_equal_shapes_and_dtypes(got, ref)
+    chex.assert_trees_all_equal(got, ref)
 
 
 def test_bad_arguments_raise():
@@ -336,7 +335,7 @@ def test_sample_key_of_a_raw_key_stays_raw_past_2_32():
     raw = jax.random.key_data(jax.random.key(3))
     got = parallel._derive(raw, jnp.uint32(1), jnp.uint32(2))
     np.testing.assert_array_equal(got, _fold(raw, _TOP, _TOP, 1, 2))
-    assert got.dtype == jnp.uint32
+    chex.assert_type(got, jnp.uint32)
 
 
 def test_reserved_key_is_no_sample_key():
@@ -412,7 +411,7 @@ def test_merged_sums_at_2_31_2_32_2_40_match_exact_fractions(dtype, counts):
     count, mean, m2 = exact_stats(points)
     assert stats.count == count == sum(counts)
     eps = float(jnp.finfo(dtype).eps)
-    assert stats.mean.dtype == dtype
+    chex.assert_type(stats.mean, dtype)
     assert abs(Fraction(float(stats.mean)) - mean) <= 2 * eps * abs(mean)
     assert abs(Fraction(float(stats.m2)) - m2) <= 4 * eps * m2
     est = stats.estimate()
@@ -481,7 +480,7 @@ def test_float32_mean_keeps_the_float64_accuracy_of_its_samples():
     s32 = sample_statistics(grid_sample, key, num_samples=num, chunk_size=64)
     s64 = sample_statistics(lambda k: grid_sample(k).astype(jnp.float64), key,
                             num_samples=num, chunk_size=64)  # fmt: skip
-    assert s32.mean.dtype == jnp.float32
+    chex.assert_type(s32.mean, jnp.float32)
     se = float(s64.estimate().stderr)
     half_ulp = float(jnp.finfo(jnp.float32).eps) * 100.0 / 2
     assert abs(float(s32.mean) - float(s64.mean)) <= 0.01 * se + half_ulp
