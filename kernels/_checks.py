@@ -39,9 +39,15 @@ How a failed runtime check reaches the user:
 Runtime checks cost one reduction over the checked values, plus one boolean output per check
 (eager calls) or one ``lax.cond`` per check (inside ``jit``). Turn them off with
 ``kernels.set_runtime_checks(False)`` (or the environment variable ``KERNELS_RUNTIME_CHECKS=0``
-at import), or for a block with ``with kernels.runtime_checks(False): ...``. The switch is read
+at import) for the whole process, or for a block with ``with kernels.runtime_checks(False): ...``
+(a ``contextvars`` scope: it holds in its own thread or asyncio task only). The switch is read
 when a program is traced, and it is part of the compilation cache key of the kernels' entry
 points.
+
+Everything here goes through public JAX (``jax.extend.core.get_opaque_trace_state`` for the
+trace checks, ``jax.local_devices``, ``jax.effects_barrier``); ``tests/test_public_jax.py``
+keeps it so. A failed check inside a user's ``jit`` is also logged by JAX's callback logger
+(``jax.debug.callback failed``) before its error propagates.
 """
 
 from __future__ import annotations
