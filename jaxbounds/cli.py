@@ -104,7 +104,7 @@ from typing import Any
 from jaxbounds import __version__, cli_rademacher
 from jaxbounds.study import _cli as study_cli
 
-__all__ = ["main"]
+__all__ = ["main", "script"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -884,5 +884,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGINT
 
 
+def script() -> None:
+    """The console script: :func:`main`, then exit with its status.
+
+    The work is finished and written when :func:`main` returns; a Ctrl-C during the
+    interpreter's shutdown (JAX's clean-up takes a moment, and Python resets a handled SIGINT to
+    the default action then) would turn the exit status into a kill by SIGINT, so SIGINT is
+    ignored from here on.
+    """
+    code = main()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    script()

@@ -32,10 +32,13 @@ References:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import operator
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -51,6 +54,7 @@ from kernels.estimate import Estimate
 __all__ = [
     "LongRun",
     "Progress",
+    "RunFailed",
     "load_checkpoint",
     "merge_checkpoints",
     "run_blocks",
@@ -302,26 +306,92 @@ def _save(path: Path, state: MonteCarloState, **info: Any) -> None:
     write_json_atomic(path, {"format": FORMAT, **info, "state": state.to_json()})
 
 
-def _check_options(
-    target_stderr: Any, max_samples: Any, max_time: Any, min_samples: Any, block_size: Any
-) -> None:
-    if target_stderr is not None and not (
-        isinstance(target_stderr, int | float)
-        and math.isfinite(target_stderr)
-        and target_stderr > 0
-    ):
-        raise ValueError(f"target_stderr: expected a finite number > 0, got {target_stderr!r}")
-    for name, value in (("max_samples", max_samples), ("block_size", block_size)):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 2
-        ):
-            raise ValueError(f"{name}: expected an int >= 2, got {value!r}")
-    if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 2:
-        raise ValueError(f"min_samples: expected an int >= 2, got {min_samples!r}")
-    if max_time is not None and not (isinstance(max_time, int | float) and max_time > 0):
-        raise ValueError(f"max_time: expected a number of seconds > 0, got {max_time!r}")
-    if target_stderr is None and max_samples is None and max_time is None:
-        raise ValueError("target_stderr, max_samples, max_time: give at least one stopping rule")
+class RunFailed(ValueError):
+    """A block of :func:`run_blocks` failed; the blocks finished before it were saved first.
+
+    Attributes:
+      partial: the :class:`LongRun` of the samples finished before the failure (``reason``
+        ``"error"``), or None when none finished (or fewer than the kernel's minimum of 2).
+      error: the block's exception.
+    """
+
+    def __init__(self, message: str, partial: LongRun | None, error: BaseException) -> None:
+        super().__init__(message)
+        self.partial = partial
+        self.error = error
+
+
+def _count_option(name: str, value: Any, minimum: int, *, optional: bool = True) -> int | None:
+    """``value`` as an int >= ``minimum`` (any integer type: Python, NumPy); else a ValueError."""
+    if value is None and optional:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        out = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}") from None
+    if out < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
+    return out
+
+
+def _number_option(name: str, value: Any, what: str) -> float | None:
+    """``value`` as a finite float > 0 (None stays None); else a ValueError naming ``name``."""
+    if value is None:
+        return None
+    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}: expected {what}, got {value!r}")
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """The checked options of :func:`run_blocks`."""
+
+    target_stderr: float | None
+    relative: bool
+    max_samples: int | None
+    max_time: float | None
+    min_samples: int
+    block_size: int | None
+    block_seconds: float
+    checkpoint_every: float
+    worker: int
+    num_workers: int
+    resume: bool
+    on_second_signal: str
+
+    @classmethod
+    def check(cls, **kw: Any) -> _Options:
+        kw["target_stderr"] = _number_option(
+            "target_stderr", kw["target_stderr"], "a finite number > 0"
+        )
+        kw["max_time"] = _number_option("max_time", kw["max_time"], "a number of seconds > 0")
+        kw["block_seconds"] = _number_option("block_seconds", kw["block_seconds"], "a number > 0")
+        every = kw["checkpoint_every"]
+        if not (isinstance(every, int | float) and not isinstance(every, bool) and every >= 0):
+            raise ValueError(f"checkpoint_every: expected a number of seconds >= 0, got {every!r}")
+        kw["max_samples"] = _count_option("max_samples", kw["max_samples"], 2)
+        kw["block_size"] = _count_option("block_size", kw["block_size"], 1)
+        kw["min_samples"] = _count_option("min_samples", kw["min_samples"], 1, optional=False)
+        kw["num_workers"] = _count_option("num_workers", kw["num_workers"], 1, optional=False)
+        worker = _count_option("worker", kw["worker"], 0, optional=False)
+        if worker >= kw["num_workers"]:
+            raise ValueError(f"worker: expected an int in [0, {kw['num_workers']}), got {worker!r}")
+        kw["worker"] = worker
+        if kw["on_second_signal"] not in ("raise", "exit"):
+            raise ValueError(
+                f"on_second_signal: expected 'raise' or 'exit', got {kw['on_second_signal']!r}"
+            )
+        if kw["target_stderr"] is None and kw["max_samples"] is None and kw["max_time"] is None:
+            raise ValueError(
+                "target_stderr, max_samples, max_time: give at least one stopping rule"
+            )
+        if kw["num_workers"] > 1 and kw["block_size"] is None:
+            raise ValueError("block_size: several workers need one block size given to all")
+        return cls(**kw)
 
 
 def run_blocks(
@@ -341,248 +411,338 @@ def run_blocks(
     callback: Callable[[Progress], None] | None = None,
     progress: bool = False,
     handle_signals: bool = True,
+    resume: bool = True,
+    on_second_signal: str = "raise",
+    on_abort: Callable[[LongRun | None], None] | None = None,
 ) -> LongRun:
     r"""Run a problem's sample stream block by block until a stopping rule, a budget or a signal.
 
     Blocks are ``[j B, (j + 1) B)`` for a block size $B$ (the first few, of growing sizes, time
-    the kernel when ``block_size`` is None). With ``num_workers > 1`` this run takes the blocks
+    the kernel when ``block_size`` is None; they count towards every rule, which is checked
+    after every block). With ``num_workers > 1`` this run takes the blocks
     $j \equiv$ ``worker`` (mod ``num_workers``), so workers given the same ``block_size``
     cover disjoint ranges; their checkpoints merge with :func:`merge_checkpoints`, and each
     worker stops at ``target_stderr`` times $\sqrt{\text{num\_workers}}$ (its share of the
-    merged precision) and at its share of ``max_samples``.
+    merged precision) and at its share of ``max_samples``. A run stops at the end of the first
+    block where a rule holds, so it overshoots a rule by at most one block (its samples, its
+    time). Whatever stops the run (a rule, a signal, a kernel error in a block), the
+    checkpoint of the blocks finished is written before it returns or raises.
 
     Args:
       blocks: the kernel and its arguments (:class:`kernels.blocks.MonteCarloBlocks`).
       target_stderr: stop when the standard error of the stream's mean (its first element for
         vector samples) is at most this (see :func:`target_reached`).
       relative: the target is relative to ``|mean|``.
-      max_samples: stop at this many samples (the last block is cut to fit).
-      max_time: stop after this many seconds of wall time (resumed runs included).
-      min_samples: the stopping rule's minimum sample count $n_{\min}$.
-      block_size: samples per block; None: calibrated to about ``block_seconds``.
+      max_samples: stop at this many samples, any count >= 2 (the last block is cut to fit).
+      max_time: stop after this many seconds of this call's wall time (the time of the runs a
+        checkpoint resumes is not counted).
+      min_samples: the stopping rule's minimum sample count $n_{\min}$ (>= 1).
+      block_size: samples per block (>= 1); None: calibrated to about ``block_seconds``.
       block_seconds: the wall time a calibrated block aims at.
-      checkpoint: a JSON file: resumed from when it exists, written atomically every
-        ``checkpoint_every`` seconds, at a signal and at the end.
-      checkpoint_every: seconds between checkpoint writes.
+      checkpoint: a JSON file: resumed from when it exists (unless ``resume`` is False), written
+        atomically every ``checkpoint_every`` seconds, at a signal, an error and the end.
+      checkpoint_every: seconds between checkpoint writes (0: after every block).
       worker: this run's index in ``[0, num_workers)``.
       num_workers: runs sharing the stream (disjoint blocks); > 1 needs ``block_size``.
       callback: called with a :class:`Progress` after each block.
       progress: show a tqdm progress bar (samples, samples/s, mean and stderr, ETA).
-      handle_signals: SIGINT/SIGTERM stop the run between blocks (a second one stops at once,
-        losing only the block in flight).
+      handle_signals: SIGINT/SIGTERM stop the run between blocks; a second one stops at once,
+        losing only the block in flight (see ``on_second_signal``).
+      resume: False starts afresh over an existing checkpoint (which is then replaced).
+      on_second_signal: what a second signal does after the checkpoint is written: ``"raise"``
+        (default) returns the interrupted run; ``"exit"`` (the command line) calls ``on_abort``
+        and ends the process at once with status 128 + the signal number, without computing
+        anything more in JAX.
+      on_abort: called with the interrupted :class:`LongRun` (its ``estimate`` None; mean and
+        standard error from the stream) before such an exit.
 
     Returns:
       A :class:`LongRun` with the estimate, the state and the reason the run stopped.
 
     Raises:
-      ValueError: for bad options, a checkpoint of another problem or block size, or a kernel
-        error in a block.
+      ValueError: for bad options, a checkpoint of another problem or block size.
+      RunFailed: a kernel error in a block (after the checkpoint of the finished blocks is
+        written; its ``partial`` holds their run).
     """
-    _check_options(target_stderr, max_samples, max_time, min_samples, block_size)
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"num_workers: expected an int >= 1, got {num_workers!r}")
-    if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < num_workers:
-        raise ValueError(f"worker: expected an int in [0, {num_workers}), got {worker!r}")
-    if num_workers > 1 and block_size is None:
-        raise ValueError("block_size: several workers need one block size given to all")
-    if not block_seconds > 0:
-        raise ValueError(f"block_seconds: expected a number > 0, got {block_seconds!r}")
-    path = None if checkpoint is None else Path(checkpoint)
-    state: MonteCarloState | None = None
-    seconds_before = 0.0
-    calibration = 0.0
-    if path is not None and path.exists():
+    opts = _Options.check(
+        target_stderr=target_stderr, relative=bool(relative), max_samples=max_samples,
+        max_time=max_time, min_samples=min_samples, block_size=block_size,
+        block_seconds=block_seconds, checkpoint_every=checkpoint_every, worker=worker,
+        num_workers=num_workers, resume=bool(resume), on_second_signal=on_second_signal,
+    )  # fmt: skip
+    runner = _Runner(blocks, opts, None if checkpoint is None else Path(checkpoint))
+    runner.callback, runner.on_abort = callback, on_abort
+    return runner.run(progress=progress, handle_signals=handle_signals)
+
+
+class _Runner:
+    """The state of one :func:`run_blocks` call: blocks in, rules checked, checkpoints out."""
+
+    def __init__(self, blocks: MonteCarloBlocks, opts: _Options, path: Path | None) -> None:
+        self.blocks, self.opts, self.path = blocks, opts, path
+        self.state: MonteCarloState | None = None
+        self.block_size = opts.block_size
+        self.seconds_before = 0.0
+        self.calibration = 0.0
+        self.done_here = 0
+        self.units: tuple[float, float] | None = None
+        self.callback: Callable[[Progress], None] | None = None
+        self.on_abort: Callable[[LongRun | None], None] | None = None
+        self.bar: Any = None
+        share = 1.0 if opts.num_workers == 1 else math.sqrt(opts.num_workers)
+        self.target = None if opts.target_stderr is None else opts.target_stderr * share
+        self.limit = None if opts.max_samples is None else -(-opts.max_samples // opts.num_workers)
+        if path is not None and path.exists() and opts.resume:
+            self._resume(path)
+        self.start_time = self.last_save = time.monotonic()
+
+    def _resume(self, path: Path) -> None:
         saved = load_checkpoint(path)
-        state = saved["state"]
         try:
-            blocks.check(state)
+            self.state = self.blocks.check(saved["state"])
         except ValueError as err:
             raise ValueError(f"checkpoint {path}: {err}") from None
         saved_size = saved.get("block_size")
-        if block_size is not None and saved_size not in (None, block_size):
+        if self.block_size is not None and saved_size not in (None, self.block_size):
             raise ValueError(
-                f"block_size: {block_size}, but checkpoint {path} ran blocks of {saved_size}"
+                f"block_size: {self.block_size}, but checkpoint {path} ran blocks of {saved_size}"
             )
-        block_size = saved_size or block_size
-        seconds_before = float(saved.get("seconds", 0.0))
-        calibration = float(saved.get("calibration_seconds", 0.0))
-        if (saved.get("worker", 0), saved.get("num_workers", 1)) != (worker, num_workers):
+        self.block_size = saved_size or self.block_size
+        self.seconds_before = float(saved.get("seconds", 0.0))
+        self.calibration = float(saved.get("calibration_seconds", 0.0))
+        owner = (saved.get("worker", 0), saved.get("num_workers", 1))
+        if owner != (self.opts.worker, self.opts.num_workers):
             raise ValueError(
-                f"worker, num_workers: checkpoint {path} belongs to worker "
-                f"{saved.get('worker', 0)} of {saved.get('num_workers', 1)}"
+                f"worker, num_workers: checkpoint {path} belongs to worker {owner[0]} of {owner[1]}"
             )
-    share = 1.0 if num_workers == 1 else math.sqrt(num_workers)
-    target = None if target_stderr is None else target_stderr * share
-    limit = None if max_samples is None else -(-max_samples // num_workers)
 
-    start_time = time.monotonic()
-    last_save = start_time
-    done_here = 0
+    # -- time, units, rules
 
-    def elapsed() -> float:
-        return seconds_before + time.monotonic() - start_time
+    def this_run(self) -> float:
+        return time.monotonic() - self.start_time
 
-    def info() -> dict[str, Any]:
+    def elapsed(self) -> float:
+        return self.seconds_before + self.this_run()
+
+    def info(self) -> dict[str, Any]:
         return {
-            "kernel": blocks.name,
-            "fingerprint": blocks.fingerprint,
-            "block_size": block_size,
-            "calibration_seconds": calibration,
-            "seconds": elapsed(),
-            "worker": worker,
-            "num_workers": num_workers,
+            "kernel": self.blocks.name,
+            "fingerprint": self.blocks.fingerprint,
+            "block_size": self.block_size,
+            "calibration_seconds": self.calibration,
+            "seconds": self.elapsed(),
+            "worker": self.opts.worker,
+            "num_workers": self.opts.num_workers,
         }
 
-    units: tuple[float, float] | None = None
-
-    def _stream(state: MonteCarloState) -> tuple[float, float]:
+    def stream(self) -> tuple[float, float]:
         """The stream's mean and stderr in the units of the kernel's estimate."""
-        nonlocal units
-        if units is None:
-            units = _estimate_map(blocks, state)
-        raw_mean, raw_stderr = _raw_stream(state)
-        return units[0] * raw_mean + units[1], units[0] * raw_stderr
+        if self.units is None:
+            self.units = _estimate_map(self.blocks, self.state)
+        raw_mean, raw_stderr = _raw_stream(self.state)
+        return self.units[0] * raw_mean + self.units[1], self.units[0] * raw_stderr
 
-    def stop_reason() -> str | None:
-        if state is None:
+    def stop_reason(self) -> str | None:
+        if self.state is None:
             return None
-        mean, stderr = _stream(state)
-        if target is not None and target_reached(
-            state.count, mean, stderr, target_stderr=target, relative=relative,
-            min_samples=min_samples,
-        ):  # fmt: skip
-            return "target"
-        if limit is not None and state.count >= limit:
+        if self.target is not None:
+            mean, stderr = self.stream()
+            if target_reached(
+                self.state.count, mean, stderr, target_stderr=self.target,
+                relative=self.opts.relative, min_samples=self.opts.min_samples,
+            ):  # fmt: skip
+                return "target"
+        if self.limit is not None and self.state.count >= self.limit:
             return "max_samples"
-        if max_time is not None and elapsed() >= max_time:
+        if self.opts.max_time is not None and self.this_run() >= self.opts.max_time:
             return "max_time"
         return None
 
-    def next_block(size: int) -> tuple[int, int]:
+    def samples_to_target(self) -> int | None:
+        """Samples still needed for the target as the standard error falls (None: no target)."""
+        if self.target is None or self.state is None or self.state.count < 2:
+            return None
+        mean, stderr = self.stream()
+        bound = self.target * abs(mean) if self.opts.relative else self.target
+        if not (math.isfinite(stderr) and bound > 0):
+            return None
+        need = max(self.state.count * (stderr / bound) ** 2, self.opts.min_samples)
+        return max(math.ceil(need) - self.state.count, 1)
+
+    # -- blocks
+
+    def next_block(self, size: int) -> tuple[int, int]:
         """The next block of this worker (of ``size`` samples on the grid of that size)."""
-        end = 0 if state is None else max(r[1] for r in state.ranges)
-        if num_workers == 1:
+        end = 0 if self.state is None else max(r[1] for r in self.state.ranges)
+        if self.opts.num_workers == 1:
             start = end
         else:
             j = -(-end // size)
-            j += (worker - j) % num_workers
+            j += (self.opts.worker - j) % self.opts.num_workers
             start = j * size
         stop = start + size
-        if limit is not None and state is not None:
-            stop = min(stop, start + limit - state.count)
-        elif limit is not None:
-            stop = min(stop, start + limit)
+        if self.limit is not None:
+            stop = min(stop, start + self.limit - (0 if self.state is None else self.state.count))
         return start, stop
 
-    def add(new: MonteCarloState) -> None:
-        nonlocal state, done_here
-        state = new if state is None else merge_states(state, new)
-        done_here += new.count
+    def run_block(self, size: int, *, calibrating: bool = False) -> float:
+        """Run and merge the next block; return its wall time (compilation included)."""
+        t0 = time.monotonic()
+        new = self.blocks.run(*self.next_block(size))
+        jax.block_until_ready(new.s2)
+        took = time.monotonic() - t0
+        self.state = new if self.state is None else merge_states(self.state, new)
+        self.done_here += new.count
+        if self.units is None:  # the estimate's units, read once (an interrupted run reports)
+            self.units = _estimate_map(self.blocks, self.state)
+        self.after_block(size, calibrating=calibrating)
+        return took
 
-    def after_block(size: int, *, calibrating: bool) -> None:
+    def after_block(self, size: int, *, calibrating: bool) -> None:
         """Progress (callback, bar) and the periodic checkpoint after a block."""
-        nonlocal last_save
-        if bar is not None or callback is not None:
-            mean, stderr = _stream(state)
-            rate = done_here / max(time.monotonic() - run_start, 1e-9)
-            eta = None
-            if target is not None and math.isfinite(stderr):
-                bound = target * abs(mean) if relative else target
-                need = max(state.count * (stderr / bound) ** 2, min_samples) if bound else math.inf
-                eta = max(need - state.count, 0) / rate
-            report = Progress(
-                state.count, elapsed(), rate, mean, stderr, eta, size, calibrating=calibrating
+        if self.bar is not None or self.callback is not None:
+            self.report(size, calibrating)
+        if (
+            self.path is not None
+            and time.monotonic() - self.last_save >= self.opts.checkpoint_every
+        ):
+            _save(self.path, self.state, **self.info())
+            self.last_save = time.monotonic()
+
+    def report(self, size: int, calibrating: bool) -> None:
+        mean, stderr = self.stream()
+        rate = self.done_here / max(self.this_run(), 1e-9)
+        need = self.samples_to_target()
+        eta = None if need is None else need / rate
+        info = Progress(self.state.count, self.elapsed(), rate, mean, stderr, eta, size,
+                        calibrating=calibrating)  # fmt: skip
+        if self.callback is not None:
+            self.callback(info)
+        if self.bar is not None:
+            self.bar.update(self.state.count - self.bar.n)
+            self.bar.set_postfix_str(
+                f"mean={mean:.6g} stderr={stderr:.3g}" + ("" if eta is None else f" eta={eta:.0f}s")
             )
-            if callback is not None:
-                callback(report)
-            if bar is not None:
-                bar.update(state.count - bar.n)
-                bar.set_postfix_str(
-                    f"mean={mean:.6g} stderr={stderr:.3g}"
-                    + ("" if eta is None else f" eta={eta:.0f}s")
-                )
-        if path is not None and time.monotonic() - last_save >= checkpoint_every:
-            _save(path, state, **info())
-            last_save = time.monotonic()
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    def calibrate(self, guard: SignalGuard | None) -> str | None:
+        """Blocks of growing sizes until one takes about ``block_seconds``; they all count."""
+        t0 = time.monotonic()
+        size, reason = 16, None
+        while reason is None:
+            self.run_block(size, calibrating=True)  # compiles for this size
+            reason = self.stop_reason() or _requested(guard)
+            if reason is not None:
+                break
+            took = max(self.run_block(size, calibrating=True), 1e-6)
+            reason = self.stop_reason() or _requested(guard)
+            wanted = size * self.opts.block_seconds / took
+            if reason is not None or took >= 0.25 * self.opts.block_seconds or size >= 2**40:
+                # keep the size just compiled when it is near the wanted one
+                near = 0.5 <= wanted / size <= 4 or reason is not None
+                self.block_size = size if near else max(2, 2 ** round(math.log2(wanted)))
+                break
+            if self.opts.max_time is not None and self.this_run() + 4 * took > self.opts.max_time:
+                self.block_size = size  # no time left to compile a larger block
+                break
+            # grow towards one block_seconds (by 2x to 256x; a small block's time includes the
+            # dispatch overhead, so this errs on the small side), but not past the samples the
+            # target is predicted to need (a larger block would overshoot it by that much)
+            grown = size * 2 ** min(max(round(math.log2(wanted / size)), 1), 8)
+            need = self.samples_to_target()
+            if need is not None and need <= size:
+                self.block_size = size
+                break
+            size = grown if need is None else min(grown, 2 ** math.ceil(math.log2(need)))
+        self.block_size = self.block_size or size
+        self.calibration = time.monotonic() - t0
+        return reason
 
-        bar = tqdm(unit="sample", unit_scale=True, dynamic_ncols=True, desc=blocks.name)
-        if state is not None:
-            bar.update(state.count)
-    reason = stop_reason()
-    guard = SignalGuard() if handle_signals else None
-    signum: int | None = None
-    run_start = time.monotonic()
-    try:
-        if guard is not None:
-            guard.__enter__()
-        try:
-            if reason is None and block_size is None:  # calibrate: blocks of growing sizes
-                t0 = time.monotonic()
-                size = 16
-                while True:
-                    first_block = blocks.run(*next_block(size))  # compiles for this size
-                    jax.block_until_ready(first_block.s2)
-                    add(first_block)
-                    after_block(size, calibrating=True)
-                    a, b = next_block(size)
-                    t1 = time.monotonic()
-                    timed = blocks.run(a, b)
-                    jax.block_until_ready(timed.s2)
-                    took = max(time.monotonic() - t1, 1e-6)
-                    add(timed)
-                    after_block(size, calibrating=True)
-                    if stop_reason() is not None or (guard and guard.requested):
-                        block_size = size
-                        break
-                    wanted = size * block_seconds / took
-                    if took >= 0.25 * block_seconds or size >= 2**40:
-                        # keep the size just compiled when it is near the wanted one
-                        near = 0.5 <= wanted / size <= 4
-                        block_size = size if near else max(2, 2 ** round(math.log2(wanted)))
-                        break
-                    # grow towards one block_seconds (by 2x to 256x; the timing of a small
-                    # block includes the dispatch overhead, so this errs on the small side)
-                    size *= 2 ** min(max(round(math.log2(wanted / size)), 1), 8)
-                calibration = time.monotonic() - t0
-            while reason is None:
-                reason = stop_reason()
-                if reason is not None:
-                    break
-                if guard is not None and guard.requested:
-                    reason = "interrupted"
-                    break
-                add(blocks.run(*next_block(block_size)))
-                after_block(block_size, calibrating=False)
-        except Interrupted as err:  # a second signal: the block in flight is lost, rest kept
-            reason = "interrupted"
-            signum = err.signum
-    finally:
-        if guard is not None:
-            guard.__exit__(None, None, None)
-            signum = signum or guard.requested
-        if bar is not None:
-            bar.close()
-    if state is None:
-        raise ValueError("the run stopped before its first block")
-    if reason is None:
-        reason = "interrupted"
-    if path is not None:
-        _save(path, state, **info(), reason=reason)
-    estimate = blocks.estimate(state)  # any set of samples: i.i.d. draws of the stream
-    mean, stderr = _primary(estimate, state)
-    return LongRun(
-        estimate=estimate,
-        state=state,
-        reason=reason,
-        mean=mean,
-        stderr=stderr,
-        num_samples=state.count,
-        seconds=elapsed(),
-        block_size=block_size,
-        calibration_seconds=calibration,
-        signal=signum if reason == "interrupted" else None,
-    )
+    def loop(self, guard: SignalGuard | None) -> str:
+        reason = self.stop_reason()
+        if reason is None and self.block_size is None:
+            reason = self.calibrate(guard)
+        while reason is None:
+            reason = _requested(guard)
+            if reason is None:
+                self.run_block(self.block_size)
+                reason = self.stop_reason()
+        return reason
+
+    # -- the run and its ends
+
+    def run(self, *, progress: bool, handle_signals: bool) -> LongRun:
+        if progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(unit="sample", unit_scale=True, dynamic_ncols=True,
+                            desc=self.blocks.name)  # fmt: skip
+            if self.state is not None:
+                self.bar.update(self.state.count)
+        guard = SignalGuard() if handle_signals else None
+        with guard or contextlib.nullcontext():
+            try:
+                try:
+                    reason = self.loop(guard)
+                finally:
+                    if self.bar is not None:
+                        self.bar.close()
+                return self.finish(reason, guard.requested if guard is not None else None)
+            except Interrupted as err:  # a second signal: the block in flight is lost
+                return self.abort(err.signum)
+            except RunFailed:
+                raise
+            except Exception as err:
+                self.fail(err)
+                raise  # unreachable: fail raises
+
+    def partial(self, reason: str, signum: int | None, *, estimate: bool) -> LongRun | None:
+        if self.state is None:
+            return None
+        if estimate:
+            result = self.blocks.estimate(self.state)  # any set of samples: i.i.d. draws
+            mean, stderr = _primary(result, self.state)
+        else:
+            result = None
+            mean, stderr = self.stream() if self.state.count >= 2 else (math.nan, math.nan)
+        return LongRun(
+            estimate=result, state=self.state, reason=reason, mean=mean, stderr=stderr,
+            num_samples=self.state.count, seconds=self.elapsed(),
+            block_size=self.block_size or 0, calibration_seconds=self.calibration,
+            signal=signum if reason == "interrupted" else None,
+        )  # fmt: skip
+
+    def save(self, reason: str) -> None:
+        if self.path is not None and self.state is not None:
+            _save(self.path, self.state, **self.info(), reason=reason)
+
+    def finish(self, reason: str, signum: int | None) -> LongRun:
+        if self.state is None:
+            raise ValueError("the run stopped before its first block")
+        self.save(reason)
+        return self.partial(reason, signum, estimate=True)
+
+    def abort(self, signum: int) -> LongRun:
+        """A second signal: save, then exit at once (``"exit"``) or return the run."""
+        self.save("interrupted")
+        if self.opts.on_second_signal == "exit":
+            if self.on_abort is not None:
+                self.on_abort(self.partial("interrupted", signum, estimate=False))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + signum)
+        return self.finish("interrupted", signum)
+
+    def fail(self, err: Exception) -> None:
+        """A block failed: save what finished, then raise :class:`RunFailed` with it."""
+        self.save("error")
+        partial = None
+        if self.state is not None and self.state.count >= 2:
+            with contextlib.suppress(Exception):
+                partial = self.partial("error", None, estimate=True)
+        kept = "none finished" if self.state is None else f"{self.state.count} samples kept"
+        where = f" (checkpoint {self.path})" if self.path is not None and self.state else ""
+        raise RunFailed(f"{err} [{kept}{where}]", partial, err) from err
+
+
+def _requested(guard: SignalGuard | None) -> str | None:
+    return "interrupted" if guard is not None and guard.requested else None

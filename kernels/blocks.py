@@ -42,6 +42,7 @@ import hashlib
 import inspect
 import json
 import re
+import types
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
@@ -90,6 +91,7 @@ _HUTCHPP_WHY = (
 _COUNT_NAMES = ("num_samples", "num_draws", "num_probes", "num_matvecs")
 # options that do not change the result (up to reassociation): not part of the fingerprint
 _FREE_OPTIONS = ("chunk_size",)
+_MIN_CALL = 2  # the smallest sample count every kernel accepts in one call
 _DIGEST_BYTES = 1 << 26  # arrays up to 64 MiB are hashed whole, larger ones by a strided sample
 
 
@@ -142,31 +144,82 @@ def _digest_leaves(tree: Any, h: Any, depth: int = 0) -> None:
     for leaf in leaves:
         if isinstance(leaf, jax.Array | np.ndarray | np.generic):
             _digest_array(leaf, h)
+        elif isinstance(leaf, types.ModuleType):
+            h.update(f"module {leaf.__name__}".encode())
+        elif isinstance(leaf, type):
+            h.update(f"class {_callable_id(leaf)}".encode())
         elif callable(leaf):
-            h.update(_callable_id(leaf).encode())
-            # a closure's code and captured arrays (a lambda over other data is another problem)
-            fn = getattr(leaf, "func", leaf)
-            code = getattr(fn, "__code__", None)
-            if code is not None:
-                h.update(code.co_code)
-            cells = getattr(fn, "__closure__", None) or ()
-            if depth < 2:
-                captured = []
-                for cell in cells:
-                    try:
-                        captured.append(cell.cell_contents)
-                    except ValueError:  # an empty cell
-                        continue
-                partial = (getattr(leaf, "args", ()), getattr(leaf, "keywords", {}))
-                _digest_leaves((captured, partial if fn is not leaf else None), h, depth + 1)
-        else:
+            _digest_callable(leaf, h, depth)
+        elif depth == 0 or isinstance(leaf, _PLAIN):
             h.update(_stable_repr(leaf).encode())
+        else:  # an object reached through a callable: its type (its repr may name its id)
+            h.update(f"object {_callable_id(type(leaf))}".encode())
+
+
+_PLAIN = (int, float, complex, str, bytes, bool, type(None), type(Ellipsis))
+
+
+def _digest_code(code: types.CodeType, h: Any) -> None:
+    """A code object's bytecode, constants (nested code included) and the names it reads."""
+    h.update(code.co_code)
+    h.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _digest_code(const, h)
+        else:
+            h.update(f"{type(const).__name__}:{_stable_repr(const)}".encode())
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """The names a code object (and the code nested in it) may read from its globals."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _digest_callable(leaf: Callable, h: Any, depth: int) -> None:
+    """A callable's identity: name, code, constants, defaults, closure and the globals it reads.
+
+    Arrays it reaches are hashed by content and functions it reads are followed two levels
+    deep, so a loss edited from ``* 1.0`` to ``* 3.0``, or reading a global array whose data
+    changed, is another problem. Modules and classes count by name.
+    """
+    h.update(_callable_id(leaf).encode())
+    fn = getattr(leaf, "func", leaf)  # functools.partial
+    fn = getattr(fn, "__func__", fn)  # a bound method: its function (the instance below)
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        _digest_code(code, h)
+    if depth >= 2:
+        return
+    captured = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            captured.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    namespace = getattr(fn, "__globals__", None) or {}
+    reads = {} if code is None else {
+        name: namespace[name] for name in sorted(_global_names(code)) if name in namespace
+    }  # fmt: skip
+    defaults = (getattr(fn, "__defaults__", None), getattr(fn, "__kwdefaults__", None))
+    partial = (getattr(leaf, "args", ()), getattr(leaf, "keywords", {})) if fn is not leaf else None
+    owner = getattr(leaf, "__self__", None)
+    state = None
+    if owner is not None and not isinstance(owner, types.ModuleType) and hasattr(owner, "__dict__"):
+        state = dict(vars(owner))
+    _digest_leaves((captured, reads, defaults, partial, state), h, depth + 1)
 
 
 def _fingerprint(name: str, args: tuple, kwargs: dict) -> str:
     """SHA-256 of the kernel's name, options, callables, arrays (with their contents) and key.
 
-    A callable is hashed by its module, qualified name, code and the arrays it captures.
+    A callable is hashed by its module, qualified name, bytecode, constants, default arguments,
+    the cells it closes over and the globals its code reads (arrays by content, functions two
+    levels deep, modules by name): see :func:`_digest_callable`. The key is hashed with all
+    its words (a 64-bit seed's high word included).
     """
     h = hashlib.sha256(name.encode())
     kept = {k: v for k, v in kwargs.items() if k not in _FREE_OPTIONS}
@@ -188,9 +241,15 @@ def _check_range(start: Any, stop: Any) -> tuple[int, int]:
 
 
 @compile_once
-def _run_window(kernel: Callable, start: jax.Array, args: tuple, kwargs: dict) -> Sums:
-    """The sums of the kernel's samples ``[start, start + count)`` (one program per count)."""
-    with parallel.sample_window(start) as window:
+def _run_window(
+    kernel: Callable, start: jax.Array, args: tuple, kwargs: dict, count: int | None = None
+) -> Sums:
+    """The sums of the kernel's samples ``[start, start + count)`` (one program per count).
+
+    ``count`` (static) is set for a block smaller than the kernel's minimum sample count: the
+    kernel is called with its minimum (in ``kwargs``) and the window computes ``count`` samples.
+    """
+    with parallel.sample_window(start, count=count) as window:
         _raw(kernel)(*args, **kwargs)
     if window.recorded is None:
         raise ValueError("kernel: it draws no Monte Carlo sample stream")
@@ -644,7 +703,13 @@ class MonteCarloBlocks:
         if self._kept is not None:
             return self._run_kept_block(start, stop)
         words = jnp.asarray(np.asarray([start // 2**32, start % 2**32], np.uint32))
-        sums = _run_window(self.kernel, words, self.args, self._call_kwargs(stop - start))
+        count = stop - start
+        if count < _MIN_CALL:  # the kernel refuses a single sample; the window runs one
+            sums = _run_window(
+                self.kernel, words, self.args, self._call_kwargs(_MIN_CALL), count=count
+            )
+        else:
+            sums = _run_window(self.kernel, words, self.args, self._call_kwargs(count))
         return MonteCarloState(
             shift=sums.shift,
             s1=sums.s1,

@@ -702,13 +702,16 @@ class _Window:
     """A range of the sample stream that the next :func:`sample_statistics` call computes.
 
     ``start`` is the first sample's index as uint32 words ``[hi, lo]`` (traced, so blocks of one
-    size share a program); the call's ``num_samples`` is the block size. With ``replay`` set the
+    size share a program); the call's ``num_samples`` is the block size, unless ``count`` is set
+    (a block of one sample: the kernel is called with its minimum count, and the window computes
+    ``count`` samples). With ``replay`` set the
     call computes nothing and returns those sums finished. ``pending`` is cleared by the first
     call, so later calls and calls nested in its ``fn`` run their full stream.
     """
 
     start: Any
     replay: Sums | None = None
+    count: int | None = None
     recorded: Sums | None = None
     pending: bool = True
     token: int = dataclasses.field(default_factory=itertools.count().__next__)
@@ -720,14 +723,17 @@ _WINDOW: contextvars.ContextVar[_Window | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def sample_window(start: Any = None, replay: Sums | None = None) -> Iterator[_Window]:
+def sample_window(
+    start: Any = None, replay: Sums | None = None, count: int | None = None
+) -> Iterator[_Window]:
     """Context: the first :func:`sample_statistics` traced inside runs samples from ``start``.
 
     Private machinery of :mod:`kernels.blocks`: ``start`` is the first index as uint32 words
     ``[hi, lo]`` (a traced array); the call's sums are left in the yielded window's
     ``recorded``. With ``replay`` the call returns those sums finished instead of sampling.
+    ``count`` overrides the call's sample count (a block smaller than the kernel's minimum).
     """
-    window = _Window(start=start, replay=replay)
+    window = _Window(start=start, replay=replay, count=count)
     token = _WINDOW.set(window)
     try:
         yield window
@@ -824,6 +830,8 @@ def sample_statistics(
                     f"asked for {num}"
                 )
             return finish_sums(window.replay)
+        if window.count is not None:
+            requested, num = num, window.count
     else:
         window = None
     num_chunks = -(-num // chunk)
@@ -852,7 +860,12 @@ def sample_statistics(
     )
     sums = _sharded(run_share, shifted, counts, place)
     window.recorded = sums
-    return finish_sums(sums)
+    stats = finish_sums(sums)
+    if window.count is not None and window.count < requested:
+        # the kernel's own result is discarded; give it the count it asked for, so that its
+        # checks of the standard error (undefined for one sample) hold
+        stats = dataclasses.replace(stats, num_samples=requested)
+    return stats
 
 
 def _sample_shape(fn: Callable[[jax.Array], jax.Array], key: jax.Array) -> Any:

@@ -136,7 +136,7 @@ from kernels._names import renamed_kwargs
 from kernels._ordered import CheckChain
 from kernels._random import sign_vector as _draw_signs
 from kernels.estimate import Estimate
-from kernels.norms import dual_exponent, pow2_factors, vector_norm
+from kernels.norms import dual_exponent, ldexp_exact, pow2_exponent, pow2_factors, vector_norm
 from kernels.parallel import (
     MAX_SAMPLES,
     SampleStats,
@@ -442,15 +442,19 @@ class LinearSup:
     class).
 
     The product is formed from ``inputs * down``, a power of two $2^{-e}$ that brings the largest
-    entry into [0.5, 1) (exact), with $2^e$ folded into ``scale``: the dual norm of each draw
-    neither overflows nor underflows (in float32, ``1e20 * eye(4)`` gave inf and ``1e-20 *
-    eye(4)`` gave 0), while the values equal the plain formula's bit for bit in the normal range
-    and the per-draw norm stays one fused pass.
+    entry into [0.5, 1) (exact); $B$ and $\|u\|_{q^*}$ are split the same way into a significand
+    and a power of two. The values are computed in *working units* ($2^{-E}$ times the sup,
+    :meth:`unit`, of order $B/n$'s significand) and scaled back by ``exponent`` $E$ with
+    :func:`kernels.norms.ldexp_exact`, so the dual norm of each draw neither overflows nor
+    underflows and neither does the scale (in float32, ``1e20 * eye(4)`` gave inf, ``1e-20 *
+    eye(4)`` gave 0, and inputs of 1e-37 over 100 examples gave a flushed scale of 0), while the
+    values equal the plain formula's bit for bit in the normal range.
 
     Attributes:
       inputs: ``[n, d]`` sample (leaf).
-      scale: $2^e s$ (leaf).
+      scale: the significand part of $s$ (leaf).
       down: $2^{-e}$ (leaf).
+      exponent: $E$, the int32 power of two of the working units (leaf).
       dual: $p^*$, the exponent of the dual norm. Static.
       precision: how the product $\sigma^\top X$ is computed (see :func:`linear_sup`). Static.
     """
@@ -458,6 +462,7 @@ class LinearSup:
     inputs: jax.Array
     scale: jax.Array
     down: jax.Array
+    exponent: jax.Array
     dual: float = dataclasses.field(metadata={"static": True})
     precision: str | None = dataclasses.field(default=None, metadata={"static": True})
 
@@ -472,16 +477,25 @@ class LinearSup:
         return self.inputs.dtype
 
     @property
-    def bound(self) -> jax.Array:
-        r"""$b = \sup_{f, i} |f(x_i)| = B \|u\|_{q^*} \max_i \|x_i\|_{p^*}$ (for McDiarmid)."""
+    def unit_bound(self) -> jax.Array:
+        r""":attr:`bound` in working units ($2^{-E} b$)."""
         norms = vector_norm(self.inputs * self.down, self.dual, axis=1)
         return jnp.max(norms) * self.scale * self.num_examples
 
-    def __call__(self, signs: jax.Array) -> jax.Array:
-        """Sups for sign vectors ``[..., n]``."""
+    @property
+    def bound(self) -> jax.Array:
+        r"""$b = \sup_{f, i} |f(x_i)| = B \|u\|_{q^*} \max_i \|x_i\|_{p^*}$ (for McDiarmid)."""
+        return ldexp_exact(self.unit_bound, self.exponent)
+
+    def unit(self, signs: jax.Array) -> jax.Array:
+        r"""Sups for sign vectors ``[..., n]`` in working units ($2^{-E}$ times the sups)."""
         signs = _check_signs(signs, self.num_examples)
         v = _signed_sum(signs, self.inputs * self.down, self.precision)
         return self.scale * _dual_norm(v, self.dual)
+
+    def __call__(self, signs: jax.Array) -> jax.Array:
+        """Sups for sign vectors ``[..., n]``."""
+        return ldexp_exact(self.unit(signs), self.exponent)
 
 
 def _dual_norm(v: jax.Array, p: float) -> jax.Array:
@@ -584,13 +598,20 @@ def _linear_sup(
     precision = _check_precision(precision, inputs.dtype)
     chain.positive(radius, "radius")
     p, q = _parse_norm(norm, readout)
-    scale = jnp.asarray(radius, inputs.dtype) / inputs.shape[0]
+    radius = jnp.asarray(radius, inputs.dtype)
+    factors = [radius]
     if q is not None:
         u = _check_float_array(readout, "readout", ndim=1, chain=chain).astype(inputs.dtype)
-        scale = scale * vector_norm(chain.clean(u), dual_exponent(q))
-    inputs, scale = chain.clean((inputs, scale))
+        factors.append(vector_norm(chain.clean(u), dual_exponent(q)))
+    inputs, factors = chain.clean((inputs, factors))
+    # each factor as significand * 2^e (exact), the powers of two kept apart in `exponent`
+    exps = [pow2_exponent(f) for f in factors]
+    scale = jnp.ones((), inputs.dtype) / inputs.shape[0]
+    for f, e in zip(factors, exps, strict=True):
+        scale = scale * ldexp_exact(f, -e)
     down, up = pow2_factors(jnp.max(jnp.abs(inputs)))
-    return LinearSup(inputs, scale * up, down, dual_exponent(p), precision)
+    exponent = pow2_exponent(up) - 1 + sum(exps)
+    return LinearSup(inputs, scale, down, exponent, dual_exponent(p), precision)
 
 
 # --------------------------------------------------------------------------- finite classes
@@ -1322,22 +1343,40 @@ def _exact_sup_estimate(
     Every sup lies in [-b, b]: the statistics are those of the sups times $2^{-e}$ with
     $2^{e-1} \le b < 2^e$ (exact), so their squares neither overflow nor underflow (float32
     inputs of 1e20 gave a NaN standard error), and the mean and standard error are scaled back
-    by $2^e$ (bit for bit the unscaled result where that one did not overflow). A mean or
-    standard error beyond the dtype's range raises naming ``name``.
+    by $2^e$ (bit for bit the unscaled result where that one did not overflow). A
+    :class:`LinearSup` is sampled in its working units and the mean, standard error and interval
+    are scaled back by its ``exponent`` last (:func:`kernels.norms.ldexp_exact`: a result below
+    the normal range keeps its subnormal value). A mean or standard error beyond the dtype's
+    range raises naming ``name``.
     """
     kw = dict(num_samples=num_samples, chunk_size=chunk_size, name=name, chain=chain)
-    b = bound()
+    linear = isinstance(sup, LinearSup)
+    b = sup.unit_bound if linear else bound()
+    per_draw = sup.unit if linear else sup
     down, up = pow2_factors(b)
-    stats = _draw_statistics(lambda signs: sup(signs) * down, key, sup, **kw)
+    stats = _draw_statistics(lambda signs: per_draw(signs) * down, key, sup, **kw)
     est = _estimate(stats)
     est = dataclasses.replace(est, mean=est.mean * up, stderr=est.stderr * up)
+    est = _with_interval(est, None if delta is None else b, num_examples=sup.num_examples,
+                         delta=delta)  # fmt: skip
+    if linear:
+        est = _scale_estimate(est, sup.exponent)
     chain.require(
         jnp.logical_and(jnp.isfinite(est.mean), jnp.isfinite(est.stderr)),
         f"{name}: the Rademacher average or its standard error exceeds the range of "
-        f"{np.dtype(sup.dtype).name} (scale the {name} down)",
+        f"{np.dtype(sup.dtype).name} (scale the {name} or the radius down)",
     )
-    b = None if delta is None else b
-    return _with_interval(est, b, num_examples=sup.num_examples, delta=delta)
+    return est
+
+
+def _scale_estimate(est: Estimate, exponent: jax.Array) -> Estimate:
+    r"""``est`` (mean, stderr and interval ends) times $2^{\text{exponent}}$, exactly."""
+    out = {"mean": ldexp_exact(est.mean, exponent), "stderr": ldexp_exact(est.stderr, exponent)}
+    for end in ("lower", "upper"):
+        value = getattr(est, end)
+        if value is not None:
+            out[end] = ldexp_exact(value, exponent)
+    return dataclasses.replace(est, **out)
 
 
 def _check_counts(key: Any, num_samples: Any, chunk_size: Any, delta: Any) -> tuple[Any, ...]:

@@ -502,69 +502,77 @@ def _below_zero(s: Mapping[str, float]) -> bool:
 
 
 def _claims(stats: Mapping[str, Any]) -> list[str]:
-    lines = []
     b = stats["bounds"]
-    if b is not None:
-        pm = b["per_m"]
-        slopes = [p["fits"]["cot_loglog_slope"] for p in pm]
-        cores = [p["fits"]["cot_core_range_log10"] for p in pm]
-        frozen = [p["fits_frozen"]["cot_loglog_slope"] for p in pm]
-        linear = all(abs(s - 1.0) < 0.1 for s in slopes)
-        ts = f"T = {b['seq_len'][0]}..{b['seq_len'][-1]}"
-        lines.append(runner.claim_line(CLAIMS[0], linear, (
-            f"as stated, with G_u(1,2) measured at each T and L(1,2,T) of Theorem 10 "
-            f"(ln^2 T from the 2 ln T logit scale), over {ts} the slope of log P_CoT against "
-            f"log T is {', '.join(_fmt(s, 4) for s in slopes)} for m = "
-            f"{', '.join(_fmt(p['num_examples']) for p in pm)} (1 for linear growth), and "
-            f"log10 P_CoT - log10(4T) varies by {', '.join(_fmt(c, 3) for c in cores)} "
-            f"decades (0 for linear growth); with G_u and L frozen at T = {b['frozen_at_T']} "
-            f"(the paper's 'held constant' reading) the slope is "
-            f"{', '.join(_fmt(s, 6) for s in frozen)}"
-        )))  # fmt: skip
-        r2 = [p["fits"]["one_pass_r2"] for p in pm]
-        r2f = [p["fits_frozen"]["one_pass_r2"] for p in pm]
-        lines.append(runner.claim_line(CLAIMS[1], min(r2) >= _LINEAR_R2, (
-            f"a straight line log10 P_one = a + b T over {ts} has R^2 = "
-            f"{', '.join(_fmt(x, 5) for x in r2)} and slope b = "
-            f"{', '.join(_fmt(p['fits']['one_pass_slope'], 4) for p in pm)} decades per bit "
-            f"(as stated), R^2 = {', '.join(_fmt(x, 6) for x in r2f)} with G_u, L frozen; "
-            f"R^2 >= {_LINEAR_R2} read as linear"
-        )))  # fmt: skip
-        gaps = [p["min_one_minus_cot_log10"] for p in pm]
-        rel = [p["fits"]["one_pass_minus_cot_slope"] for p in pm]
-        first = [p["first_vacuous_T_one_pass"] for p in pm]
-        first_cot = [p["first_vacuous_T_cot"] for p in pm]
-        lines.append(runner.claim_line(CLAIMS[2], min(gaps) > 0 and min(rel) > 0, (
-            f"log10 P_one - log10 P_CoT is at least {', '.join(_fmt(g, 4) for g in gaps)} "
-            f"over {ts} and grows by {', '.join(_fmt(x, 4) for x in rel)} decades per bit; "
-            f"the first T where the one-pass bound is vacuous is {first}, for the CoT bound "
-            f"{first_cot} (None: not on the grid) for m = "
-            f"{[p['num_examples'] for p in pm]}"
-        )))  # fmt: skip
-    else:  # a partial run: the bound units have not finished
-        lines += [runner.claim_line(c, None, "the bound units have not finished")
-                  for c in CLAIMS[:3]]  # fmt: skip
-    trained = stats["trained"]
-    if trained:
-        ok = all(
-            _below_zero(e["cot_minus_direct_gap"])
-            and _below_zero({k: -v for k, v in e["cot_minus_direct_test_accuracy"].items()})
-            for e in trained
-        )
-        parts = [
-            f"T = {e['seq_len']} (m = {e['direct']['num_train']}): test accuracy direct "
-            f"{_spread(e['direct']['test_accuracy'])} vs CoT {_spread(e['cot']['test_accuracy'])}"
-            f", loss gap direct {_spread(e['direct']['gap'])} vs CoT {_spread(e['cot']['gap'])}"
-            f", paired CoT - direct gap {_spread(e['cot_minus_direct_gap'])}"
-            for e in trained
-        ]  # fmt: skip
-        lines.append(runner.claim_line(CLAIMS[3], ok, "; ".join(parts) + " (mean ± std over "
-                                       "seeds; reproduced when the paired gap difference and "
-                                       "minus the accuracy difference are below 0 by 2 "
-                                       "standard errors at every T)"))  # fmt: skip
+    if b is None:  # a partial run: the bound units have not finished
+        lines = [
+            runner.claim_line(c, None, "the bound units have not finished") for c in CLAIMS[:3]
+        ]
     else:
-        lines.append(runner.claim_line(CLAIMS[3], None, "no trained unit has finished"))
+        lines = _bound_claims(b)
+    return [*lines, _training_claim(stats["trained"])]
+
+
+def _bound_claims(b: Mapping[str, Any]) -> list[str]:
+    """The claim lines of the bounds (claims 1-3) from the finished bound units."""
+    pm = b["per_m"]
+    slopes = [p["fits"]["cot_loglog_slope"] for p in pm]
+    cores = [p["fits"]["cot_core_range_log10"] for p in pm]
+    frozen = [p["fits_frozen"]["cot_loglog_slope"] for p in pm]
+    linear = all(abs(s - 1.0) < 0.1 for s in slopes)
+    ts = f"T = {b['seq_len'][0]}..{b['seq_len'][-1]}"
+    lines = [runner.claim_line(CLAIMS[0], linear, (
+        f"as stated, with G_u(1,2) measured at each T and L(1,2,T) of Theorem 10 "
+        f"(ln^2 T from the 2 ln T logit scale), over {ts} the slope of log P_CoT against "
+        f"log T is {', '.join(_fmt(s, 4) for s in slopes)} for m = "
+        f"{', '.join(_fmt(p['num_examples']) for p in pm)} (1 for linear growth), and "
+        f"log10 P_CoT - log10(4T) varies by {', '.join(_fmt(c, 3) for c in cores)} "
+        f"decades (0 for linear growth); with G_u and L frozen at T = {b['frozen_at_T']} "
+        f"(the paper's 'held constant' reading) the slope is "
+        f"{', '.join(_fmt(s, 6) for s in frozen)}"
+    ))]  # fmt: skip
+    r2 = [p["fits"]["one_pass_r2"] for p in pm]
+    r2f = [p["fits_frozen"]["one_pass_r2"] for p in pm]
+    lines.append(runner.claim_line(CLAIMS[1], min(r2) >= _LINEAR_R2, (
+        f"a straight line log10 P_one = a + b T over {ts} has R^2 = "
+        f"{', '.join(_fmt(x, 5) for x in r2)} and slope b = "
+        f"{', '.join(_fmt(p['fits']['one_pass_slope'], 4) for p in pm)} decades per bit "
+        f"(as stated), R^2 = {', '.join(_fmt(x, 6) for x in r2f)} with G_u, L frozen; "
+        f"R^2 >= {_LINEAR_R2} read as linear"
+    )))  # fmt: skip
+    gaps = [p["min_one_minus_cot_log10"] for p in pm]
+    rel = [p["fits"]["one_pass_minus_cot_slope"] for p in pm]
+    first = [p["first_vacuous_T_one_pass"] for p in pm]
+    first_cot = [p["first_vacuous_T_cot"] for p in pm]
+    lines.append(runner.claim_line(CLAIMS[2], min(gaps) > 0 and min(rel) > 0, (
+        f"log10 P_one - log10 P_CoT is at least {', '.join(_fmt(g, 4) for g in gaps)} "
+        f"over {ts} and grows by {', '.join(_fmt(x, 4) for x in rel)} decades per bit; "
+        f"the first T where the one-pass bound is vacuous is {first}, for the CoT bound "
+        f"{first_cot} (None: not on the grid) for m = "
+        f"{[p['num_examples'] for p in pm]}"
+    )))  # fmt: skip
     return lines
+
+
+def _training_claim(trained: Any) -> str:
+    """The claim line of the trained models (claim 4)."""
+    if not trained:
+        return runner.claim_line(CLAIMS[3], None, "no trained unit has finished")
+    ok = all(
+        _below_zero(e["cot_minus_direct_gap"])
+        and _below_zero({k: -v for k, v in e["cot_minus_direct_test_accuracy"].items()})
+        for e in trained
+    )
+    parts = [
+        f"T = {e['seq_len']} (m = {e['direct']['num_train']}): test accuracy direct "
+        f"{_spread(e['direct']['test_accuracy'])} vs CoT {_spread(e['cot']['test_accuracy'])}"
+        f", loss gap direct {_spread(e['direct']['gap'])} vs CoT {_spread(e['cot']['gap'])}"
+        f", paired CoT - direct gap {_spread(e['cot_minus_direct_gap'])}"
+        for e in trained
+    ]  # fmt: skip
+    return runner.claim_line(CLAIMS[3], ok, "; ".join(parts) + " (mean ± std over "
+                             "seeds; reproduced when the paired gap difference and "
+                             "minus the accuracy difference are below 0 by 2 "
+                             "standard errors at every T)")  # fmt: skip
 
 
 def _bound_table(b: Mapping[str, Any]) -> str:

@@ -2,9 +2,9 @@
 
 Kendall's tau per family (Jiang et al. 2020, eq. 3), Jiang's granulated Psi and per-axis psi,
 their conditional-mutual-information test, Dziugaite et al. 2020's robust sign error over
-environments, null baselines and seed-bootstrap intervals, for any table of models (a list of
-rows, a mapping of columns or a CSV file): :func:`load_table`, then :func:`analyze`, then
-:func:`render_report`.
+environments, null baselines and two-way (configuration and seed) bootstrap intervals, for any
+table of models (a list of rows, a mapping of columns or a CSV file): :func:`load_table`, then
+:func:`analyze`, then :func:`render_report`.
 """
 
 from jaxbounds.study._table import ModelTable, load_table

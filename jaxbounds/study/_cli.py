@@ -1,7 +1,11 @@
 """``jaxbounds study --from results.csv``: the study of any CSV of trained models.
 
-Flags map the CSV's columns; a missing column, a value that is not a number and a bad option
-exit 2 with one line naming the flag and the column.
+Flags map the CSV's columns; a missing column, a value that is not a number, an empty axis,
+seed or family cell, a test-set size below 1, a gap beyond ``--loss-range`` (with
+``--num-test``), a duplicated header, a row of the wrong length, a file that is not UTF-8 text
+and a bad option exit 2 with one line naming the flag, the column, the file and the row (as a
+spreadsheet counts them: the header is row 1). Negative gaps (with ``--num-test``) and too few
+null draws for "beyond null" are warned about on stderr at the start.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ _FLAG = {
     "family": "--family", "axes": "--axes", "seed": "--seed", "gap": "--gap",
     "measures": "--measures", "converged": "--converged", "gap_stderr": "--gap-stderr",
     "run_id": "--run-id", "num_test": "--num-test", "train_size": "--train-size",
-    "source": "--from",
+    "source": "--from", "loss_range": "--loss-range", "num_null_draws": "--null-draws",
+    "num_resamples": "--resamples",
 }  # fmt: skip
 
 
@@ -115,6 +120,12 @@ def _check_out(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     return out, job
 
 
+def _usage(err: ValueError) -> StudyUsageError:
+    """A library error (``argument: text``) as a usage error naming the flag."""
+    argument, _, rest = str(err).partition(": ")
+    return StudyUsageError(f"{_FLAG.get(argument, argument)}: {rest}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxbounds study``; print where the report went.
 
@@ -122,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
       StudyUsageError: with the flag named, for a column or value the table lacks.
     """
     from jaxbounds.study import analyze, load_table
+    from jaxbounds.study._table import check_gap_range
+    from jaxbounds.study.nulls import MIN_DRAWS
     from jaxbounds.study.report import render_report
 
     out, job = _check_out(args)
@@ -140,14 +153,24 @@ def run(args: argparse.Namespace) -> int:
             measures=args.measures, converged=args.converged, gap_stderr=args.gap_stderr,
             run_id=args.run_id, num_test=num_test, train_size=args.train_size,
         )  # fmt: skip
+        warnings = check_gap_range(table, args.loss_range)
     except ValueError as err:
-        argument, _, rest = str(err).partition(": ")
-        raise StudyUsageError(f"{_FLAG.get(argument, argument)}: {rest}") from None
-    study = analyze(
-        table, converged_only=not args.all_models, collapse_duplicates=not args.keep_duplicates,
-        num_null_draws=args.null_draws, num_resamples=args.resamples, rng_seed=args.rng_seed,
-        loss_range=args.loss_range,
-    )  # fmt: skip
+        raise _usage(err) from None
+    for line in warnings:
+        argument, _, rest = line.partition(": ")
+        print(f"warning: {_FLAG.get(argument, argument)}: {rest}", file=sys.stderr)
+    if args.null_draws < MIN_DRAWS:
+        print(f"warning: --null-draws: {args.null_draws} draws are too few for 'beyond null' "
+              f"(a two-sided 5% rank test needs {MIN_DRAWS}): that column reads n/a",
+              file=sys.stderr)  # fmt: skip
+    try:
+        study = analyze(
+            table, converged_only=not args.all_models,
+            collapse_duplicates=not args.keep_duplicates, num_null_draws=args.null_draws,
+            num_resamples=args.resamples, rng_seed=args.rng_seed, loss_range=args.loss_range,
+        )  # fmt: skip
+    except ValueError as err:
+        raise _usage(err) from None
     paths = render_report(study, out, title=args.title)
     (out / _JOB).write_text(json.dumps(job, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     for fr in study.families.values():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ModelTable", "load_table"]
+__all__ = ["ModelTable", "check_gap_range", "load_table"]
 
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n"}
@@ -43,6 +44,9 @@ class ModelTable:
       num_test: (n,) test-set sizes (for Hoeffding weights), or None.
       train_size: (n,) training-set sizes (for the size adjustment), or None.
       columns: argument -> column name, as given (for messages).
+      row_labels: (n,) where each model is in the source, for messages (``"row 3 of
+        models.csv"``: a CSV's rows counted as a spreadsheet counts them, the header row 1;
+        ``"row 3"`` for a list or mapping, counted from 1); empty when not known.
     """
 
     family: np.ndarray
@@ -57,6 +61,7 @@ class ModelTable:
     num_test: np.ndarray | None = None
     train_size: np.ndarray | None = None
     columns: dict[str, Any] = dataclasses.field(default_factory=dict)
+    row_labels: tuple[str, ...] = ()
 
     @property
     def num_rows(self) -> int:
@@ -82,7 +87,14 @@ class ModelTable:
             run_id=cut(self.run_id),
             num_test=cut(self.num_test),
             train_size=cut(self.train_size),
+            row_labels=tuple(np.asarray(self.row_labels, dtype=object)[index].tolist())
+            if self.row_labels
+            else (),
         )
+
+    def where(self, i: int) -> str:
+        """Where model ``i`` is in the source (``"row 3 of models.csv"``; ``"model 3"``)."""
+        return self.row_labels[i] if self.row_labels else f"model {i + 1}"
 
     def config(self, i: int) -> tuple:
         """The hyperparameter values of model ``i`` as a hashable tuple (axes order)."""
@@ -112,24 +124,68 @@ def _parse_cell(text: Any) -> Any:
         return s
 
 
-def _columns_of(source: Any) -> dict[str, list]:
+def _read_csv(path: Path) -> tuple[dict[str, list], list[str]]:
+    """The columns of a CSV file and the label of each data row (header = row 1).
+
+    UTF-8 with or without a byte-order mark (a spreadsheet's "CSV UTF-8"); blank lines are
+    skipped but counted; a duplicated column name, a row with more or fewer cells than the
+    header, a file that is not UTF-8 text or holds NUL bytes is refused, naming the file.
+    """
+    name = str(path)
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"source: {name} is not UTF-8 text (byte {err.start}: {err.reason}); a binary "
+            "file, or a CSV saved in another encoding (save it as CSV UTF-8)"
+        ) from None
+    except OSError as err:
+        raise ValueError(f"source: cannot read {name} ({err.strerror or err})") from None
+    if "\x00" in text:
+        raise ValueError(f"source: {name} holds NUL bytes: a binary file, not a CSV")
+    try:
+        records = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as err:
+        raise ValueError(f"source: {name} is not a CSV ({err})") from None
+    if not records or not records[0]:
+        raise ValueError(f"source: {name} has no header line")
+    names = records[0]
+    seen: dict[str, int] = {}
+    for j, c in enumerate(names):
+        if c in seen:
+            raise ValueError(
+                f"source: {name}: column {c!r} appears twice in the header (columns "
+                f"{seen[c] + 1} and {j + 1}); rename one"
+            )
+        seen[c] = j
+    rows, labels = [], []
+    for k, record in enumerate(records[1:], start=2):
+        if not record:
+            continue
+        if len(record) != len(names):
+            raise ValueError(
+                f"source: row {k} of {name} has {len(record)} cells, the header {len(names)}"
+            )
+        rows.append(record)
+        labels.append(f"row {k} of {name}")
+    cols = {c: [_parse_cell(r[j]) for r in rows] for j, c in enumerate(names)}
+    return cols, labels
+
+
+def _columns_of(source: Any) -> tuple[dict[str, list], list[str]]:
+    """The columns of ``source`` and the label of each row (for messages)."""
     if isinstance(source, str | Path):
         path = Path(source)
         if not path.is_file():
             raise ValueError(f"source: no such CSV file {str(path)!r}")
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            if reader.fieldnames is None:
-                raise ValueError(f"source: {str(path)!r} has no header line")
-            names = list(reader.fieldnames)
-            rows = list(reader)
-        return {c: [_parse_cell(r.get(c)) for r in rows] for c in names}
+        return _read_csv(path)
     if isinstance(source, Mapping):
         out = {str(c): list(np.asarray(v, dtype=object).reshape(-1)) for c, v in source.items()}
         sizes = {len(v) for v in out.values()}
         if len(sizes) > 1:
             raise ValueError(f"source: columns differ in length ({sorted(sizes)})")
-        return out
+        n = sizes.pop() if sizes else 0
+        return out, [f"row {i + 1}" for i in range(n)]
     if isinstance(source, Sequence):
         rows = list(source)
         if not all(isinstance(r, Mapping) for r in rows):
@@ -137,7 +193,9 @@ def _columns_of(source: Any) -> dict[str, list]:
         names: dict[str, None] = {}
         for r in rows:
             names.update(dict.fromkeys(r))
-        return {c: [r.get(c) for r in rows] for c in names}
+        return {c: [r.get(c) for r in rows] for c in names}, [
+            f"row {i + 1}" for i in range(len(rows))
+        ]
     raise ValueError(
         "source: expected a list of row mappings, a mapping of column -> values or a CSV path, "
         f"got {type(source).__name__}"
@@ -153,24 +211,41 @@ def _need(columns: Mapping[str, list], argument: str, name: Any) -> list:
     return columns[name]
 
 
-def _floats(values: list, argument: str, name: str) -> np.ndarray:
+def _floats(values: list, argument: str, name: str, where: Sequence[str]) -> np.ndarray:
     out = np.empty(len(values), dtype=float)
     for i, v in enumerate(values):
         if v is None or (isinstance(v, str) and v.strip().lower() in ("", "nan")):
             out[i] = math.nan
         elif isinstance(v, bool):
-            raise ValueError(f"{argument}: column {name!r} row {i} is a flag ({v}), not a number")
+            raise ValueError(
+                f"{argument}: column {name!r}, {where[i]}, is a flag ({v}), not a number"
+            )
         else:
             try:
                 out[i] = float(v)
             except (TypeError, ValueError):
                 raise ValueError(
-                    f"{argument}: column {name!r} row {i} is not a number: {v!r}"
+                    f"{argument}: column {name!r}, {where[i]}, is not a number: {v!r}"
                 ) from None
     return out
 
 
-def _flags(values: list, argument: str, name: str) -> np.ndarray:
+def _sizes(
+    values: list, argument: str, name: str, where: Sequence[str], used: np.ndarray
+) -> np.ndarray:
+    """A column of sizes: a number >= 1 in every ``used`` row (the rows with a gap)."""
+    out = _floats(values, argument, name, where)
+    bad = np.flatnonzero(used & ~(out >= 1))
+    if bad.size:
+        i = int(bad[0])
+        shown = "empty" if math.isnan(out[i]) else f"{values[i]!r}"
+        raise ValueError(
+            f"{argument}: column {name!r}, {where[i]}, is {shown}: expected a size >= 1"
+        )
+    return out
+
+
+def _flags(values: list, argument: str, name: str, where: Sequence[str]) -> np.ndarray:
     out = np.empty(len(values), dtype=bool)
     for i, v in enumerate(values):
         if isinstance(v, bool | np.bool_) or (isinstance(v, int | float) and v in (0, 1)):
@@ -178,8 +253,79 @@ def _flags(values: list, argument: str, name: str) -> np.ndarray:
         elif isinstance(v, str) and v.strip().lower() in _TRUE | _FALSE:
             out[i] = v.strip().lower() in _TRUE
         else:
-            raise ValueError(f"{argument}: column {name!r} row {i} is not true/false: {v!r}")
+            shown = "empty" if v is None else f"not true/false: {v!r}"
+            raise ValueError(f"{argument}: column {name!r}, {where[i]}, is {shown}")
     return out
+
+
+def _no_empty(values: np.ndarray, argument: str, name: str, where: Sequence[str]) -> None:
+    empty = np.flatnonzero([v is None for v in values])
+    if empty.size:
+        i = int(empty[0])
+        raise ValueError(f"{argument}: column {name!r}, {where[i]}, is empty")
+
+
+def _axis_cells(
+    settings: Mapping[str, np.ndarray], family: np.ndarray, where: Sequence[str]
+) -> None:
+    """Refuse an empty axis cell where other models of its family have a value.
+
+    An axis empty for every model of a family is an axis that family does not have.
+    """
+    for axis, values in settings.items():
+        empty = np.array([v is None for v in values], dtype=bool)
+        for f in dict.fromkeys(family[empty].tolist()):
+            mine = family == f
+            if not empty[mine].all():
+                i = int(np.flatnonzero(mine & empty)[0])
+                label = "" if f == "all" else f" of family {f!r}"
+                raise ValueError(
+                    f"axes: column {axis!r}, {where[i]}, is empty while other models{label} "
+                    "have a value (an empty cell is not a level of the axis)"
+                )
+
+
+def check_gap_range(table: ModelTable, loss_range: float) -> list[str]:
+    """Check the gaps against ``loss_range`` where the sign error's Hoeffding weights use it.
+
+    With a test-set size (``num_test``), a gap is a difference of two losses in
+    ``[0, loss_range]``: a gap beyond ``loss_range`` (a gap in percent with a loss range of 1)
+    is refused; negative gaps are returned as a warning.
+
+    Returns:
+      Warnings (one line each; empty when there is nothing to say).
+
+    Raises:
+      ValueError: naming ``loss_range``, for a gap of size above it.
+
+    >>> t = load_table([{"a": 1, "s": 0, "g": 35.0, "m": 1.0}], axes=["a"], seed="s",
+    ...                gap="g", measures=["m"], num_test=100)
+    >>> check_gap_range(t, 100.0)
+    []
+    """
+    if table.num_test is None:
+        return []
+    g = table.gap
+    finite = np.isfinite(g)
+    name = table.columns.get("gap")
+    over = np.flatnonzero(finite & (np.abs(g) > loss_range))
+    if over.size:
+        i = int(over[np.argmax(np.abs(g[over]))])
+        raise ValueError(
+            f"loss_range: the gap column {name!r} holds {g[i]:g} ({table.where(i)}; "
+            f"{over.size} gap(s) beyond the loss range {loss_range:g}); a gap is a difference "
+            "of losses in [0, loss range]: give the loss range of the gap's loss (100 for an "
+            "error in percent), or the gap in the loss's own units"
+        )
+    below = np.flatnonzero(finite & (g < 0))
+    if below.size:
+        i = int(below[np.argmin(g[below])])
+        return [
+            f"gap: {below.size} of {int(finite.sum())} gaps in column {name!r} are below 0 "
+            f"(lowest {g[i]:g}, {table.where(i)}): the test loss below the training loss; "
+            "check that the column is test minus training"
+        ]
+    return []
 
 
 def _objects(values: list) -> np.ndarray:
@@ -230,7 +376,7 @@ def load_table(
     >>> t.num_rows, t.family[0], bool(t.converged[0])
     (1, 'all', True)
     """
-    cols = _columns_of(source)
+    cols, where = _columns_of(source)
     if not cols or not any(len(v) for v in cols.values()):
         raise ValueError("source: the table has no rows")
     if isinstance(axes, str) or not list(axes):
@@ -244,29 +390,38 @@ def load_table(
     n = len(seeds)
     if n == 0:
         raise ValueError("source: the table has no rows")
-    gaps = _floats(_need(cols, "gap", gap), "gap", gap)
-    values = {m: _floats(_need(cols, "measures", m), "measures", m) for m in measures}
-    fam = (np.array(["all"] * n, dtype=object) if family is None
-           else _objects(_need(cols, "family", family)))  # fmt: skip
+    _no_empty(seeds, "seed", seed, where)
+    gaps = _floats(_need(cols, "gap", gap), "gap", gap, where)
+    values = {m: _floats(_need(cols, "measures", m), "measures", m, where) for m in measures}
+    if family is None:
+        fam = np.array(["all"] * n, dtype=object)
+    else:
+        fam = _objects(_need(cols, "family", family))
+        _no_empty(fam, "family", family, where)
     fam = np.array([str(f) for f in fam], dtype=object)
+    _axis_cells(settings, fam, where)
     conv = (np.ones(n, dtype=bool) if converged is None
-            else _flags(_need(cols, "converged", converged), "converged", converged))  # fmt: skip
+            else _flags(_need(cols, "converged", converged), "converged", converged,
+                        where))  # fmt: skip
     se = None if gap_stderr is None else _floats(
-        _need(cols, "gap_stderr", gap_stderr), "gap_stderr", gap_stderr)  # fmt: skip
+        _need(cols, "gap_stderr", gap_stderr), "gap_stderr", gap_stderr, where)  # fmt: skip
     rid = None if run_id is None else _objects(_need(cols, "run_id", run_id))
+    has_gap = np.isfinite(gaps)
     if num_test is None or isinstance(num_test, str):
-        nt = None if num_test is None else _floats(
-            _need(cols, "num_test", num_test), "num_test", num_test)  # fmt: skip
+        nt = None if num_test is None else _sizes(
+            _need(cols, "num_test", num_test), "num_test", num_test, where, has_gap)  # fmt: skip
     elif isinstance(num_test, int) and not isinstance(num_test, bool) and num_test >= 1:
         nt = np.full(n, float(num_test))
     else:
         raise ValueError(f"num_test: expected a column name or an int >= 1, got {num_test!r}")
-    ts = None if train_size is None else _floats(
-        _need(cols, "train_size", train_size), "train_size", train_size)  # fmt: skip
+    ts = None if train_size is None else _sizes(
+        _need(cols, "train_size", train_size), "train_size", train_size, where,
+        has_gap)  # fmt: skip
     given = {"family": family, "axes": list(axes), "seed": seed, "gap": gap,
              "measures": list(measures), "converged": converged, "gap_stderr": gap_stderr,
              "run_id": run_id, "num_test": num_test, "train_size": train_size}  # fmt: skip
     return ModelTable(
         family=fam, axes=tuple(axes), settings=settings, seed=seeds, gap=gaps, measures=values,
         converged=conv, gap_stderr=se, run_id=rid, num_test=nt, train_size=ts, columns=given,
+        row_labels=tuple(where),
     )  # fmt: skip

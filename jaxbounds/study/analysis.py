@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from jaxbounds.study import bootstrap, cmi, nulls, ranking, sign_error
-from jaxbounds.study._table import ModelTable
+from jaxbounds.study._table import ModelTable, check_gap_range
 
 __all__ = ["FamilyResult", "MeasureResult", "Study", "analyze"]
 
@@ -37,12 +37,16 @@ class MeasureResult:
       num_models: models with a value (of the family's kept models).
       num_missing: kept models without a value (NaN), left out of this measure's statistics.
       tau: :class:`~jaxbounds.study.ranking.Tau` over the family's kept models.
-      tau_interval: its seed-bootstrap interval (of Jiang's tau-a).
+      tau_interval: its two-way bootstrap interval (of Jiang's tau-a; configurations and
+        seeds resampled jointly, :mod:`~jaxbounds.study.bootstrap`).
       psi: :class:`~jaxbounds.study.ranking.Psi`.
-      psi_interval: the seed-bootstrap interval of Psi.
+      psi_interval: the two-way bootstrap interval of Psi.
       cmi: :class:`~jaxbounds.study.cmi.CMI` (None with fewer than two axes... or no pairs).
       sign_error: :class:`~jaxbounds.study.sign_error.SignError` (size-adjusted measure).
       tau_capped: tau over the family's capped (not converged) models, apart; None if none.
+      sign_error_at: test-set size -> the sign error with every gap taken as measured on that
+        many test examples (``sign_error_num_test`` of :func:`analyze`; empty without
+        test-set sizes).
     """
 
     name: str
@@ -55,6 +59,7 @@ class MeasureResult:
     cmi: cmi.CMI | None
     sign_error: sign_error.SignError
     tau_capped: ranking.Tau | None = None
+    sign_error_at: dict[int, sign_error.SignError] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,9 +77,12 @@ class FamilyResult:
       num_models: models analysed.
       seeds: the seeds of the analysed models.
       measures: measure -> :class:`MeasureResult`.
-      nulls: ``"random"`` / ``"gap+noise"`` -> :class:`~jaxbounds.study.nulls.NullBaseline`.
+      nulls: ``"random"`` / ``"gap+noise"`` / ``"constant"`` ->
+        :class:`~jaxbounds.study.nulls.NullBaseline`.
       notes: what a reader must know (a single seed, constant measures, ...).
       rows: the table rows of the analysed models, in analysis order.
+      resamples: the two-way bootstrap's resamples of the analysed models (shared by every
+        statistic of the family, so differences are paired; not part of the JSON).
     """
 
     family: str
@@ -90,6 +98,9 @@ class FamilyResult:
     nulls: dict[str, nulls.NullBaseline]
     notes: tuple[str, ...] = ()
     rows: tuple[int, ...] = ()
+    resamples: bootstrap.Resamples | None = dataclasses.field(
+        default=None, repr=False, compare=False, metadata={"json": False}
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +143,26 @@ def _log_scale(name: str, log_measures: Sequence[str] | None) -> bool:
     return name.lower().startswith("log")
 
 
-def _family(t: ModelTable, family: str, opts: dict[str, Any]) -> tuple[FamilyResult, np.ndarray]:
+@dataclasses.dataclass(frozen=True)
+class _Family:
+    """The kept models of a family and what every measure's statistics share."""
+
+    kept: ModelTable
+    rows: np.ndarray
+    axes: tuple[str, ...]
+    configs: list[tuple]
+    seeds: list[Any]
+    resamples: bootstrap.Resamples
+    env: list
+    groups: dict[str, list[np.ndarray]]
+    layout: ranking.PsiLayout
+    pairs: Any
+    subsets: Any
+    opts: dict[str, Any]
+
+
+def _select(t: ModelTable, family: str, opts: dict[str, Any]) -> tuple[dict[str, Any], list]:
+    """The rows of a family: without a gap, capped and duplicates set apart, with notes."""
     rows = np.flatnonzero(t.family == family)
     ft = t.take(rows)
     notes: list[str] = []
@@ -158,113 +188,158 @@ def _family(t: ModelTable, family: str, opts: dict[str, Any]) -> tuple[FamilyRes
                 f"{num_dup} duplicate run(s) counted once"
                 + (f" (they differ only in {', '.join(dup_axes)})" if dup_axes else "")
             )
+    counts = {"num_rows": int(rows.size), "num_no_gap": int((~has_gap).sum()),
+              "num_capped": int(capped.sum()), "num_duplicates": num_dup,
+              "duplicate_axes": dup_axes}  # fmt: skip
+    return {"kept": kept, "rows": kept_rows, "capped": ft.take(np.flatnonzero(capped)),
+            "counts": counts}, notes  # fmt: skip
+
+
+def _prepare(kept: ModelTable, rows: np.ndarray, opts: dict[str, Any], notes: list) -> _Family:
+    """Axes, configurations, resamples, environments, groups and CMI pairs of a family."""
     axes = tuple(a for a in kept.axes
                  if len({kendall_key(v) for v in kept.settings[a]}) >= 2)  # fmt: skip
-    seeds = tuple(sorted(set(kept.seed.tolist()), key=lambda s: (str(type(s)), s)))
-    if len(seeds) == 1:
-        notes.append("one seed: no bootstrap interval over seeds")
     configs = [tuple(kendall_key(kept.settings[a][i]) for a in axes)
                for i in range(kept.num_rows)]  # fmt: skip
-    resamples = bootstrap.seed_resamples(list(kept.seed) or [0],
-                                         num_resamples=opts["num_resamples"],
-                                         rng_seed=opts["rng_seed"])  # fmt: skip
-    n_test = kept.num_test if kept.num_test is not None else None
-    if n_test is None:
+    seeds = list(kept.seed)
+    if len(set(seeds)) == 1:
+        notes.append("one seed: the intervals resample the configurations only")
+    if kept.num_test is None:
         notes.append("no test-set size: every pair of the sign error weighs 1 (no noise filter)")
-    capped_t = ft.take(np.flatnonzero(capped))
-
-    def sign(mu: np.ndarray, g: np.ndarray, cfg: list, nt: Any, env: Any) -> Any:
-        return sign_error.robust_sign_error(mu, g, cfg, list(axes), nt,
-                                            loss_range=opts["loss_range"],
-                                            min_ess=opts["min_ess"], env=env)  # fmt: skip
-
-    env_all = sign_error.environments(configs, list(axes))
-    groups_all = ranking.psi_groups(configs, list(kept.seed), list(axes))
-    pairs_all = None
-    if kept.num_rows <= opts["cmi_max_models"]:
-        pairs_all = cmi.pair_codes(configs, list(axes))
-    else:
+    resamples = bootstrap.two_way_resamples(configs, seeds, num_resamples=opts["num_resamples"],
+                                            rng_seed=opts["rng_seed"])  # fmt: skip
+    pairs = subsets = None
+    if kept.num_rows <= opts["cmi_max_models"] and opts["cmi_max_size"] >= 0:
+        pairs = cmi.pair_codes(configs, list(axes))
+        subsets = cmi.subset_codes(pairs, min(opts["cmi_max_size"], len(axes)))
+    elif opts["cmi_max_size"] >= 0:
         notes.append(f"CMI skipped: {kept.num_rows} models, more than cmi_max_models = "
                      f"{opts['cmi_max_models']} (it uses all n(n-1) ordered pairs)")  # fmt: skip
-    measures: dict[str, MeasureResult] = {}
-    for name, values in kept.measures.items():
-        have = np.isfinite(values)
-        idx = np.flatnonzero(have)
-        mu, g = values[idx], kept.gap[idx]
-        cfg = [configs[i] for i in idx]
-        sd = [kept.seed[i] for i in idx]
-        full = bool(have.all())
-        groups = groups_all if full else ranking.psi_groups(cfg, sd, list(axes))
-        tau = ranking.kendall(mu, g)
-        if tau.note and idx.size:
-            notes.append(f"{name}: tau n/a ({tau.note})")
-        psi = ranking.granulated_psi(mu, g, groups, sd)
-        pair = ranking.signs(mu).astype(np.int64) * ranking.signs(g)
-        codes = {s: np.array([x == s for x in sd], dtype=float) for s in set(sd)}
+    groups = ranking.psi_groups(configs, seeds, list(axes))
+    return _Family(kept, rows, axes, configs, seeds, resamples,
+                   sign_error.environments(configs, list(axes)), groups,
+                   ranking.psi_layout(groups), pairs, subsets, opts)  # fmt: skip
 
-        def tau_stat(c: dict, pair=pair, codes=codes, defined=not tau.note) -> float:
-            if not defined:
-                return math.nan
-            w = sum((c.get(s, 0) * v for s, v in codes.items()), np.zeros(len(pair)))
-            return bootstrap.tau_weighted(pair, w)
 
-        tau_ci = bootstrap.seed_interval(sd, tau_stat, resamples, confidence=opts["confidence"])
-        psi_ci = bootstrap.seed_interval(sd, psi.resampled, resamples,
-                                         confidence=opts["confidence"])  # fmt: skip
-        the_cmi = None
-        if axes and idx.size >= 2 and (pairs_all is not None or idx.size <= opts["cmi_max_models"]):
-            the_cmi = cmi.conditional_mutual_information(
-                mu, g, cfg, list(axes), max_size=opts["cmi_max_size"],
-                pairs=pairs_all if full else None)  # fmt: skip
-        adj = mu
-        if kept.train_size is not None:
-            adj = sign_error.size_adjusted(
-                mu, kept.train_size[idx], log_scale=_log_scale(name, opts["log_measures"])
-            )
-        nt = None if n_test is None else n_test[idx]
-        if np.isnan(adj).any():
-            nan = math.nan
-            se = sign_error.SignError(
-                {a: () for a in axes},
-                dict.fromkeys(axes, 0),
-                nan,
-                nan,
-                nan,
-                "",
-                "negative values: sqrt(v/m) is undefined",
-            )
-        elif not axes:
-            nan = math.nan
-            se = sign_error.SignError({}, {}, nan, nan, nan, "", "no axis with two values")
-        else:
-            se = sign(adj, g, cfg, nt, env_all if full else None)
-        tc = None
-        if capped_t.num_rows:
-            cv = capped_t.measures[name]
-            ok = np.isfinite(cv)
-            tc = ranking.kendall(cv[ok], capped_t.gap[ok])
-        measures[name] = MeasureResult(name, int(idx.size), int((~have).sum()), tau, tau_ci,
-                                       psi, psi_ci, the_cmi, se, tc)  # fmt: skip
+def _sign_error(f: _Family, mu: np.ndarray, idx: np.ndarray, name: str | None,
+                num_test: Any = "table", adjust: bool = True) -> sign_error.SignError:  # fmt: skip
+    """The sign error of ``mu`` (the models ``idx``), size-adjusted when the table has sizes.
 
-    def null_stats(m: np.ndarray) -> dict[str, float]:
-        s = sign(m, kept.gap, configs, n_test, env_all) if axes else None
-        return {
-            "tau": ranking.tau_a(m, kept.gap),
-            "psi": ranking.granulated_psi(m, kept.gap, groups_all, list(kept.seed)).psi,
-            "sign_error_worst": math.nan if s is None else s.worst,
-            "sign_error_mean": math.nan if s is None else s.mean,
-        }
-
-    base = nulls.null_draws(kept.gap, kept.gap_stderr, null_stats,
-                            num_samples=opts["num_null_draws"],
-                            rng_seed=opts["rng_seed"])  # fmt: skip
-    result = FamilyResult(
-        family=family, axes=axes, num_rows=int(rows.size), num_no_gap=int((~has_gap).sum()),
-        num_capped=int(capped.sum()), num_duplicates=num_dup, duplicate_axes=dup_axes,
-        num_models=kept.num_rows, seeds=seeds, measures=measures, nulls=base,
-        notes=tuple(notes), rows=tuple(int(i) for i in kept_rows),
+    ``name`` None: a null measure, adjusted as a measure off the log scale (``adjust`` False:
+    not adjusted, for the gap plus noise). ``num_test``: ``"table"`` for the table's test-set
+    sizes, else a number or None.
+    """
+    kept, axes, opts = f.kept, f.axes, f.opts
+    adj = mu
+    if kept.train_size is not None and adjust:
+        log = name is not None and _log_scale(name, opts["log_measures"])
+        adj = sign_error.size_adjusted(mu, kept.train_size[idx], log_scale=log)
+    if not axes:
+        nan = math.nan
+        return sign_error.SignError({}, {}, nan, nan, nan, "", "no axis with two values")
+    if np.isnan(adj).any():
+        nan = math.nan
+        return sign_error.SignError({a: () for a in axes}, dict.fromkeys(axes, 0), nan, nan,
+                                    nan, "", "negative values: sqrt(v/m) is undefined")  # fmt: skip
+    if isinstance(num_test, str):
+        nt = None if kept.num_test is None else kept.num_test[idx]
+    else:
+        nt = num_test
+    full = idx.size == kept.num_rows
+    return sign_error.robust_sign_error(
+        adj, kept.gap[idx], [f.configs[i] for i in idx], list(axes), nt,
+        loss_range=opts["loss_range"], min_ess=opts["min_ess"], env=f.env if full else None,
     )  # fmt: skip
-    return result, kept_rows
+
+
+def _cmi(f: _Family, mu: np.ndarray, idx: np.ndarray) -> cmi.CMI | None:
+    full = idx.size == f.kept.num_rows
+    if not f.axes or idx.size < 2 or f.opts["cmi_max_size"] < 0:
+        return None
+    if f.pairs is None and idx.size > f.opts["cmi_max_models"]:
+        return None
+    return cmi.conditional_mutual_information(
+        mu, f.kept.gap[idx], [f.configs[i] for i in idx], list(f.axes),
+        max_size=f.opts["cmi_max_size"], pairs=f.pairs if full else None,
+        subsets=f.subsets if full else None,
+    )  # fmt: skip
+
+
+def _measure(f: _Family, name: str, values: np.ndarray, capped: ModelTable,
+             notes: list) -> MeasureResult:  # fmt: skip
+    """Every statistic of one measure in a family."""
+    kept, opts = f.kept, f.opts
+    have = np.isfinite(values)
+    idx = np.flatnonzero(have)
+    mu, g = values[idx], kept.gap[idx]
+    sd = [f.seeds[i] for i in idx]
+    groups = (f.groups if have.all()
+              else ranking.psi_groups([f.configs[i] for i in idx], sd, list(f.axes)))  # fmt: skip
+    tau = ranking.kendall(mu, g)
+    if tau.note and idx.size:
+        notes.append(f"{name}: tau n/a ({tau.note})")
+    psi = ranking.granulated_psi(mu, g, groups, sd, index=idx,
+                                 layout=f.layout if have.all() else None)  # fmt: skip
+    w = f.resamples.weights
+    if tau.note:
+        tau_values = np.full(w.shape[0], math.nan)
+    else:
+        pair = ranking.signs(mu).astype(float) * ranking.signs(g)
+        tau_values = bootstrap.tau_resampled(pair, w[:, idx])
+    conf = opts["confidence"]
+    tau_ci = bootstrap.interval(tau_values, f.resamples, confidence=conf)
+    psi_ci = bootstrap.interval(psi.resampled(w), f.resamples, confidence=conf)
+    se = _sign_error(f, mu, idx, name)
+    alt = {int(n): _sign_error(f, mu, idx, name, num_test=float(n))
+           for n in opts["sign_error_num_test"]} if kept.num_test is not None else {}  # fmt: skip
+    tc = None
+    if capped.num_rows:
+        cv = capped.measures[name]
+        ok = np.isfinite(cv)
+        tc = ranking.kendall(cv[ok], capped.gap[ok])
+    return MeasureResult(name, int(idx.size), int((~have).sum()), tau, tau_ci, psi, psi_ci,
+                         _cmi(f, mu, idx), se, tc, alt)  # fmt: skip
+
+
+def _null_stats(f: _Family, with_cmi: bool) -> Any:
+    every = np.arange(f.kept.num_rows)
+
+    def stats(m: np.ndarray, kind: str) -> dict[str, float]:
+        adjust = kind != "gap+noise"  # the null measures are size-adjusted as the measures
+        out = {"tau": ranking.tau_a(m, f.kept.gap),
+               "psi": ranking.granulated_psi(m, f.kept.gap, f.groups, f.seeds,
+                                             layout=f.layout).psi}  # fmt: skip
+        if with_cmi:
+            c = _cmi(f, m, every)
+            for k in range(f.opts["cmi_max_size"] + 1):
+                out[f"cmi_{k}"] = math.nan if c is None else c.by_size.get(k, math.nan)
+        if f.axes:
+            s = _sign_error(f, m, every, None, adjust=adjust)
+            out |= {"sign_error_worst": s.worst, "sign_error_mean": s.mean}
+            for n in f.opts["sign_error_num_test"] if f.kept.num_test is not None else ():
+                s = _sign_error(f, m, every, None, num_test=float(n), adjust=adjust)
+                out |= {f"sign_error_worst@{n}": s.worst, f"sign_error_mean@{n}": s.mean}
+        return out
+
+    return stats
+
+
+def _family(t: ModelTable, family: str, opts: dict[str, Any]) -> tuple[FamilyResult, np.ndarray]:
+    sel, notes = _select(t, family, opts)
+    f = _prepare(sel["kept"], sel["rows"], opts, notes)
+    measures = {name: _measure(f, name, values, sel["capped"], notes)
+                for name, values in f.kept.measures.items()}  # fmt: skip
+    with_cmi = opts["null_cmi"] and f.pairs is not None and opts["cmi_max_size"] >= 0
+    base = nulls.null_draws(f.kept.gap, f.kept.gap_stderr, _null_stats(f, with_cmi),
+                            num_samples=opts["num_null_draws"], rng_seed=opts["rng_seed"],
+                            constant=f.kept.train_size is not None)  # fmt: skip
+    result = FamilyResult(
+        family=family, axes=f.axes, **sel["counts"], num_models=f.kept.num_rows,
+        seeds=tuple(sorted(set(f.seeds), key=lambda s: (str(type(s)), s))), measures=measures,
+        nulls=base, notes=tuple(notes), rows=tuple(int(i) for i in f.rows),
+        resamples=f.resamples,
+    )  # fmt: skip
+    return result, f.rows
 
 
 def kendall_key(value: Any) -> Any:
@@ -288,6 +363,8 @@ def analyze(
     log_measures: Sequence[str] | None = None,
     cmi_max_size: int = 2,
     cmi_max_models: int = 400,
+    null_cmi: bool = True,
+    sign_error_num_test: Sequence[int] = (),
 ) -> Study:
     """Every statistic of every measure, per family, beside its null baselines.
 
@@ -297,7 +374,7 @@ def analyze(
         are counted and their tau reported apart. False mixes them in (said in the notes).
       collapse_duplicates: count repeated runs once (module docstring).
       num_null_draws: draws of each null baseline (>= 1; 100 or more for a report).
-      num_resamples: seed-bootstrap resamples.
+      num_resamples: two-way bootstrap resamples (configurations and seeds).
       confidence: coverage of the bootstrap intervals, in (0, 1).
       rng_seed: seed of the bootstrap and the nulls.
       loss_range: range of the per-example loss behind the gap (1 for the 0-1 error), for the
@@ -309,12 +386,16 @@ def analyze(
       cmi_max_size: largest conditioning set of the CMI test (Jiang et al.: 2).
       cmi_max_models: families with more kept models skip the CMI test (it uses all n(n-1)
         ordered pairs).
+      null_cmi: give the null measures' CMI too (``cmi_0`` ... in their statistics).
+      sign_error_num_test: test-set sizes at which the sign error is given too, beside the
+        table's (``MeasureResult.sign_error_at``; e.g. 10000, the anchors' code's n).
 
     Returns:
       A :class:`Study`.
 
     Raises:
-      ValueError: for a confidence outside (0, 1), or num_null_draws / num_resamples < 1.
+      ValueError: for a confidence outside (0, 1), num_null_draws / num_resamples < 1, or
+        (with test-set sizes) a gap beyond ``loss_range``.
 
     >>> from jaxbounds.study import load_table
     >>> rows = [{"lr": lr, "seed": s, "gap": lr + s / 10, "m": lr} for lr in (1, 2, 3)
@@ -326,13 +407,17 @@ def analyze(
     """
     if not (isinstance(confidence, float) and 0.0 < confidence < 1.0):
         raise ValueError(f"confidence: expected a float in (0, 1), got {confidence!r}")
+    if not (math.isfinite(loss_range) and loss_range > 0):
+        raise ValueError(f"loss_range: expected a finite number > 0, got {loss_range!r}")
+    check_gap_range(table, float(loss_range))
     opts = {
         "converged_only": bool(converged_only), "collapse_duplicates": bool(collapse_duplicates),
         "num_null_draws": num_null_draws, "num_resamples": num_resamples,
         "confidence": confidence, "rng_seed": rng_seed, "loss_range": float(loss_range),
         "min_ess": float(min_ess), "log_measures": None if log_measures is None
         else tuple(log_measures), "cmi_max_size": int(cmi_max_size),
-        "cmi_max_models": int(cmi_max_models),
+        "cmi_max_models": int(cmi_max_models), "null_cmi": bool(null_cmi),
+        "sign_error_num_test": tuple(int(n) for n in sign_error_num_test),
     }  # fmt: skip
     families: dict[str, FamilyResult] = {}
     pooled_rows: list[np.ndarray] = []

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CMI", "conditional_mutual_information", "pair_codes"]
+__all__ = ["CMI", "conditional_mutual_information", "pair_codes", "subset_codes"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,10 +40,35 @@ class CMI:
     per_set: dict[tuple[str, ...], float]
 
 
-def _entropy(codes: np.ndarray) -> float:
-    _, counts = np.unique(codes, return_counts=True)
-    p = counts / counts.sum()
+def _entropy(codes: np.ndarray, size: int) -> float:
+    counts = np.bincount(codes, minlength=size)
+    p = counts[counts > 0] / codes.size
     return float(-(p * np.log(p)).sum())
+
+
+def subset_codes(
+    pairs: tuple[np.ndarray, np.ndarray, list[np.ndarray]], max_size: int
+) -> dict[tuple[int, ...], tuple[np.ndarray, int]]:
+    """Per set of at most ``max_size`` axes (positions), the code of $U_S$ of every pair.
+
+    Codes are compact (0 .. U-1); they depend on the configurations only, so a family computes
+    them once for all its measures.
+
+    >>> i, j, codes = pair_codes([(1, 5), (2, 5), (1, 6)], ["lr", "bs"])
+    >>> {s: (c.tolist(), u) for s, (c, u) in subset_codes((i, j, codes), 1).items()}
+    {(): ([0, 0, 0, 0, 0, 0], 1), (0,): ([1, 0, 2, 2, 0, 1], 3), (1,): ([0, 1, 0, 1, 2, 2], 3)}
+    """
+    ii, _, codes = pairs
+    out: dict[tuple[int, ...], tuple[np.ndarray, int]] = {}
+    for k in range(max_size + 1):
+        for subset in itertools.combinations(range(len(codes)), k):
+            u = np.zeros(ii.size, dtype=np.int64)
+            for a in subset:
+                _, u = np.unique(u * (int(codes[a].max(initial=0)) + 1) + codes[a],
+                                 return_inverse=True)  # fmt: skip
+                u = u.reshape(-1).astype(np.int64)
+            out[subset] = (u, int(u.max(initial=-1)) + 1)
+    return out
 
 
 def pair_codes(
@@ -73,6 +98,7 @@ def conditional_mutual_information(
     *,
     max_size: int = 2,
     pairs: tuple[np.ndarray, np.ndarray, list[np.ndarray]] | None = None,
+    subsets: dict[tuple[int, ...], tuple[np.ndarray, int]] | None = None,
 ) -> CMI:
     r"""$\min_{|S| = k}\hat I(V_\mu, V_g \mid U_S)$ for $k = 0, \dots,$ ``max_size``.
 
@@ -83,6 +109,7 @@ def conditional_mutual_information(
       axes: the axes.
       max_size: the largest conditioning set (2 as Jiang et al.).
       pairs: :func:`pair_codes` of ``configs`` (computed when None).
+      subsets: :func:`subset_codes` of ``pairs`` (computed when None).
 
     Returns:
       A :class:`CMI`; a set whose $H(V_g \mid U_S)$ is 0 is undefined (NaN).
@@ -96,20 +123,19 @@ def conditional_mutual_information(
     """
     mu = np.asarray(measure, dtype=float)
     g = np.asarray(gap, dtype=float)
-    ii, jj, codes = pair_codes(configs, axes) if pairs is None else pairs
+    pairs = pair_codes(configs, axes) if pairs is None else pairs
+    ii, jj, _ = pairs
+    subsets = subset_codes(pairs, max_size) if subsets is None else subsets
     vm = (mu[ii] > mu[jj]).astype(np.int64)
     vg = (g[ii] > g[jj]).astype(np.int64)
     per_set: dict[tuple[str, ...], float] = {}
     for k in range(max_size + 1):
         for subset in itertools.combinations(range(len(axes)), k):
-            u = np.zeros(ii.size, dtype=np.int64)
-            for a in subset:
-                _, inverse = np.unique(np.stack([u, codes[a]]), axis=1, return_inverse=True)
-                u = inverse.reshape(-1).astype(np.int64)
-            h_u = _entropy(u)
-            h_gu = _entropy(u * 3 + vg)
-            h_mu = _entropy(u * 3 + vm)
-            h_mgu = _entropy((u * 3 + vm) * 3 + vg)
+            u, size = subsets[subset]
+            h_u = _entropy(u, size)
+            h_gu = _entropy(u * 2 + vg, 2 * size)
+            h_mu = _entropy(u * 2 + vm, 2 * size)
+            h_mgu = _entropy((u * 2 + vm) * 2 + vg, 4 * size)
             h_g_given_u = h_gu - h_u
             info = h_mu + h_gu - h_mgu - h_u
             name = tuple(axes[a] for a in subset)

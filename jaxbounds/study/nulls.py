@@ -1,13 +1,18 @@
-"""Null baselines: what a measure that knows nothing, or knows the gap, scores.
+r"""Null baselines: what a measure that knows nothing, or knows the gap, scores.
 
-Two references beside every statistic of a family, each over ``num_samples`` seeded draws:
+References beside every statistic of a family, each over ``num_samples`` seeded draws:
 
-- ``random``: a measure of independent standard normal values (it predicts nothing);
+- ``random``: a positive measure of independent values $e^z$, $z$ standard normal (it predicts
+  nothing; positive so that the sign error's size adjustment $\sqrt{v/m}$ applies to it as to
+  the measures; every rank statistic is that of $z$);
 - ``gap+noise``: the gap itself plus normal noise at the gap's own standard error (the best a
-  measure can do when the gap is known only to its standard error).
+  measure can do when the gap is known only to its standard error);
+- ``constant`` (with ``constant=True``, one draw): the measure 1 everywhere. It predicts no
+  order, but after the sign error's size adjustment it is $1/\sqrt m$: where that already
+  passes, the sign error cannot tell a measure from the training-set size.
 
 Draw ``d`` of a family takes, from ``numpy.random.default_rng(rng_seed)``, first the random
-measure ``standard_normal(n)`` and then the noise ``standard_normal(n)``, in that order.
+measure's ``standard_normal(n)`` and then the noise ``standard_normal(n)``, in that order.
 """
 
 from __future__ import annotations
@@ -18,7 +23,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["NullBaseline", "Summary", "null_draws"]
+__all__ = ["MIN_DRAWS", "NullBaseline", "Summary", "beyond", "null_draws"]
+
+#: Draws a two-sided rank test at level 5% needs: with k draws the smallest p-value is
+#: 2 / (k + 1), at most 0.05 from k = 39 on.
+MIN_DRAWS = 39
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +69,7 @@ class NullBaseline:
     """The statistics of one null measure over its draws.
 
     Attributes:
-      kind: ``"random"`` or ``"gap+noise"``.
+      kind: ``"random"``, ``"gap+noise"`` or ``"constant"``.
       num_samples: draws.
       stats: statistic name (``tau``, ``psi``, ``sign_error_worst``, ``sign_error_mean``) ->
         :class:`Summary`.
@@ -76,25 +85,27 @@ class NullBaseline:
 def null_draws(
     gap: np.ndarray,
     gap_stderr: np.ndarray | None,
-    statistics: Callable[[np.ndarray], dict[str, float]],
+    statistics: Callable[[np.ndarray, str], dict[str, float]],
     *,
     num_samples: int,
     rng_seed: int,
+    constant: bool = False,
 ) -> dict[str, NullBaseline]:
-    """Both nulls: ``statistics(measure)`` of every draw, summarised.
+    """The nulls: ``statistics(measure, kind)`` of every draw, summarised.
 
     Args:
       gap: (n,) gaps.
       gap_stderr: (n,) their standard errors, or None (the gap+noise null is then n/a).
-      statistics: measure -> {statistic name: value}.
+      statistics: (measure, kind of null) -> {statistic name: value}.
       num_samples: draws per null (>= 1).
       rng_seed: seed of the generator.
+      constant: add the ``constant`` null (one draw).
 
     Returns:
-      ``{"random": NullBaseline, "gap+noise": NullBaseline}``.
+      ``{"random": NullBaseline, "gap+noise": NullBaseline}`` (and ``"constant"``).
 
-    >>> out = null_draws(np.arange(4.0), None, lambda m: {"first": float(m[0])}, num_samples=3,
-    ...                  rng_seed=0)
+    >>> out = null_draws(np.arange(4.0), None, lambda m, k: {"first": float(m[0])},
+    ...                  num_samples=3, rng_seed=0)
     >>> out["random"].num_samples, out["gap+noise"].note
     (3, 'no standard error of the gap')
     """
@@ -105,11 +116,11 @@ def null_draws(
     random_stats: list[dict[str, float]] = []
     noise_stats: list[dict[str, float]] = []
     for _ in range(num_samples):
-        random_measure = rng.standard_normal(gap.size)
+        random_measure = np.exp(rng.standard_normal(gap.size))
         noise = rng.standard_normal(gap.size)
-        random_stats.append(statistics(random_measure))
+        random_stats.append(statistics(random_measure, "random"))
         if have_se:
-            noise_stats.append(statistics(gap + np.asarray(gap_stderr) * noise))
+            noise_stats.append(statistics(gap + np.asarray(gap_stderr) * noise, "gap+noise"))
 
     def summarise(kind: str, draws: list[dict[str, float]], note: str = "") -> NullBaseline:
         names = list(draws[0]) if draws else []
@@ -121,5 +132,32 @@ def null_draws(
         if have_se
         else ("no standard error of the gap" if gap_stderr is None else "NaN standard errors")
     )
-    return {"random": summarise("random", random_stats),
-            "gap+noise": summarise("gap+noise", noise_stats, note)}  # fmt: skip
+    out = {"random": summarise("random", random_stats),
+           "gap+noise": summarise("gap+noise", noise_stats, note)}  # fmt: skip
+    if constant:
+        out["constant"] = summarise("constant", [statistics(np.ones(gap.size), "constant")])
+    return out
+
+
+def beyond(value: float, draws: Summary, *, level: float = 0.05) -> bool | None:
+    r"""Whether ``value`` lies beyond the null's draws: a two-sided Monte Carlo rank test.
+
+    $p = \min(1, 2\min(1 + \#\{d \ge v\}, 1 + \#\{d \le v\}) / (k + 1))$ over the $k$
+    finite draws $d$, and ``value`` is beyond the null when $p \le$ ``level``. A value that is
+    itself a draw of the null is called beyond with probability at most ``level`` (ties make
+    the test conservative). With fewer than :data:`MIN_DRAWS` draws (at 5%) no value can be
+    beyond: None, as for a NaN value.
+
+    >>> s = Summary.of(list(np.arange(100.0)))
+    >>> beyond(100.5, s), beyond(50.0, s), beyond(2.0, s)
+    (True, False, False)
+    >>> print(beyond(100.5, Summary.of(list(np.arange(20.0)))))
+    None
+    """
+    d = np.asarray(draws.values, dtype=float)
+    d = d[np.isfinite(d)]
+    k = d.size
+    if not math.isfinite(value) or 2.0 / (k + 1) > level:
+        return None
+    p = 2.0 * min(1 + int((d >= value).sum()), 1 + int((d <= value).sum())) / (k + 1)
+    return min(1.0, p) <= level

@@ -16,7 +16,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Psi", "Tau", "granulated_psi", "kendall", "psi_groups", "signs", "tau_a"]
+from jaxbounds.study import _stats
+
+__all__ = [
+    "Psi",
+    "PsiLayout",
+    "PsiTerms",
+    "Tau",
+    "granulated_psi",
+    "kendall",
+    "psi_groups",
+    "psi_layout",
+    "signs",
+    "tau_a",
+]
 
 
 def signs(values: Any) -> np.ndarray:
@@ -99,8 +112,6 @@ def kendall(measure: Any, gap: Any) -> Tau:
     >>> kendall([2, 2, 2], [1, 2, 3]).note
     'the measure is constant'
     """
-    from jaxbounds.experiments import _stats
-
     mu = np.asarray(measure, dtype=float).reshape(-1)
     g = np.asarray(gap, dtype=float).reshape(-1)
     n = int(mu.size)
@@ -120,6 +131,29 @@ def kendall(measure: Any, gap: Any) -> Tau:
 
 
 @dataclasses.dataclass(frozen=True)
+class PsiTerms:
+    """The ordered pairs within the groups of a :class:`Psi`, for its resamples.
+
+    Attributes:
+      i: (P,) first model of each pair (an index into the resample weights' columns).
+      j: (P,) second model.
+      sign: (P,) ``sign(mu_i - mu_j) sign(g_i - g_j)``.
+      starts: (G,) where each group's pairs start (pairs are sorted by group).
+      size: (G,) the pairs of each group.
+      axis: (G,) the axis (its position) of each group.
+      num_axes: the number of axes.
+    """
+
+    i: np.ndarray
+    j: np.ndarray
+    sign: np.ndarray
+    starts: np.ndarray
+    size: np.ndarray
+    axis: np.ndarray
+    num_axes: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Psi:
     r"""Jiang et al.'s granulated coefficient of one measure.
 
@@ -128,7 +162,8 @@ class Psi:
       per_axis: axis -> $\psi_k$ (NaN when no group of models differs only in that axis).
       num_groups: axis -> number of groups averaged.
       group_taus: axis -> the tau of each group, in the order of ``group_seeds``.
-      group_seeds: axis -> the seed of each group (for the seed bootstrap).
+      group_seeds: axis -> the seed of each group.
+      terms: the pairs within the groups (:meth:`resampled`; not part of the JSON).
     """
 
     psi: float
@@ -136,23 +171,41 @@ class Psi:
     num_groups: dict[str, int]
     group_taus: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
     group_seeds: dict[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+    terms: PsiTerms | None = dataclasses.field(
+        default=None, repr=False, compare=False, metadata={"json": False}
+    )
 
-    def resampled(self, counts: dict[Any, int]) -> float:
-        r"""$\Psi$ when seed ``s`` is drawn ``counts[s]`` times (a seed bootstrap resample).
+    def resampled(self, weights: Any) -> np.ndarray:
+        r"""$\Psi$ of every resample: ``weights`` (R, n) weighs each model in each resample.
 
-        Every group lies within one seed, so a resample weighs each group's tau by the number
-        of times its seed was drawn.
+        A group's tau is the weighted tau of its models (:func:`~jaxbounds.study.bootstrap.
+        tau_weighted`); $\psi_k = \sum_g (N_g / P_g) / \sum_g (D_g / P_g)$ over the groups of
+        axis $k$, with $N_g = \sum_{i \ne j} w_i w_j s_{ij}$, $D_g = \sum_{i \ne j} w_i w_j$
+        and $P_g$ its number of ordered pairs: with unit weights, the mean of the groups'
+        taus. NaN where no axis keeps a pair.
 
-        >>> p = Psi(0.0, {"lr": 0.0}, {"lr": 2}, {"lr": (1.0, -1.0)}, {"lr": (0, 1)})
-        >>> p.resampled({0: 2}), p.resampled({1: 1, 0: 1})
-        (1.0, 0.0)
+        >>> groups = {"lr": [np.array([0, 1]), np.array([2, 3])]}
+        >>> p = granulated_psi([1, 2, 3, 4], [1, 2, 4, 3], groups, [0, 0, 1, 1])
+        >>> p.resampled(np.array([[1.0, 1, 1, 1], [1, 1, 0, 0], [2, 2, 1, 1]])).tolist()
+        [0.0, 1.0, 0.6]
         """
-        values = []
-        for axis, taus in self.group_taus.items():
-            w = np.array([counts.get(s, 0) for s in self.group_seeds[axis]], dtype=float)
-            if w.sum() > 0:
-                values.append(float(w @ np.asarray(taus) / w.sum()))
-        return float(np.mean(values)) if values else math.nan
+        w = np.atleast_2d(np.asarray(weights, dtype=float))
+        t = self.terms
+        if t is None or t.i.size == 0:
+            return np.full(w.shape[0], math.nan)
+        prod = w[:, t.i] * w[:, t.j]
+        num = np.add.reduceat(prod * t.sign, t.starts, axis=1) / t.size
+        den = np.add.reduceat(prod, t.starts, axis=1) / t.size
+        onto = np.zeros((t.size.size, t.num_axes))
+        onto[np.arange(t.size.size), t.axis] = 1.0
+        nk, dk = num @ onto, den @ onto
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_axis = np.where(dk > 0, nk / np.where(dk > 0, dk, 1.0), math.nan)
+        defined = np.isfinite(per_axis)
+        count = defined.sum(axis=1)
+        total = np.where(defined, per_axis, 0.0).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(count > 0, total / np.maximum(count, 1), math.nan)
 
 
 def psi_groups(
@@ -181,11 +234,67 @@ def psi_groups(
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class PsiLayout:
+    """The ordered pairs within the groups of :func:`psi_groups`, measure-free.
+
+    Computed once per set of groups (:func:`psi_layout`) and shared by every measure's
+    :func:`granulated_psi`.
+
+    Attributes:
+      i: (P,) first model of each pair (a position in the measure).
+      j: (P,) second model.
+      starts: (G,) where each group's pairs start.
+      size: (G,) ordered pairs of each group, n (n - 1).
+      axis: (G,) the axis (position) of each group.
+      first: (G,) the first model of each group (for its seed).
+      axes: the axes, in order.
+    """
+
+    i: np.ndarray
+    j: np.ndarray
+    starts: np.ndarray
+    size: np.ndarray
+    axis: np.ndarray
+    first: np.ndarray
+    axes: tuple[str, ...]
+
+
+def _cat(parts: list) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def psi_layout(groups: dict[str, list[np.ndarray]]) -> PsiLayout:
+    """The pairs of every group (:class:`PsiLayout`).
+
+    >>> lay = psi_layout({"lr": [np.array([0, 1, 2])], "bs": [np.array([0, 3])]})
+    >>> lay.i.tolist(), lay.j.tolist(), lay.size.tolist(), lay.axis.tolist()
+    ([0, 0, 1, 1, 2, 2, 0, 3], [1, 2, 0, 2, 0, 1, 3, 0], [6, 2], [0, 1])
+    """
+    ii, jj, sizes, gaxis, first = [], [], [], [], []
+    for k, members in enumerate(groups.values()):
+        for m in members:
+            m = np.asarray(m)
+            x, y = np.nonzero(~np.eye(m.size, dtype=bool))
+            ii.append(m[x])
+            jj.append(m[y])
+            sizes.append(x.size)
+            gaxis.append(k)
+            first.append(int(m[0]))
+    size = np.asarray(sizes, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64) if size.size else size
+    return PsiLayout(_cat(ii), _cat(jj), starts, size, np.asarray(gaxis, dtype=np.int64),
+                     np.asarray(first, dtype=np.int64), tuple(groups))  # fmt: skip
+
+
 def granulated_psi(
     measure: Any,
     gap: Any,
     groups: dict[str, list[np.ndarray]],
     seeds: Sequence[Any],
+    *,
+    index: Any = None,
+    layout: PsiLayout | None = None,
 ) -> Psi:
     r"""Jiang et al.'s $\psi_k$ per axis and $\Psi$ from the groups of :func:`psi_groups`.
 
@@ -198,6 +307,9 @@ def granulated_psi(
       gap: (n,) finite gaps.
       groups: axis -> index arrays (:func:`psi_groups`).
       seeds: (n,) seed of each model.
+      index: (n,) the column of each model in the resample weights that
+        :meth:`Psi.resampled` will get (default: its position).
+      layout: :func:`psi_layout` of ``groups`` (computed when None).
 
     Returns:
       A :class:`Psi`.
@@ -212,14 +324,22 @@ def granulated_psi(
     """
     mu = np.asarray(measure, dtype=float)
     g = np.asarray(gap, dtype=float)
+    lay = psi_layout(groups) if layout is None else layout
+    where = np.arange(mu.size) if index is None else np.asarray(index)
+    sign = np.sign(mu[lay.i] - mu[lay.j]) * np.sign(g[lay.i] - g[lay.j])
+    group_tau = (np.add.reduceat(sign, lay.starts) / lay.size if lay.size.size
+                 else np.zeros(0))  # fmt: skip
     per_axis, counts, taus, gseeds = {}, {}, {}, {}
-    for axis, members in groups.items():
-        t = [tau_a(mu[m], g[m]) for m in members]
+    for k, axis in enumerate(lay.axes):
+        mine = np.flatnonzero(lay.axis == k)
+        t = group_tau[mine].tolist()
         per_axis[axis] = float(np.mean(t)) if t else math.nan
         counts[axis] = len(t)
         if t:
             taus[axis] = tuple(t)
-            gseeds[axis] = tuple(seeds[int(m[0])] for m in members)
+            gseeds[axis] = tuple(seeds[int(f)] for f in lay.first[mine])
     defined = [v for v in per_axis.values() if not math.isnan(v)]
     psi = float(np.mean(defined)) if defined else math.nan
-    return Psi(psi, per_axis, counts, taus, gseeds)
+    terms = PsiTerms(where[lay.i], where[lay.j], sign, lay.starts, lay.size.astype(float),
+                     lay.axis, len(lay.axes))  # fmt: skip
+    return Psi(psi, per_axis, counts, taus, gseeds, terms)

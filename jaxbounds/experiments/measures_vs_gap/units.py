@@ -37,92 +37,125 @@ def _ones_input(cfg: Mapping[str, Any], train_data: dict) -> np.ndarray:
     return np.ones(shape, np.float32)
 
 
-def _measure_rows(t: _Trained) -> list[dict]:
-    """The measures of every trained unit of a batch (programs vmapped over models)."""
-    cfg = t.units[0].config
-    specs = measure_specs(cfg)
-    n = len(t.units)
-    rows: list[dict] = [{} for _ in range(n)]
-    seconds = {p: [0.0] * n for p in _programs(cfg)}
-    compile_s = {p: [0.0] * n for p in _programs(cfg)}
+class _Rows:
+    """The measure rows of one batch of trained units, filled program by program."""
 
-    def record(program: str, index: list[int], args: list[tuple]) -> list:
+    def __init__(self, t: _Trained) -> None:
+        self.t = t
+        self.cfg = cfg = t.units[0].config
+        n = len(t.units)
+        self.rows: list[dict] = [{} for _ in range(n)]
+        self.seconds = {p: [0.0] * n for p in _programs(cfg)}
+        self.compile_s = {p: [0.0] * n for p in _programs(cfg)}
+        self.everyone = list(range(n))
+        self.ok: list[int] = []
+        self.meas: dict[int, dict] = {}
+
+    def record(self, program: str, index: list[int], args: list[tuple]) -> list:
         if not index:
             return []
-        out, run_s, comp_s = _run_program(program, cfg, args)
+        out, run_s, comp_s = _run_program(program, self.cfg, args)
         for i, r, c in zip(index, run_s, comp_s, strict=True):
-            seconds[program][i] += r
-            compile_s[program][i] += c
+            self.seconds[program][i] += r
+            self.compile_s[program][i] += c
         return out
 
-    everyone = list(range(n))
-    evals = record("eval", everyone, [(t.params[i], t.train[i], t.test[i]) for i in everyone])
-    for i, ev in enumerate(evals):
-        rows[i] |= {k: _finite(v) for k, v in ev.items()}
-    ok = [i for i in everyone if not t.diverged[i] and _all_finite(t.params[i])]
-    m = measure_size(cfg)
-    meas = {i: {"x": t.train[i]["x"][:m], "y": t.train[i]["y"][:m]} for i in ok}
-    keyed = lambda program: [(t.params[i], meas[i], _key(t.units[i].seed, program))  # noqa: E731
-                             for i in ok]  # fmt: skip
+    def keyed(self, program: str) -> list[tuple]:
+        t = self.t
+        return [(t.params[i], self.meas[i], _key(t.units[i].seed, program)) for i in self.ok]
 
-    def put(column: str, out: list, fields: tuple = ("mean", "stderr")) -> None:
-        for i, o in zip(ok, out, strict=True):
-            rows[i][column] = _finite(o[fields[0]])
+    def put(self, column: str, out: list, fields: tuple = ("mean", "stderr")) -> None:
+        for i, o in zip(self.ok, out, strict=True):
+            self.rows[i][column] = _finite(o[fields[0]])
             if len(fields) > 1 and fields[1] in o:
-                rows[i][f"{column}_stderr"] = _finite(o[fields[1]])
+                self.rows[i][f"{column}_stderr"] = _finite(o[fields[1]])
 
-    put("hessian_trace", record("hessian_trace", ok, keyed("hessian_trace")))
-    put("hessian_top_eigenvalue", record("hessian_top", ok, keyed("hessian_top")),
-        fields=("mean",))  # fmt: skip
-    for kind, sigmas in (("avg", cfg["sharpness_sigmas"]), ("adaptive", cfg["adaptive_sigmas"])):
-        for s in sigmas:
-            program = f"{kind}_sharpness_{_tag(s)}"
-            args = [(*a, np.asarray(s, np.float32)) for a in keyed(program)]
-            put(program, record(program, ok, args))
-    for norm in ("linf", "l2"):
-        program = f"worst_adaptive_{norm}"
-        put(program, record(program, ok, keyed(program)))
-    for program, column in (("sigma_mag", "pacbayes_mag"), ("sigma_plain", "pacbayes")):
-        for i, o in zip(ok, record(program, ok, keyed(program)), strict=True):
-            sigma = float(o["sigma"])
-            rows[i][f"{column}_sigma"] = _finite(sigma)
-            rows[i][f"{column}_bracketed"] = bool(o["bracketed"])
-            rows[i][f"{column}_flatness"] = _finite(1.0 / sigma**2)
-    put("ggn_trace", record("ggn_trace", ok, keyed("ggn_trace")))
-    put(
-        "empirical_fisher_trace",
-        record("empirical_fisher", ok, [(t.params[i], meas[i]) for i in ok]),
-        fields=("mean",),
-    )
-    put("mc_fisher_trace", record("mc_fisher", ok, keyed("mc_fisher")))
-    ones = [(t.params[i], _ones_input(cfg, t.train[i])) for i in ok]
-    put("path_norm", record("path_norm", ok, ones), fields=("mean",))
-    search = []
-    for i in ok:
-        theta, inputs, bound = _search_inputs(cfg, t.params[i], t.params0[i], t.train[i],
-                                              t.radii[i])  # fmt: skip
-        search.append((theta, inputs, _key(t.units[i].seed, "rademacher_search"), bound))
-    out = record("rademacher_search", ok, search)
-    for i, o in zip(ok, out, strict=True):
-        rows[i]["rademacher_lower"] = _finite(o["mean"])
-        rows[i]["rademacher_lower_stderr"] = _finite(o["stderr"])
-        rows[i]["rademacher_lower_mcdiarmid"] = _finite(o["lower"])
-    for i in ok:
-        start = time.perf_counter()
-        rows[i] |= _norm_measures(cfg, t.params[i], t.params0[i])
-        rows[i]["pacbayes_kl_init"] = _kl_init(rows[i], t.params[i], t.params0[i])
-        seconds["norms"][i] = time.perf_counter() - start
-        start = time.perf_counter()
-        rows[i] |= _bound_measures(cfg, t.params[i], t.params0[i], t.train[i], t.radii[i])
-        seconds["bounds"][i] = time.perf_counter() - start
-    template = _row_template(specs)
-    out_rows = []
-    for i in everyone:
-        row = {**template, **rows[i]}
-        row |= {f"seconds_{p}": seconds[p][i] for p in seconds}
-        row |= {f"compile_seconds_{p}": compile_s[p][i] for p in compile_s}
-        out_rows.append(row)
-    return out_rows
+    def evaluate(self) -> None:
+        t = self.t
+        args = [(t.params[i], t.train[i], t.test[i]) for i in self.everyone]
+        for i, ev in enumerate(self.record("eval", self.everyone, args)):
+            self.rows[i] |= {k: _finite(v) for k, v in ev.items()}
+        self.ok = [i for i in self.everyone if not t.diverged[i] and _all_finite(t.params[i])]
+        m = measure_size(self.cfg)
+        self.meas = {i: {"x": t.train[i]["x"][:m], "y": t.train[i]["y"][:m]} for i in self.ok}
+
+    def curvature_and_sharpness(self) -> None:
+        cfg, record, keyed, put = self.cfg, self.record, self.keyed, self.put
+        put("hessian_trace", record("hessian_trace", self.ok, keyed("hessian_trace")))
+        put("hessian_top_eigenvalue", record("hessian_top", self.ok, keyed("hessian_top")),
+            fields=("mean",))  # fmt: skip
+        for kind, sigmas in (
+            ("avg", cfg["sharpness_sigmas"]),
+            ("adaptive", cfg["adaptive_sigmas"]),
+        ):
+            for s in sigmas:
+                program = f"{kind}_sharpness_{_tag(s)}"
+                args = [(*a, np.asarray(s, np.float32)) for a in keyed(program)]
+                put(program, record(program, self.ok, args))
+        for norm in ("linf", "l2"):
+            program = f"worst_adaptive_{norm}"
+            put(program, record(program, self.ok, keyed(program)))
+        for program, column in (("sigma_mag", "pacbayes_mag"), ("sigma_plain", "pacbayes")):
+            for i, o in zip(self.ok, record(program, self.ok, keyed(program)), strict=True):
+                sigma = float(o["sigma"])
+                self.rows[i][f"{column}_sigma"] = _finite(sigma)
+                self.rows[i][f"{column}_bracketed"] = bool(o["bracketed"])
+                self.rows[i][f"{column}_flatness"] = _finite(1.0 / sigma**2)
+
+    def fisher_and_norms(self) -> None:
+        t, ok, record, put = self.t, self.ok, self.record, self.put
+        put("ggn_trace", record("ggn_trace", ok, self.keyed("ggn_trace")))
+        put(
+            "empirical_fisher_trace",
+            record("empirical_fisher", ok, [(t.params[i], self.meas[i]) for i in ok]),
+            fields=("mean",),
+        )
+        put("mc_fisher_trace", record("mc_fisher", ok, self.keyed("mc_fisher")))
+        ones = [(t.params[i], _ones_input(self.cfg, t.train[i])) for i in ok]
+        put("path_norm", record("path_norm", ok, ones), fields=("mean",))
+
+    def search(self) -> None:
+        t, search = self.t, []
+        for i in self.ok:
+            theta, inputs, bound = _search_inputs(self.cfg, t.params[i], t.params0[i], t.train[i],
+                                                  t.radii[i])  # fmt: skip
+            search.append((theta, inputs, _key(t.units[i].seed, "rademacher_search"), bound))
+        for i, o in zip(self.ok, self.record("rademacher_search", self.ok, search), strict=True):
+            self.rows[i]["rademacher_lower"] = _finite(o["mean"])
+            self.rows[i]["rademacher_lower_stderr"] = _finite(o["stderr"])
+            self.rows[i]["rademacher_lower_mcdiarmid"] = _finite(o["lower"])
+
+    def closed_forms(self) -> None:
+        t, cfg = self.t, self.cfg
+        for i in self.ok:
+            start = time.perf_counter()
+            self.rows[i] |= _norm_measures(cfg, t.params[i], t.params0[i])
+            self.rows[i]["pacbayes_kl_init"] = _kl_init(self.rows[i], t.params[i], t.params0[i])
+            self.seconds["norms"][i] = time.perf_counter() - start
+            start = time.perf_counter()
+            self.rows[i] |= _bound_measures(cfg, t.params[i], t.params0[i], t.train[i], t.radii[i])
+            self.seconds["bounds"][i] = time.perf_counter() - start
+
+    def assemble(self) -> list[dict]:
+        template = _row_template(measure_specs(self.cfg))
+        out_rows = []
+        for i in self.everyone:
+            row = {**template, **self.rows[i]}
+            row |= {f"seconds_{p}": self.seconds[p][i] for p in self.seconds}
+            row |= {f"compile_seconds_{p}": self.compile_s[p][i] for p in self.compile_s}
+            out_rows.append(row)
+        return out_rows
+
+
+def _measure_rows(t: _Trained) -> list[dict]:
+    """The measures of every trained unit of a batch (programs vmapped over models)."""
+    rows = _Rows(t)
+    rows.evaluate()
+    rows.curvature_and_sharpness()
+    rows.fisher_and_norms()
+    rows.search()
+    rows.closed_forms()
+    return rows.assemble()
 
 
 def _kl_init(row: Mapping[str, Any], params: Any, params0: Any) -> float | None:

@@ -55,8 +55,8 @@ def test_every_committed_reproduction_is_listed():
         assert name in REGISTRY, name
 
 
-# measures-vs-gap renders its study (seed bootstrap, 100 null draws per statistic, CMI) over 864
-# models: about 2.5 minutes of one core, so it runs with the slow tests; its tau and Psi are
+# measures-vs-gap renders its study (two-way bootstrap, 100 null draws per statistic, CMI) over 864
+# models: about 40 s on the 2-core machine, so it runs with the slow tests; its tau and Psi are
 # recomputed independently in the default run (test_measures_vs_gap.py)
 SLOW_RENDERS = {"measures-vs-gap"}
 
@@ -93,7 +93,10 @@ def test_a_partial_run_renders_every_claim(name, num_finished, tmp_path, monkeyp
     experiment = REGISTRY.get(name)
     (experiment.render or runner.default_render)(rows[:num_finished], meta, tmp_path)
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
-    verdict = r"reproduced|not reproduced|inconclusive|not tested at this scale|not tested here"
+    verdict = (
+        r"reproduced|not reproduced|inconclusive|inconclusive at our budget|"
+        r"not testable on this family|not tested at this scale|not tested here"
+    )
     verdicts = re.findall(rf"^- \*\*({verdict})\*\*: ", report, re.M)
     assert len(verdicts) >= len(experiment.claims), (name, verdicts)
 

@@ -283,6 +283,111 @@ def test_render_on_planted_measures(tmp_path, monkeypatch):
         assert (again / name).read_text() == (tmp_path / name).read_text(), name
 
 
+def _budget_rows():
+    """mnist01-like rows: 2 widths x 3 learning rates x 2 seeds, each trained at budgets 100 and
+    300; a run reaches the threshold at 100 steps at the larger rates, at 300 at the smallest."""
+    rows = []
+    for seed in (0, 1):
+        for width in (16, 32):
+            for lr in (0.3, 1.0, 3.0):
+                gap = 0.01 * width + lr + 0.1 * seed
+                for budget in (100, 300):
+                    reached = budget == 300 or lr > 0.3
+                    rows.append({
+                        "family": mvg.MNIST, "width": width, "lr_scale": lr, "optimizer": "sgd",
+                        "max_steps": budget, "seed": seed, "reached": reached,
+                        "gap": gap if reached else gap + 5.0, "gap_stderr": 0.01,
+                        "error_gap": gap / 10, "test_accuracy": 0.9, "num_test": 600,
+                        "num_train": 100, "theorem5": gap, "lemma1_rademacher": 3.0 * gap,
+                        "param_norm": -gap,
+                    })  # fmt: skip
+    return rows
+
+
+def test_the_budget_is_an_outcome_never_an_axis():
+    rows = _budget_rows()
+    names = ["theorem5", "lemma1_rademacher", "param_norm"]
+    studies = mvg_study.run_studies(rows, names, num_resamples=10, num_null_draws=2,
+                                    confidence=0.95)  # fmt: skip
+    fr = studies["loss"].families[mvg.MNIST]
+    assert "max_steps" not in fr.axes
+    assert fr.axes == ("width", "lr_scale")
+    # the capped runs at budget 100 are apart; a run that reached 0.05 by 100 steps is the same
+    # run at 300 and counts once: 2 seeds x 2 widths x 3 rates models
+    assert (fr.num_capped, fr.num_duplicates, fr.num_models) == (4, 8, 12)
+    # Psi's lr groups hold all three rates of one width and seed (one group each, 3 models)
+    assert fr.measures["theorem5"].psi.num_groups == {"width": 6, "lr_scale": 4}
+    assert mvg_study.converged_within(rows, fr) == {100: 8, 300: 4}
+
+
+def test_measures_that_rank_identically_count_once_in_a_group_mean():
+    rows = _budget_rows()
+    names = ["theorem5", "lemma1_rademacher", "param_norm"]
+    studies = mvg_study.run_studies(rows, names, num_resamples=10, num_null_draws=2,
+                                    confidence=0.95)  # fmt: skip
+    fr = studies["loss"].families[mvg.MNIST]
+    assert mvg_study._distinct(names, studies["loss_table"], fr) == ["theorem5", "param_norm"]
+    kinds = {"theorem5": "bound", "lemma1_rademacher": "bound", "param_norm": "sharpness"}
+    ok, text = mvg_study._claim_rank_best(fr, studies["loss"].options, kinds,
+                                          studies["loss_table"])  # fmt: skip
+    # 1 sharpness measure (Psi -1) against 1 distinct bound (Psi +1): -2, not averaged twice
+    assert "minus that of 1 norm and bound measures -2.000" in text
+    assert "(lemma1_rademacher counted with the measure that ranks identically)" in text
+    assert ok is False
+
+
+def test_andriushchenko_claims_take_adaptive_sharpness_only():
+    fr = type(
+        "F",
+        (),
+        {
+            "measures": dict.fromkeys(
+                [
+                    "avg_sharpness_0.02",
+                    "adaptive_sharpness_0.1",
+                    "worst_adaptive_l2",
+                    "hessian_trace",
+                ]
+            )
+        },
+    )
+    kinds = {"avg_sharpness_0.02": "sharpness", "adaptive_sharpness_0.1": "sharpness",
+             "worst_adaptive_l2": "sharpness", "hessian_trace": "curvature"}  # fmt: skip
+    assert mvg_study._adaptive(fr, kinds) == ["adaptive_sharpness_0.1", "worst_adaptive_l2"]
+
+
+def _fake_family(worst, constant, noise=0.0):
+    from types import SimpleNamespace as NS
+
+    from jaxbounds.study.nulls import Summary
+
+    def se(v):
+        return NS(worst=v)
+
+    measures = {n: NS(sign_error=se(v), sign_error_at={10000: se(min(1.0, v + 0.5))})
+                for n, v in worst.items()}  # fmt: skip
+    medians = (("random", 0.8), ("gap+noise", noise), ("constant", constant))
+    nulls = {k: NS(stats={"sign_error_worst": Summary.of([v]),
+                          "sign_error_worst@10000": Summary.of([v])})
+             for k, v in medians}  # fmt: skip
+    return NS(measures=measures, nulls=nulls)
+
+
+def test_dziugaite_is_not_testable_where_the_size_adjusted_constant_passes():
+    ok, text = mvg_study._claim_every_fails(_fake_family({"a": 0.6, "b": 0.1}, 0.0), {}, {})
+    assert ok == "not testable"
+    assert text.startswith("not testable on this family: the size-adjusted constant measure's "
+                           "largest sign error is 0.000, below 0.5")  # fmt: skip
+    assert "at the test size: largest sign error at least 0.5 for 1 of 2 measures" in text
+    assert "at n = 10000: largest sign error at least 0.5 for 2 of 2 measures" in text
+    assert "the verdict uses the test size" in text
+    # where the constant fails, the verdict is the test size's
+    assert mvg_study._claim_every_fails(_fake_family({"a": 0.6, "b": 0.1}, 0.5), {}, {})[0] is False
+    assert mvg_study._claim_every_fails(_fake_family({"a": 0.6, "b": 0.5}, 0.5), {}, {})[0] is True
+    noisy = _fake_family({"a": 0.6}, 0.5, noise=0.6)
+    assert mvg_study._claim_every_fails(noisy, {}, {})[0] is None
+
+
 # -------------------------------------------------------------------- slow: the smoke run
 
 
@@ -507,10 +612,12 @@ def test_committed_tau_and_psi_recomputed_from_results_csv():
             if key not in seen:
                 seen.add(key)
                 sub.append(r)
-        # learning_rate = lr_scale x the optimizer's base rate: derived, not an axis of its own
+        # learning_rate = lr_scale x the optimizer's base rate: derived, not an axis of its own;
+        # the step budget within which a kept model converged is an outcome, not an axis
         axes = [
-            a for a in mvg.AXIS_KEYS if a != "learning_rate" and len({r.get(a) for r in sub}) > 1
-        ]
+            a for a in mvg.AXIS_KEYS
+            if a not in ("learning_rate", "max_steps") and len({r.get(a) for r in sub}) > 1
+        ]  # fmt: skip
         got = {r["measure"]: r for r in table if r["family"] == family}
         gap = [float(r["gap"]) for r in sub]
         for name in names:

@@ -177,3 +177,19 @@ def test_width_check_recomputed_from_results_csv(smoke_run):
     assert "## Width and budget check" in report
     claim = "**not tested at this scale**: The validation accuracy plateaus as T grows (Figure 3)"
     assert f"{claim}: width and budget check" in report
+
+
+def test_the_plateau_verdict_below_the_papers_budget_is_inconclusive():
+    full, budget = tt._budget(16, 200)
+    assert not full
+    assert (
+        budget == "the paper's budget d = 64, 200,000 epochs; ours d = 16, 200 epochs (1000x fewer)"
+    )
+    line = tt._plateau_line("The accuracy plateaus", False, full, budget, "spans 0.123")
+    assert line.startswith("- **inconclusive at our budget**: The accuracy plateaus (spans 0.123; ")
+    assert "not a width or budget artefact" not in line
+    # a plateau seen at our budget is seen; at the paper's budget its absence refutes the claim
+    assert tt._plateau_line("P", True, full, budget, "e").startswith("- **reproduced**: P")
+    full, budget = tt._budget(64, 200000)
+    assert full
+    assert tt._plateau_line("P", False, full, budget, "e").startswith("- **not reproduced**: P")

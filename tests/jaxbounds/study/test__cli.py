@@ -7,6 +7,7 @@ import pytest
 from jaxbounds.cli import main
 
 HEADER = "net,eta,d,rep,ggap,ggap_se,flat,const,ok\n"
+ERR = "jaxbounds study: error: "
 
 
 def _csv(tmp_path, seeds=(0, 1, 2), extra=""):
@@ -60,7 +61,7 @@ def test_nan_rows_and_one_seed_are_reported(tmp_path, capsys):
     assert main(_args(path, tmp_path / "out")) == 0
     out = capsys.readouterr().out
     assert "1 row(s) without a gap (NaN) left out" in out
-    assert "one seed: no bootstrap interval over seeds" in out
+    assert "one seed: the intervals resample the configurations only" in out
     report = (tmp_path / "out" / "report.md").read_text()
     assert "the measure is constant" in report
 
@@ -68,7 +69,10 @@ def test_nan_rows_and_one_seed_are_reported(tmp_path, capsys):
 def test_bad_value_exits_2(tmp_path, capsys):
     path = _csv(tmp_path, extra="cnn,0.2,2,0,abc,0.001,1.0,7,true\n")
     assert main(_args(path, tmp_path / "out")) == 2
-    assert "--gap: column 'ggap' row" in capsys.readouterr().err
+    n = 2 * 3 * 2 * 2  # families x seeds x eta x d: the data rows before the bad one
+    assert f"--gap: column 'ggap', row {n + 2} of {path}, is not a number: 'abc'" in (
+        capsys.readouterr().err
+    )
 
 
 def test_out_is_checked_before_any_work_and_another_study_is_kept(tmp_path, capsys):
@@ -88,3 +92,104 @@ def test_out_is_checked_before_any_work_and_another_study_is_kept(tmp_path, caps
     assert (out / "report.md").read_text() == first
     assert main([*other, "--fresh"]) == 0
     assert "Another study" in (out / "report.md").read_text()
+
+
+def _rows_before(seeds=(0, 1, 2)):
+    return 2 * len(seeds) * 2 * 2  # families x seeds x eta x d
+
+
+def test_a_gap_beyond_the_loss_range_is_refused_naming_the_flag(tmp_path, capsys):
+    path = _csv(tmp_path)  # the vit gaps reach 3.6: a gap in other units than the 0-1 loss
+    assert main(_args(path, tmp_path / "out", **{"--num-test": "100"})) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{ERR}--loss-range: the gap column 'ggap' holds 3.6 (row ")
+    assert f"of {path}; 12 gap(s) beyond the loss range 1)" in err
+    assert main(_args(path, tmp_path / "o2", **{"--num-test": "100", "--loss-range": "5"})) == 0
+
+
+def test_negative_gaps_are_warned_about_at_the_start(tmp_path, capsys):
+    path = _csv(tmp_path, extra="cnn,0.2,2,0,-0.25,0.001,1.0,7,true\n")
+    args = _args(path, tmp_path / "out", **{"--num-test": "100", "--loss-range": "5"})
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert (f"warning: --gap: 1 of 25 gaps in column 'ggap' are below 0 (lowest -0.25, "
+            f"row {_rows_before() + 2} of {path})") in err  # fmt: skip
+
+
+def test_an_empty_axis_cell_is_refused_naming_row_and_column(tmp_path, capsys):
+    path = _csv(tmp_path, extra="cnn,,2,0,0.5,0.001,1.0,7,true\n")
+    assert main(_args(path, tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert (f"--axes: column 'eta', row {_rows_before() + 2} of {path}, is empty while other "
+            "models of family 'cnn' have a value") in err  # fmt: skip
+
+
+def test_num_test_zero_exits_2_naming_the_column(tmp_path, capsys):
+    lines = _csv(tmp_path).read_text().splitlines()
+    lines[0] += ",nt"
+    lines[1:] = [f"{line},{0 if k == 4 else 200}" for k, line in enumerate(lines[1:])]
+    path = tmp_path / "with_nt.csv"
+    path.write_text("\n".join(lines) + "\n")
+    over = {"--num-test": "nt", "--loss-range": "5"}
+    assert main(_args(path, tmp_path / "out", **over)) == 2
+    err = capsys.readouterr().err
+    assert err == f"{ERR}--num-test: column 'nt', row 6 of {path}, is 0: expected a size >= 1\n"
+    assert main(_args(path, tmp_path / "out", **{"--num-test": "0"})) == 2
+    assert "--num-test: expected a column name or an int >= 1, got 0" in capsys.readouterr().err
+
+
+def test_too_few_null_draws_say_so_instead_of_beyond_null(tmp_path, capsys):
+    path = _csv(tmp_path)
+    assert main(_args(path, tmp_path / "out", **{"--null-draws": "20"})) == 0
+    assert "--null-draws: 20 draws are too few for 'beyond null'" in capsys.readouterr().err
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "n/a (too few draws: 20 < 39)" in report
+    assert "| yes |" not in report
+    assert "| no |" not in report
+    assert main(_args(path, tmp_path / "o2", **{"--null-draws": "39"})) == 0
+    report = (tmp_path / "o2" / "report.md").read_text()
+    assert "too few draws" not in report
+    assert "| yes |" in report  # flat ranks every model as the gap does: tau 1
+
+
+def test_a_duplicated_header_is_refused(tmp_path, capsys):
+    text = _csv(tmp_path).read_text().replace("flat,const", "flat,flat", 1)
+    path = tmp_path / "twice.csv"
+    path.write_text(text)
+    assert main(_args(path, tmp_path / "out", **{"--measures": "flat"})) == 2
+    assert (f"--from: {path}: column 'flat' appears twice in the header (columns 7 and 8)"
+            in capsys.readouterr().err)  # fmt: skip
+
+
+def test_a_byte_order_mark_is_read(tmp_path):
+    plain = _csv(tmp_path)
+    bom = tmp_path / "excel.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert main(_args(plain, tmp_path / "a")) == 0
+    assert main(_args(bom, tmp_path / "b")) == 0
+    a = json.loads((tmp_path / "a" / "study.json").read_text())
+    b = json.loads((tmp_path / "b" / "study.json").read_text())
+    assert a == b
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x00", "is not UTF-8 text (byte 0: invalid start byte); "
+         "a binary file, or a CSV saved in another encoding (save it as CSV UTF-8)"),
+        (b"net,eta\x00,d\n", "holds NUL bytes: a binary file, not a CSV"),
+        (b"", "has no header line"),
+    ],
+)  # fmt: skip
+def test_a_binary_file_names_the_file(tmp_path, capsys, data, says):
+    path = tmp_path / "image.csv"
+    path.write_bytes(data)
+    assert main(_args(path, tmp_path / "out")) == 2
+    assert capsys.readouterr().err == f"{ERR}--from: {path} {says}\n"
+
+
+def test_a_short_row_names_its_spreadsheet_row(tmp_path, capsys):
+    path = _csv(tmp_path, extra="cnn,0.2,2,0,0.5,0.001,1.0,7\n")
+    assert main(_args(path, tmp_path / "out")) == 2
+    n = _rows_before() + 2
+    assert f"--from: row {n} of {path} has 8 cells, the header 9" in capsys.readouterr().err

@@ -42,9 +42,9 @@ def test_missing_measure_and_axis():
 
 
 def test_bad_values_name_the_column_and_row():
-    with pytest.raises(ValueError, match="measures: column 'm' row 1 is not a number"):
+    with pytest.raises(ValueError, match=r"^measures: column 'm', row 2, is not a number: 'abc'"):
         load_table([ROWS[0], ROWS[1] | {"m": "abc"}], **ARGS)
-    with pytest.raises(ValueError, match="converged: column 'ok' row 0 is not true/false"):
+    with pytest.raises(ValueError, match=r"^converged: column 'ok', row 1, is not true/false"):
         load_table([ROWS[0] | {"ok": "maybe"}], **ARGS)
 
 

@@ -99,12 +99,13 @@ def test_nan_rows_are_reported_not_dropped_silently():
     assert f.measures["m"].num_models == 16
 
 
-def test_one_seed_gives_statistics_but_no_interval():
+def test_one_seed_resamples_the_configurations_only():
     f = _study(_rows(seeds=(0,))).families["small"]
     assert f.seeds == (0,)
     assert math.isfinite(f.measures["m"].psi.psi)
-    assert math.isnan(f.measures["m"].tau_interval.low)
-    assert any("one seed" in n for n in f.notes)
+    assert f.measures["m"].tau_interval.distinct_resamples == 462  # multisets of 6 of 6
+    assert any("one seed: the intervals resample the configurations only" in n for n in f.notes)
+    assert set(f.resamples.weights.sum(axis=1).tolist()) == {6.0}
 
 
 def test_nulls_bracket_the_measure():
@@ -136,3 +137,25 @@ def test_cmi_skipped_on_large_families_is_said():
     assert f.measures["m"].cmi is None
     assert any(n.startswith("CMI skipped: 18 models") for n in f.notes)
     assert _study(_rows()).families["small"].measures["m"].cmi is not None
+
+
+def test_the_constant_null_and_the_sign_error_at_another_test_size():
+    # sizes N in (100, 400): the size-adjusted constant 1/sqrt(N) orders every N environment
+    rows = [{"n": n, "lr": lr, "seed": s, "gap": 0.3 - 0.2 * (n == 400) + 0.03 * lr,
+             "m": 1.0 + 0.1 * s, "nt": 1000}
+            for n in (100, 400) for lr in (1, 2) for s in range(8)]  # fmt: skip
+    t = load_table(rows, axes=["n", "lr"], seed="seed", gap="gap", measures=["m"],
+                   num_test="nt", train_size="n")  # fmt: skip
+    f = analyze(t, num_null_draws=3, num_resamples=5, sign_error_num_test=(10000,),
+                min_ess=1.0).families["all"]  # fmt: skip
+    const = f.nulls["constant"].stats
+    assert f.nulls["constant"].num_samples == 1
+    # N environments (gaps 0.2 apart): Hoeffding weight (1 - 2 e^{-20})^2 at n = 1000, and
+    # 1/sqrt(N) right in every pair; lr environments (0.03 apart): 1 - 2 e^{-0.45} < 0, weight
+    # 0 at n = 1000, but (1 - 2 e^{-4.5})^2 = 0.956 at n = 10000, where the constant ties every
+    # pair (1/2)
+    assert const["sign_error_worst"].median == 0.0
+    assert const["sign_error_worst@10000"].median == 0.5
+    m = f.measures["m"]
+    assert set(m.sign_error_at) == {10000}
+    assert m.sign_error_at[10000].num_environments > m.sign_error.num_environments

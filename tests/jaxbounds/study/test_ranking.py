@@ -65,8 +65,8 @@ def test_psi_by_hand_two_axes_two_seeds():
     assert r.per_axis["bs"] == 0.0
     assert r.psi == 0.5
     assert r.num_groups == {"lr": 4, "bs": 4}
-    # a resample of seed 0 twice: lr 1, bs (1 - 1)/2 = 0 -> 0.5; seed 1 only: same
-    assert r.resampled({0: 2}) == 0.5
+    # a resample of seed 0 twice (models 0-3): lr 1, bs (1 - 1)/2 = 0 -> 0.5
+    assert r.resampled(np.array([[2.0] * 4 + [0.0] * 4]))[0] == 0.5
 
 
 def test_psi_leaves_out_an_axis_with_one_value():
@@ -83,3 +83,16 @@ def test_psi_one_group_constant_measure_scores_zero_there():
     groups = psi_groups([(1,), (2,)], [0, 0], ["lr"])
     r = granulated_psi([5.0, 5.0], [1.0, 2.0], groups, [0, 0])
     assert r.per_axis == {"lr": 0.0}
+
+
+def test_the_study_floor_imports_nothing_of_the_experiments():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, jaxbounds.study, jaxbounds.study.report, jaxbounds.study._cli; "
+        "print(sorted(m for m in sys.modules if m.startswith('jaxbounds.experiments')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]"

@@ -9,8 +9,8 @@ from jaxbounds.study.report import as_json, render_report, study_markdown
 
 
 def _study():
-    rows = [{"lr": lr, "bs": bs, "seed": s, "gap": lr + 0.1 * bs + 0.01 * s, "m": lr * bs,
-             "flat": 1.0, "se": 0.001}
+    rows = [{"lr": lr, "bs": bs, "seed": s, "gap": (lr + 0.1 * bs + 0.01 * s) / 10,
+             "m": lr * bs, "flat": 1.0, "se": 0.001}
             for lr in (1, 2, 3) for bs in (1, 2) for s in (0, 1, 2, 3)]  # fmt: skip
     t = load_table(rows, axes=["lr", "bs"], seed="seed", gap="gap", measures=["m", "flat"],
                    gap_stderr="se", num_test=100000)  # fmt: skip
@@ -48,3 +48,21 @@ def test_without_matplotlib_the_report_says_so(tmp_path, monkeypatch):
     paths = render_report(_study(), tmp_path)
     assert "matplotlib is not installed" in (tmp_path / "report.md").read_text()
     assert not [p for p in paths if p.suffix == ".png"]
+
+
+def test_cmi_ignores_direction_so_the_report_prints_taus_sign():
+    rows = [{"lr": lr, "bs": bs, "seed": s, "gap": (lr + 0.1 * bs + 0.01 * s) / 10,
+             "minus": -(lr + 0.1 * bs + 0.01 * s), "se": 0.001}
+            for lr in (1, 2, 3) for bs in (1, 2) for s in (0, 1)]  # fmt: skip
+    t = load_table(rows, axes=["lr", "bs"], seed="seed", gap="gap", measures=["minus"],
+                   gap_stderr="se")  # fmt: skip
+    study = analyze(t, num_null_draws=40, num_resamples=5)
+    m = study.families["all"].measures["minus"]
+    assert m.tau.tau == -1.0
+    assert m.cmi.by_size[0] == 1.0  # -gap tells the gap's order as well as the gap does
+    text = study_markdown(study)
+    assert "| 1.000 / 1.000 / 1.000 (tau -) |" in text
+    # the nulls carry the CMI too: the random measure near 0, the gap plus noise far above
+    nulls = study.families["all"].nulls
+    assert nulls["random"].stats["cmi_0"].median < 0.2
+    assert nulls["gap+noise"].stats["cmi_0"].median > 0.5
