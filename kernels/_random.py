@@ -2,14 +2,16 @@ r"""Random sign vectors from packed bits, shared by the Rademacher and curvature
 
 A vector of $n$ signs is unpacked from $\lceil n/32\rceil$ random 32-bit words: entry $i$ gets
 bit $i \bmod 32$ of word $w = \lfloor i/32\rfloor$, bit 1 meaning $-1$. For a threefry key (JAX's
-default) word $w$ is ``jax.random.bits(jax.random.fold_in(key, w), (), uint32)``, so any range of
-entries (:func:`sign_block`: the block of one parameter leaf, where its shards live) is computed
-from public ``jax.random`` calls alone, without the rest of the vector, under either setting of
-``jax_threefry_partitionable``. Keys whose draws change under ``vmap`` ("rbg", "unsafe_rbg")
-draw their words in one ``jax.random.bits(key, (W,))`` call instead. Each sign costs a shift, a
-mask and a bitcast instead of the 32 random bits ``jax.random.rademacher`` draws per entry: at
-$1.2 \times 10^8$ entries (a GPT-2-small-sized model) 0.27 s instead of 2.5 s on a 2-core CPU,
-where a Hessian-vector product takes ~12 s.
+default) the words come in groups of 4: word $w$ is entry $w \bmod 4$ of
+``jax.random.bits(jax.random.fold_in(key, w // 4), (4,), uint32)``, so any range of entries
+(:func:`sign_block`: the block of one parameter leaf, where its shards live) is computed from
+public ``jax.random`` calls alone, without the rest of the vector, under either setting of
+``jax_threefry_partitionable`` (a group of 4 costs about what the same words cost drawn at
+once; one fold per word measured 1.2x slower). Keys whose draws change under ``vmap`` ("rbg",
+"unsafe_rbg") draw their words in one ``jax.random.bits(key, (W,))`` call instead. Each sign
+costs a shift, a mask and a bitcast instead of the 32 random bits ``jax.random.rademacher``
+draws per entry: at $1.2 \times 10^8$ entries (a GPT-2-small-sized model) 0.27 s instead of
+2.5 s on a 2-core CPU, where a Hessian-vector product takes ~12 s.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 WORD_BITS = 32
+_GROUP = 4  # sign words per folded key
 # key implementations whose draws are unchanged under vmap (words are derived word by word)
 _WORDWISE = ("threefry2x32",)
 
@@ -57,14 +60,23 @@ def wordwise(key: jax.Array) -> bool:
     return True  # a raw uint32 key is a threefry key
 
 
-def _word(key: jax.Array, index: jax.Array) -> jax.Array:
-    """Sign word ``index`` (a uint32 scalar) of a threefry key: bits of ``fold_in(key, index)``."""
-    return jax.random.bits(jax.random.fold_in(key, index), (), jnp.uint32)
+def _group(key: jax.Array, group: jax.Array) -> jax.Array:
+    """Sign words ``4 group ... 4 group + 3`` of a threefry key: ``[4]`` uint32."""
+    return jax.random.bits(jax.random.fold_in(key, group), (_GROUP,), jnp.uint32)
 
 
 def _words_at(key: jax.Array, index: jax.Array) -> jax.Array:
     """Sign words at the uint32 indices ``index`` (any shape), elementwise: shape kept."""
-    fn = lambda w: _word(key, w)  # noqa: E731
+
+    def word(w: jax.Array) -> jax.Array:
+        group = _group(key, w // jnp.uint32(_GROUP))
+        slot = w % jnp.uint32(_GROUP)
+        out = group[0]
+        for j in range(1, _GROUP):  # a select, not a gather: elementwise when sharded
+            out = jnp.where(slot == jnp.uint32(j), group[j], out)
+        return out
+
+    fn = word
     for _ in range(index.ndim):
         fn = jax.vmap(fn)
     return fn(index)
@@ -79,7 +91,8 @@ def sign_vector(key: jax.Array, size: int, dtype: Any) -> jax.Array:
     """
     num_words = -(-size // WORD_BITS)
     if wordwise(key):
-        words = _words_at(key, jnp.arange(num_words, dtype=jnp.uint32))
+        groups = jnp.arange(-(-num_words // _GROUP), dtype=jnp.uint32)
+        words = jax.vmap(lambda g: _group(key, g))(groups).reshape(-1)[:num_words]
     else:
         words = jax.random.bits(key, (num_words,), jnp.uint32)
     return unpack_signs(words, size, dtype)
@@ -90,8 +103,8 @@ def sign_block(key: jax.Array, start: int, shape: tuple[int, ...], dtype: Any) -
 
     Shaped ``shape`` (row-major), computed entry by entry from the word indices, so the block of
     a sharded parameter is drawn where its shards live, without the whole vector. Each entry
-    derives its word again (32 times the hashing of :func:`sign_vector`); for threefry keys
-    (:func:`wordwise`) and ``start + size <= 2**32``.
+    derives its group of words again (128 times the hashing of :func:`sign_vector`); for
+    threefry keys (:func:`wordwise`) and ``start + size <= 2**32``.
 
     Raises:
       ValueError: for a key that is not :func:`wordwise`, or a block past ``2**32`` entries.
