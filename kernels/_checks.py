@@ -39,9 +39,15 @@ How a failed runtime check reaches the user:
 Runtime checks cost one reduction over the checked values, plus one boolean output per check
 (eager calls) or one ``lax.cond`` per check (inside ``jit``). Turn them off with
 ``kernels.set_runtime_checks(False)`` (or the environment variable ``KERNELS_RUNTIME_CHECKS=0``
-at import), or for a block with ``with kernels.runtime_checks(False): ...``. The switch is read
+at import) for the whole process, or for a block with ``with kernels.runtime_checks(False): ...``
+(a ``contextvars`` scope: it holds in its own thread or asyncio task only). The switch is read
 when a program is traced, and it is part of the compilation cache key of the kernels' entry
 points.
+
+Everything here goes through public JAX (``jax.extend.core.get_opaque_trace_state`` for the
+trace checks, ``jax.local_devices``, ``jax.effects_barrier``); ``tests/test_public_jax.py``
+keeps it so. A failed check inside a user's ``jit`` is also logged by JAX's callback logger
+(``jax.debug.callback failed``) before its error propagates.
 """
 
 from __future__ import annotations
@@ -50,7 +56,6 @@ import collections
 import contextlib
 import contextvars
 import functools
-import logging
 import os
 import re
 import threading
@@ -61,6 +66,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.core import get_opaque_trace_state
 
 __all__ = [
     "KernelsCheckWarning",
@@ -89,25 +95,35 @@ class KernelsCheckWarning(UserWarning):
     """A runtime check inside ``jit`` cannot raise here; a failed check gives NaN instead."""
 
 
-class _DropFailedChecks(logging.Filter):
-    """Keep JAX's callback logger quiet about our own failed checks (they are re-raised)."""
+# The process-wide default (``set_runtime_checks``, or ``KERNELS_RUNTIME_CHECKS`` at import), and
+# the scope of ``runtime_checks`` blocks: a ContextVar, so a block in one thread (or asyncio task)
+# never changes what another one traces, as the device and mesh scopes (kernels._devices).
+_DEFAULT = {"enabled": os.environ.get("KERNELS_RUNTIME_CHECKS", "1").strip() not in ("0", "false")}
+_SCOPE: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
+    "kernels_runtime_checks", default=None
+)
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not (isinstance(exc, ValueError) and str(exc).startswith(_MARKER))
 
-
-logging.getLogger("jax._src.debugging").addFilter(_DropFailedChecks())
-_state = {"enabled": os.environ.get("KERNELS_RUNTIME_CHECKS", "1").strip() not in ("0", "false")}
+def _check_bool(enabled: Any) -> bool:
+    if not isinstance(enabled, bool):
+        raise ValueError(f"enabled: expected a bool, got {enabled!r}")
+    return enabled
 
 
 def runtime_checks_enabled() -> bool:
-    """Whether runtime checks are compiled into kernels traced from now on."""
-    return _state["enabled"]
+    """Whether runtime checks are compiled into kernels traced from now on, in this context.
+
+    The innermost :func:`runtime_checks` block of this thread (or asyncio task), else the
+    process-wide default of :func:`set_runtime_checks`.
+    """
+    scoped = _SCOPE.get()
+    return _DEFAULT["enabled"] if scoped is None else scoped
 
 
 def set_runtime_checks(enabled: bool) -> None:
-    """Turn the kernels' runtime value checks on or off (default on).
+    """Turn the kernels' runtime value checks on or off by default, for the whole process.
+
+    :func:`runtime_checks` blocks override the default in their own thread (or task).
 
     Args:
       enabled: ``False`` compiles kernels without the NaN / sign checks on traced values
@@ -116,20 +132,29 @@ def set_runtime_checks(enabled: bool) -> None:
     Raises:
       ValueError: if ``enabled`` is not a bool.
     """
-    if not isinstance(enabled, bool):
-        raise ValueError(f"enabled: expected a bool, got {enabled!r}")
-    _state["enabled"] = enabled
+    _DEFAULT["enabled"] = _check_bool(enabled)
 
 
 @contextlib.contextmanager
 def runtime_checks(enabled: bool) -> Iterator[None]:
-    """Context manager: runtime checks on or off inside the block, restored after it."""
-    previous = runtime_checks_enabled()
-    set_runtime_checks(enabled)
+    """Context manager: runtime checks on or off inside the block, in this thread (or task).
+
+    A ``contextvars`` scope, like :func:`kernels.parallel.using_devices`: other threads keep
+    their own setting, and the previous one is restored when the block exits (also inside a
+    trace, where it sets what the program traced in the block checks).
+
+    Raises:
+      ValueError: if ``enabled`` is not a bool.
+
+    >>> with runtime_checks(False):
+    ...     runtime_checks_enabled()
+    False
+    """
+    token = _SCOPE.set(_check_bool(enabled))
     try:
         yield
     finally:
-        set_runtime_checks(previous)
+        _SCOPE.reset(token)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,15 +261,9 @@ def host_callbacks_raise() -> bool:
     is traced; it is part of the compilation cache key of the kernels' entry points.
     """
     try:
-        from jax._src import xla_bridge  # what jax.debug.callback consults
-
-        local_devices = xla_bridge.local_devices
-    except ImportError:  # pragma: no cover - a JAX without the private module
-        local_devices = jax.local_devices
-    try:
-        if not local_devices(backend="cpu"):
+        if not jax.local_devices(backend="cpu"):
             return False
-    except RuntimeError:
+    except RuntimeError:  # no CPU backend in this process
         return False
     from kernels._backend import sample_platform
 
@@ -275,19 +294,26 @@ def is_concrete(tree: Any) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
 
 
+def _trace_state() -> Any:
+    """The current trace, as JAX's public opaque handle (compared with ``==``)."""
+    return get_opaque_trace_state()
+
+
+def _top_state() -> Any:
+    """The opaque handle of the top-level (eager) evaluation."""
+    with jax.core.eval_context():
+        return get_opaque_trace_state()
+
+
 def under_trace() -> bool:
     """True inside a transformation's trace (``jax.jit``, ``vmap``, ``grad``, ...).
 
     Also when every argument of the call is concrete: a kernel called inside a user's
     ``jax.jit`` on arrays the function closes over sees no tracer among its arguments, and
-    its results are still tracers of that trace.
+    its results are still tracers of that trace. Read through JAX's public opaque trace state
+    (``jax.extend.core.get_opaque_trace_state``): the current one differs from the top level's.
     """
-    try:
-        from jax._src import core
-
-        return not core.trace_state_clean()
-    except (ImportError, AttributeError):  # pragma: no cover - a JAX without the private module
-        return False
+    return _trace_state() != _top_state()
 
 
 def _format(message: str, values: tuple[Any, ...]) -> str:
@@ -296,15 +322,6 @@ def _format(message: str, values: tuple[Any, ...]) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Checks collected as outputs of a kernel's program (eager calls: no host callback)
-
-
-def _current_trace() -> Any:
-    try:
-        from jax._src import core
-
-        return core.trace_ctx.trace
-    except (ImportError, AttributeError):  # pragma: no cover - then nothing is collected
-        return None
 
 
 @jax.tree_util.register_pytree_node_class
@@ -377,7 +394,7 @@ class _Collector:
         self.in_place = False
 
     def accepts(self) -> bool:
-        return self.trace is not None and _current_trace() is self.trace
+        return _trace_state() == self.trace
 
     def add(self, ok: Any, message: str, values: tuple[Any, ...]) -> None:
         self.messages.append(message)
@@ -412,7 +429,7 @@ def collecting() -> Iterator[_Collector]:
     go through a host callback that records their failure (:func:`recording`); the eager call
     raises the first collected failure, else the first recorded one, once the program has run.
     """
-    collector = _Collector(_current_trace())
+    collector = _Collector(_trace_state())
     token = _COLLECTOR.set(collector)
     try:
         yield collector
@@ -623,24 +640,39 @@ def check_array_leaves(tree: Any, name: str) -> None:
             )
 
 
-def check_finite(tree: Any, name: str) -> None:
-    """Fail unless every floating leaf of ``tree`` is finite (eagerly and under ``jit``)."""
+def finite_message(name: str) -> str:
+    """The message of a failed finiteness check of the argument ``name``."""
+    return f"{name}: expected finite values, found NaN or inf"
+
+
+def all_finite(tree: Any, name: str) -> jax.Array | None:
+    """Whether every floating leaf of ``tree`` is finite: the one finiteness test of the kernels.
+
+    Concrete leaves are tested at once (a ValueError naming ``name`` if one is not finite, else
+    None); traced ones give the traced boolean for a runtime check (:func:`check_finite`,
+    :meth:`kernels._ordered.CheckChain.finite`). None too when there is no floating leaf.
+    """
     leaves = [
         leaf
         for leaf in jax.tree_util.tree_leaves(tree)
         if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)
     ]
     if not leaves:
-        return
+        return None
     if is_concrete(leaves):
         for leaf in leaves:
             if not np.all(np.isfinite(np.asarray(leaf))):
-                _fail(f"{name}: expected finite values, found NaN or inf")
-        return
-    if not runtime_checks_enabled():
-        return
-    ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
-    check_that(ok, f"{name}: expected finite values, found NaN or inf")
+                _fail(finite_message(name))
+        return None
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
+
+
+def check_finite(tree: Any, name: str) -> None:
+    """Fail unless every floating leaf of ``tree`` is finite (eagerly and under ``jit``)."""
+    if is_concrete(tree) or runtime_checks_enabled():
+        ok = all_finite(tree, name)
+        if ok is not None:
+            check_that(ok, finite_message(name))
 
 
 def check_positive(value: Any, name: str) -> None:
@@ -693,9 +725,8 @@ def describe(value: Any) -> str:
     'float64[3, 4] array'
     """
     if isinstance(value, jax.core.Tracer):
-        aval = getattr(value, "aval", None)
-        dtype, shape = getattr(aval, "dtype", "?"), getattr(aval, "shape", ())
-        return f"{_dtype_name(dtype)}{list(shape)} array"
+        aval = jax.typeof(value)
+        return f"{_dtype_name(aval.dtype)}{list(aval.shape)} array"
     if isinstance(value, np.generic):
         return f"{value.dtype.name} scalar {value.item()!r}"
     if isinstance(value, np.ndarray | jax.Array):

@@ -110,37 +110,31 @@ def _call(fn, treedef, mask, static, collect, dynamic):
     return out, collector.failures()
 
 
-def _runtime_tokens() -> dict[Any, Any] | None:
-    """JAX's latest runtime token per device (None where this JAX keeps them elsewhere)."""
-    try:
-        from jax._src import dispatch
+_EARLIER_FAILURE = (
+    "kernels: raised by jax.effects_barrier() while an eager kernel call waited for the host "
+    "callbacks of its own checks. Those record their failures and do not raise, so this is the "
+    "failure of an earlier program whose result was never read (on a GPU a failed check inside "
+    "jax.jit is known only after its dispatch; read a jitted result, e.g. with "
+    "jax.block_until_ready, to see its error where it happens)."
+)
 
-        return dict(dispatch.runtime_tokens.output_runtime_tokens)
-    except (ImportError, AttributeError):  # pragma: no cover - a JAX without the private set
-        return None
 
+def _wait_for_callbacks() -> jax.errors.JaxRuntimeError | None:
+    """Wait until the host callbacks of the program just run have run; return a stale error.
 
-def _wait_for_own_callbacks(before: dict[Any, Any] | None) -> None:
-    """Wait until the host callbacks of the program just dispatched have run.
-
-    JAX keeps, per device, the runtime token of the latest program with host callbacks; a
-    program that has them replaces its devices' tokens when it is dispatched. Only the tokens
-    that changed since ``before`` (taken just before the dispatch) are this program's. Not
-    ``jax.effects_barrier()``: it also waits on the token an earlier program left, and on a GPU,
-    where a program's failure is known only after its dispatch, the token of an earlier
-    program whose check failed (inside a user's ``jit``, the result never read) holds that
-    failure, which the barrier would raise here as this call's error. A program without
-    callbacks (its in-place checks traced away, or no CPU device for them) changes no token and
-    is not waited for.
+    ``jax.effects_barrier()`` waits for every program's side effects, this program's included.
+    The callbacks of an eager call's checks record a failure instead of raising
+    (:func:`kernels._checks.recording`), so an error the barrier raises belongs to an earlier
+    program: on a GPU a failed check inside a user's ``jit`` whose result was never read stays
+    in JAX's runtime token until a barrier. It is returned (with a note saying so) for the
+    caller to raise after this call's own failures, never as one of them.
     """
-    if before is None:  # pragma: no cover - a JAX without the private token set
+    try:
         jax.effects_barrier()
-        return
-    from jax._src import dispatch
-
-    for device, token in list(dispatch.runtime_tokens.output_runtime_tokens.items()):
-        if before.get(device) is not token:
-            token.block_until_ready()
+    except jax.errors.JaxRuntimeError as err:
+        err.add_note(_EARLIER_FAILURE)
+        return err
+    return None
 
 
 def _placed(leaves: list[Any]) -> tuple | None:
@@ -291,13 +285,13 @@ def compile_once(fn: F) -> F:
             collect = _checks.collector_accepts() or (enabled and not checks[1])
             out, failures = _run(fn, treedef, mask, static, checks, collect, dynamic)
             return _checks.report(failures, out)
+        stale = None
         with _checks.recording() as recorded:
             try:
-                before = _runtime_tokens()
                 out, failures = _run(fn, treedef, mask, static, checks, True, dynamic)
                 if failures.in_place:  # checks inside loops record from the program: wait
                     out = jax.block_until_ready(out)
-                    _wait_for_own_callbacks(before)
+                    stale = _wait_for_callbacks()
             except jax.errors.JaxRuntimeError as err:
                 message = _checks.failed_check_message(err)
                 if message is None:
@@ -305,6 +299,8 @@ def compile_once(fn: F) -> F:
                 raise ValueError(message) from None
         # the checks collected as outputs (waits only if there are any), then the recorded ones
         failures.raise_first(recorded)
+        if stale is not None:  # an earlier program's failure, raised by the barrier
+            raise stale
         return out
 
     return wrapper  # type: ignore[return-value]

@@ -24,7 +24,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._checks import check_positive, check_that, is_concrete, runtime_checks_enabled
+from kernels._checks import (
+    all_finite,
+    check_positive,
+    check_that,
+    finite_message,
+    is_concrete,
+    runtime_checks_enabled,
+)
 
 
 class CheckChain:
@@ -44,21 +51,10 @@ class CheckChain:
             self._ok = ok if self._ok is None else jnp.logical_and(self._ok, ok)
 
     def finite(self, tree: Any, name: str) -> None:
-        """Every floating leaf of ``tree`` is finite."""
-        leaves = [
-            leaf
-            for leaf in jax.tree_util.tree_leaves(tree)
-            if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)
-        ]
-        if not leaves:
-            return
-        if is_concrete(leaves):
-            for leaf in leaves:
-                if not np.all(np.isfinite(np.asarray(leaf))):
-                    raise ValueError(f"{name}: expected finite values, found NaN or inf")
-            return
-        ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
-        self.require(ok, f"{name}: expected finite values, found NaN or inf")
+        """Every floating leaf of ``tree`` is finite (:func:`kernels._checks.all_finite`)."""
+        ok = all_finite(tree, name)
+        if ok is not None:
+            self.require(ok, finite_message(name))
 
     def positive(self, value: Any, name: str, *, scalar: bool = True) -> None:
         """``value`` is finite and > 0 (its type, and that it is a scalar, are checked at once)."""

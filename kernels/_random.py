@@ -1,10 +1,17 @@
 r"""Random sign vectors from packed bits, shared by the Rademacher and curvature kernels.
 
-A vector of $n$ signs is unpacked from $\lceil n/32\rceil$ raw 32-bit words
-(``jax.random.bits``): entry $i$ gets bit $i \bmod 32$ of word $\lfloor i/32\rfloor$, bit 1
-meaning $-1$. Each sign costs a shift, a mask and a bitcast instead of the 32 random bits
-``jax.random.rademacher`` draws per entry: at $1.2 \times 10^8$ entries (a GPT-2-small-sized
-model) 0.27 s instead of 2.5 s on a 2-core CPU, where a Hessian-vector product takes ~12 s.
+A vector of $n$ signs is unpacked from $\lceil n/32\rceil$ random 32-bit words: entry $i$ gets
+bit $i \bmod 32$ of word $w = \lfloor i/32\rfloor$, bit 1 meaning $-1$. For a threefry key (JAX's
+default) the words come in groups of 4: word $w$ is entry $w \bmod 4$ of
+``jax.random.bits(jax.random.fold_in(key, w // 4), (4,), uint32)``, so any range of entries
+(:func:`sign_block`: the block of one parameter leaf, where its shards live) is computed from
+public ``jax.random`` calls alone, without the rest of the vector, under either setting of
+``jax_threefry_partitionable`` (a group of 4 costs about what the same words cost drawn at
+once; one fold per word measured 1.2x slower). Keys whose draws change under ``vmap`` ("rbg",
+"unsafe_rbg") draw their words in one ``jax.random.bits(key, (W,))`` call instead. Each sign
+costs a shift, a mask and a bitcast instead of the 32 random bits ``jax.random.rademacher``
+draws per entry: at $1.2 \times 10^8$ entries (a GPT-2-small-sized model) 0.27 s instead of
+2.5 s on a 2-core CPU, where a Hessian-vector product takes ~12 s.
 """
 
 from __future__ import annotations
@@ -14,9 +21,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend import random as jex_random
 
 WORD_BITS = 32
+_GROUP = 4  # sign words per folded key
+# key implementations whose draws are unchanged under vmap (words are derived word by word)
+_WORDWISE = ("threefry2x32",)
 
 
 def unpack_signs(words: jax.Array, size: int, dtype: Any) -> jax.Array:
@@ -40,6 +49,39 @@ def unpack_signs(words: jax.Array, size: int, dtype: Any) -> jax.Array:
     return out.reshape(*lead, -1)[..., :size]
 
 
+def wordwise(key: jax.Array) -> bool:
+    """Whether ``key``'s sign words are derived word by word (threefry keys, typed or raw).
+
+    >>> wordwise(jax.random.key(0)), wordwise(jax.random.key(0, impl="rbg"))
+    (True, False)
+    """
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return str(jax.random.key_impl(key)) in _WORDWISE
+    return True  # a raw uint32 key is a threefry key
+
+
+def _group(key: jax.Array, group: jax.Array) -> jax.Array:
+    """Sign words ``4 group ... 4 group + 3`` of a threefry key: ``[4]`` uint32."""
+    return jax.random.bits(jax.random.fold_in(key, group), (_GROUP,), jnp.uint32)
+
+
+def _words_at(key: jax.Array, index: jax.Array) -> jax.Array:
+    """Sign words at the uint32 indices ``index`` (any shape), elementwise: shape kept."""
+
+    def word(w: jax.Array) -> jax.Array:
+        group = _group(key, w // jnp.uint32(_GROUP))
+        slot = w % jnp.uint32(_GROUP)
+        out = group[0]
+        for j in range(1, _GROUP):  # a select, not a gather: elementwise when sharded
+            out = jnp.where(slot == jnp.uint32(j), group[j], out)
+        return out
+
+    fn = word
+    for _ in range(index.ndim):
+        fn = jax.vmap(fn)
+    return fn(index)
+
+
 def sign_vector(key: jax.Array, size: int, dtype: Any) -> jax.Array:
     """The Rademacher vector ``[size]`` of ``key``, unpacked from ``ceil(size / 32)`` words.
 
@@ -47,30 +89,37 @@ def sign_vector(key: jax.Array, size: int, dtype: Any) -> jax.Array:
     >>> v.shape, bool(jnp.all(jnp.abs(v) == 1)), abs(float(v.mean())) < 0.15
     ((1000,), True, True)
     """
-    words = jax.random.bits(key, (-(-size // WORD_BITS),), jnp.uint32)
+    num_words = -(-size // WORD_BITS)
+    if wordwise(key):
+        groups = jnp.arange(-(-num_words // _GROUP), dtype=jnp.uint32)
+        words = jax.vmap(lambda g: _group(key, g))(groups).reshape(-1)[:num_words]
+    else:
+        words = jax.random.bits(key, (num_words,), jnp.uint32)
     return unpack_signs(words, size, dtype)
 
 
 def sign_block(key: jax.Array, start: int, shape: tuple[int, ...], dtype: Any) -> jax.Array:
     """Entries ``start .. start + prod(shape) - 1`` of a threefry key's :func:`sign_vector`.
 
-    Shaped ``shape`` (row-major), computed entry by entry from the word counters (JAX's
-    partitionable threefry: word ``w`` is the XOR of ``threefry_2x32(key, (0, w))``), so the
-    block of a sharded parameter is drawn where its shards live, without the whole vector.
-    Each entry hashes its word again (32 times the hashing of :func:`sign_vector`); for
-    threefry2x32 keys with ``jax_threefry_partitionable`` on and ``start + size <= 2**32``.
+    Shaped ``shape`` (row-major), computed entry by entry from the word indices, so the block of
+    a sharded parameter is drawn where its shards live, without the whole vector. Each entry
+    derives its group of words again (128 times the hashing of :func:`sign_vector`); for
+    threefry keys (:func:`wordwise`) and ``start + size <= 2**32``.
+
+    Raises:
+      ValueError: for a key that is not :func:`wordwise`, or a block past ``2**32`` entries.
 
     >>> key = jax.random.key(1)
     >>> full = sign_vector(key, 100, jnp.float32)
     >>> bool(jnp.all(sign_block(key, 37, (3, 7), jnp.float32).ravel() == full[37:58]))
     True
     """
-    data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
-    index = jnp.uint32(start) + jax.lax.iota(jnp.uint32, max(1, int(np.prod(shape))))
-    index = index[: int(np.prod(shape))].reshape(shape)
-    word = index // jnp.uint32(WORD_BITS)
-    # the elementwise primitive (threefry_2x32 would flatten the counters: a gather when sharded)
-    bits1, bits2 = jex_random.threefry2x32_p.bind(data[0], data[1], jnp.zeros_like(word), word)
-    bits = (bits1 ^ bits2) >> (index % jnp.uint32(WORD_BITS))
+    size = int(np.prod(shape))
+    if not wordwise(key):
+        raise ValueError(f"key: sign blocks need a threefry key, got {jax.random.key_impl(key)}")
+    if start < 0 or start + size > 2**32:
+        raise ValueError(f"start: expected entries within [0, 2**32), got {start} + {size}")
+    index = (jnp.uint32(start) + jax.lax.iota(jnp.uint32, max(1, size)))[:size].reshape(shape)
+    bits = _words_at(key, index // jnp.uint32(WORD_BITS)) >> (index % jnp.uint32(WORD_BITS))
     one = jnp.ones((), dtype)
     return jnp.where((bits & jnp.uint32(1)) == jnp.uint32(1), -one, one)

@@ -17,21 +17,21 @@ Counts, keys and accuracy at scale
 - **Counts.** Up to :data:`MAX_SAMPLES` ``= 2**53`` samples, with JAX's x64 on or off: sample
   indices are carried as two uint32 words and every count the statistics need is a static
   Python int, so nothing wraps at ``2**31`` or ``2**32``. Larger counts raise ``ValueError``.
-- **Keys.** Sample ``i = hi * 2**32 + lo`` gets the key that ``fold_in`` gives for the 64-bit
-  datum ``i``: the PRNG's hash of the counter ``(hi, lo)`` (threefry2x32:
-  ``threefry_2x32(key_data, (hi, lo))``; rbg: that on each half of its key; unsafe_rbg: the key
-  XOR the last of 10 ``rng_bit_generator`` words seeded with ``(hi, lo, hi, lo)``). For
-  ``i < 2**32`` (``hi = 0``) this is exactly ``jax.random.fold_in(key, i)``, so streams drawn
-  before are unchanged; past ``2**32`` the draws stay distinct (``fold_in`` itself reads its
-  datum as uint32 and would repeat them). Counters ``(2**32 - 1, 2**32 - 1 - j)`` are never
-  sample indices: :func:`reserved_key` hands them out for other randomness of a kernel (e.g.
-  random restarts), which therefore never coincides with a sample's key.
+- **Keys.** Every key is derived with ``jax.random.fold_in`` alone, inside the program, from
+  the sample's index, so neither ``chunk_size``, a block of the stream nor the device count
+  changes which sample gets which key. Sample ``i < 2**32`` gets ``fold_in(key, i)`` (streams
+  drawn before are unchanged). ``fold_in`` reads its datum as uint32, so sample
+  ``i = hi * 2**32 + lo`` past ``2**32`` takes two folds, ``fold_in(fold_in(root, hi), lo)``,
+  from the root ``fold_in(fold_in(key, 2**32 - 1), 2**32 - 1)``; :func:`reserved_key` hands out
+  ``fold_in(fold_in(key, 2**32 - 1), 2**32 - 2 - j)`` for other randomness of a kernel (e.g.
+  random restarts). The high word of a sample index stays below ``2**21``, and the kernels
+  fold only small data (``split``) or sign-word indices into a sample's own key, so these keys
+  never coincide with a sample's key or a key derived from one.
 - **Key implementations.** threefry2x32 keys (JAX's default, typed or raw) are vectorised over
-  a chunk. "rbg" and "unsafe_rbg" keys are accepted with the same invariances, but their
-  samples run one at a time (a sequential ``lax.map``) whatever ``chunk_size`` is: under
-  ``vmap`` their ``rng_bit_generator`` draws a whole batch from the batch's first key, so a
-  vectorised chunk would change the draws with ``chunk_size``. Other implementations work up
-  to ``2**32`` samples (one at a time).
+  a chunk. "rbg", "unsafe_rbg" and other implementations are accepted with the same
+  invariances, but their samples run one at a time (a sequential ``lax.map``) whatever
+  ``chunk_size`` is: under ``vmap`` their ``rng_bit_generator`` draws a whole batch from the
+  batch's first key, so a vectorised chunk would change the draws with ``chunk_size``.
 - **Accuracy.** Each chunk's sums of deviations from a shift (the device's first sample) are
   added to double-word (two-float) accumulators in the samples' dtype (:mod:`kernels._accumulate`),
   and the mean and $M_2$ are formed once at the end from the exact static count. In float32 the
@@ -77,7 +77,6 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.random import threefry_2x32
 from jax.sharding import Mesh, PartitionSpec
 
 from kernels import _accumulate as dw
@@ -113,7 +112,6 @@ _MASK = _WORD - 1
 _LOOP_LIMIT = 2**30
 # implementations whose keys can be vmapped without changing their draws
 _VMAP_SAFE = ("threefry2x32",)
-_HASHED = ("threefry2x32", "rbg", "unsafe_rbg")
 _INT32_MAX = np.iinfo(np.int32).max
 
 
@@ -156,41 +154,34 @@ def vmap_safe_key(key: jax.Array) -> bool:
     return _impl_name(key) in _VMAP_SAFE
 
 
-def _threefry_counter(data: jax.Array, hi: jax.Array, lo: jax.Array) -> jax.Array:
-    """threefry_2x32 of the key words ``data`` [2] at the counters ``(hi, lo)`` -> ``[..., 2]``."""
-    shape = jnp.shape(hi)
-    flat = jnp.concatenate([jnp.reshape(hi, (-1,)), jnp.reshape(lo, (-1,))])
-    out = threefry_2x32((data[0], data[1]), flat)
-    size = flat.shape[0] // 2
-    return jnp.stack([out[:size], out[size:]], axis=-1).reshape(*shape, 2)
+def _fold(key: jax.Array, data: jax.Array) -> jax.Array:
+    """``jax.random.fold_in(key, data)`` for a uint32 scalar ``data`` (typed or raw ``key``)."""
+    return jax.random.fold_in(key, data)
 
 
-def _derive(key: jax.Array, hi: jax.Array, lo: jax.Array) -> jax.Array:
-    """The keys of the 64-bit indices ``hi * 2**32 + lo`` (uint32 arrays of one shape)."""
-    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-    impl = _impl_name(key)
+def _wide_root(key: jax.Array) -> jax.Array:
+    """The root of the keys past ``2**32``: ``fold_in(fold_in(key, 2**32 - 1), 2**32 - 1)``."""
+    top = jnp.asarray(np.uint32(_MASK))
+    return _fold(_fold(key, top), top)
+
+
+def _derive(key: jax.Array, hi: jax.Array, lo: jax.Array, wide: bool = True) -> jax.Array:
+    """The key of the 64-bit index ``hi * 2**32 + lo`` (uint32 scalars), by ``jax.random`` alone.
+
+    ``fold_in(key, lo)`` when ``hi == 0``; else ``fold_in(fold_in(root, hi), lo)`` with the root
+    :func:`_wide_root` (see :func:`sample_key`). ``wide=False`` (static) says ``hi`` is 0: the
+    two folds of the other branch are not computed.
+    """
     hi = jnp.asarray(hi, jnp.uint32)
     lo = jnp.asarray(lo, jnp.uint32)
-    if impl not in _HASHED:  # another implementation: fold_in (callers keep hi == 0)
-        fold = functools.partial(jax.random.fold_in, key)
-        for _ in range(lo.ndim):
-            fold = jax.vmap(fold)
-        return fold(lo)
-    data = jax.random.key_data(key) if typed else key
-    if impl == "threefry2x32":
-        out = _threefry_counter(data, hi, lo)
-    elif impl == "rbg":
-        halves = [_threefry_counter(data[h : h + 2], hi, lo) for h in (0, 2)]
-        out = jnp.concatenate(halves, axis=-1)
-    else:  # unsafe_rbg: key ^ the last of 10 rng_bit_generator words seeded (hi, lo, hi, lo)
-
-        def one(h: jax.Array, w: jax.Array) -> jax.Array:
-            _, bits = jax.lax.rng_bit_generator(jnp.stack([h, w, h, w]), (10, 4), jnp.uint32)
-            return data ^ bits[-1]
-
-        flat = jax.lax.map(lambda hw: one(*hw), (hi.reshape(-1), lo.reshape(-1)))
-        out = flat.reshape(*hi.shape, 4)
-    return jax.random.wrap_key_data(out, impl=impl) if typed else out
+    low = _fold(key, lo)
+    if not wide:
+        return low
+    high = _fold(_fold(_wide_root(key), hi), lo)
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):  # a raw uint32 key
+        return jnp.where(hi == 0, low, high)
+    data = jnp.where(hi == 0, jax.random.key_data(low), jax.random.key_data(high))
+    return jax.random.wrap_key_data(data, impl=jax.random.key_impl(key))
 
 
 def _words(index: int) -> tuple[np.uint32, np.uint32]:
@@ -198,22 +189,23 @@ def _words(index: int) -> tuple[np.uint32, np.uint32]:
 
 
 def sample_key(key: jax.Array, index: Any) -> jax.Array:
-    r"""The key of Monte Carlo sample ``index``: ``fold_in`` of the 64-bit datum ``index``.
+    r"""The key of Monte Carlo sample ``index``, derived with ``jax.random.fold_in`` alone.
 
     For ``index < 2**32`` this is ``jax.random.fold_in(key, index)``. For a larger index
-    $i = h\,2^{32} + l$ it is the PRNG's hash of the counter $(h, l)$, which is what ``fold_in``
-    computes for a 64-bit datum before JAX reads it as uint32 (see the module docstring), so
-    samples past ``2**32`` get distinct keys.
+    $i = h\,2^{32} + l$ (``fold_in`` reads its datum as uint32, so one fold would repeat the
+    draws of $i \bmod 2^{32}$) it is two folds, ``fold_in(fold_in(root, h), l)``, from the root
+    ``fold_in(fold_in(key, 2**32 - 1), 2**32 - 1)``: a key that is no sample's key and no key
+    a kernel folds from one (see the module docstring).
 
     Args:
-      key: a PRNG key (typed, any of threefry2x32 / rbg / unsafe_rbg, or a raw uint32 key).
+      key: a PRNG key (typed, of any implementation, or a raw uint32 key).
       index: a Python int in ``[0, MAX_SAMPLES)`` or a traced integer scalar (read as uint32).
 
     Returns:
       A key of the same kind as ``key``.
 
     Raises:
-      ValueError: on a bad key or index, or an index >= 2**32 for another implementation.
+      ValueError: on a bad key or index.
 
     >>> import jax
     >>> key = jax.random.key(0)
@@ -227,24 +219,23 @@ def sample_key(key: jax.Array, index: Any) -> jax.Array:
     key = check_key(key)
     if isinstance(index, int | np.integer) and not isinstance(index, bool):
         index = check_num_samples(int(index) + 1, "index") - 1
-        if index >= _WORD and _impl_name(key) not in _HASHED:
-            raise ValueError(
-                f"index: keys of implementation {_impl_name(key)!r} are derived with fold_in, "
-                f"whose datum is 32 bits: at most 2**32 samples, got index {index}"
-            )
-        hi, lo = _words(index)
-        return _derive(key, jnp.asarray(hi), jnp.asarray(lo))
+        hi, lo = (jnp.asarray(w) for w in _words(index))
+        if index < _WORD:
+            return _fold(key, lo)
+        return _fold(_fold(_wide_root(key), hi), lo)
     index = jnp.asarray(index)
     if not jnp.issubdtype(index.dtype, jnp.integer) or index.shape != ():
         raise ValueError(f"index: expected an int or an integer scalar, got {describe(index)}")
-    return _derive(key, jnp.zeros((), jnp.uint32), index.astype(jnp.uint32))
+    return _fold(key, index.astype(jnp.uint32))
 
 
 def reserved_key(key: jax.Array, slot: int = 0) -> jax.Array:
     """A key derived from ``key`` that no Monte Carlo sample gets, for a kernel's other draws.
 
-    The counter ``(2**32 - 1, 2**32 - 1 - slot)`` lies past :data:`MAX_SAMPLES`, so it is never
-    a sample index (a salt folded in with ``fold_in(key, salt)`` is sample ``salt``'s key).
+    ``fold_in(fold_in(key, 2**32 - 1), 2**32 - 2 - slot)``: two folds, like the keys of samples
+    past ``2**32``, whose high word never reaches ``2**32 - 1`` (:data:`MAX_SAMPLES`), and
+    distinct from their root (a salt folded in once, ``fold_in(key, salt)``, would be sample
+    ``salt``'s key).
 
     Args:
       key: a PRNG key.
@@ -263,10 +254,8 @@ def reserved_key(key: jax.Array, slot: int = 0) -> jax.Array:
     slot = check_positive_int(slot, "slot", minimum=0)
     if slot >= 1024:
         raise ValueError(f"slot: expected an int in [0, 1024), got {slot}")
-    impl = _impl_name(key)
-    if impl not in _HASHED:
-        raise ValueError(f"key: reserved keys need a threefry2x32 or rbg key, got {impl!r}")
-    return _derive(key, jnp.asarray(np.uint32(_MASK)), jnp.asarray(np.uint32(_MASK - slot)))
+    top = jnp.asarray(np.uint32(_MASK))
+    return _fold(_fold(key, top), jnp.asarray(np.uint32(_MASK - 1 - slot)))
 
 
 def num_leading(xs: Any) -> int:
@@ -659,9 +648,12 @@ def _share_sums(
     """
     num_hi, num_lo = _words(num) if start.shape[0] == 2 else (start[2], start[3])
     offsets = jnp.arange(chunk, dtype=jnp.uint32)
+    # a whole stream of at most 2**32 samples: its samples never leave the low word (padding
+    # past it may wrap into other samples' keys: it is masked out)
+    wide = start.shape[0] != 2 or num > _WORD
 
     def sample(words: tuple[jax.Array, jax.Array]) -> jax.Array:
-        return fn(_derive(key, *words))
+        return fn(_derive(key, *words, wide=wide))
 
     def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
         hi0, lo0, *sums = carry
@@ -792,8 +784,8 @@ def sample_statistics(
     Args:
       fn: function of one PRNG key returning a floating array of a fixed shape (a sample;
         several quantities can be stacked in a vector).
-      key: PRNG key (threefry2x32, typed or raw; "rbg" and "unsafe_rbg" keys run their
-        samples one at a time, see the module docstring).
+      key: PRNG key (threefry2x32, typed or raw; "rbg", "unsafe_rbg" and other implementations
+        run their samples one at a time, see the module docstring).
       num_samples: $1 \le K \le 2^{53}$. Static.
       chunk_size: samples per vectorised batch, an int >= 1 (static); ``None`` runs them one
         at a time; ``"auto"``: ``None`` on a CPU, on a GPU or TPU
@@ -807,8 +799,7 @@ def sample_statistics(
       ``.estimate()`` gives the :class:`~kernels.estimate.Estimate` with its standard error.
 
     Raises:
-      ValueError: if ``num_samples`` is not an int in ``[1, 2**53]`` (at most ``2**32`` for a
-        key implementation other than threefry2x32 / rbg / unsafe_rbg), ``chunk_size`` is not
+      ValueError: if ``num_samples`` is not an int in ``[1, 2**53]``, ``chunk_size`` is not
         an int >= 1, ``key`` is not a PRNG key, or ``fn`` does not return a floating array.
 
     References:
@@ -829,12 +820,6 @@ def sample_statistics(
     num = check_num_samples(num_samples, "num_samples")
     chunk = min(_chunk_size(chunk_size), num)
     key = check_key(key)
-    impl = _impl_name(key)
-    if num > _WORD and impl not in _HASHED:
-        raise ValueError(
-            f"num_samples: keys of implementation {impl!r} are derived with fold_in, whose datum "
-            f"is 32 bits: at most 2**32 samples, got {num} (use a threefry2x32 or rbg key)"
-        )
     window = _WINDOW.get()
     if window is not None and window.pending:
         window.pending = False  # the first call only: later and nested calls run in full

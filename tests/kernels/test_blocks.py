@@ -2,6 +2,7 @@
 
 import json
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -159,10 +160,10 @@ def _check_blocks_merge_into_the_one_call_result(name, dtype):
     got = blocks.estimate(merged)
     got2 = blocks.estimate(other)
     want = _one_call(kernel, args, kwargs, blocks.count_name, num)
-    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    chex.assert_trees_all_equal_shapes_and_dtypes(got, want)
+    chex.assert_trees_all_equal_shapes_and_dtypes(got2, want)
     rtol = 1e-12 if dtype == jnp.float64 else 2e-6
     for g, g2, w in zip(_leaves(got), _leaves(got2), _leaves(want), strict=True):
-        assert g.dtype == w.dtype
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * max(1.0, float(np.abs(w).max())))
         np.testing.assert_allclose(g2, w, rtol=rtol, atol=rtol * max(1.0, float(np.abs(w).max())))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -145,42 +146,35 @@ def test_under_vmap_one_failing_element_fails_the_batch_once():
     assert _checks.failed_check_message(err.value) == "y: expected > 0, got -5.0"
 
 
-class _FailedEarlierToken:
-    """The runtime token an earlier failed program leaves on a GPU (simulated on the CPU).
-
-    A GPU reports a program's failure after its dispatch: JAX has already stored the program's
-    runtime token, which then holds the error (a CPU raises during the dispatch and stores no
-    token). The token stays until a later program with host callbacks replaces it.
+def _earlier_failure():
+    """What jax.effects_barrier() raises on a GPU while an earlier program's failed check is
+    unread (simulated on the CPU): a GPU reports a program's failure after its dispatch, and JAX
+    keeps it in that program's runtime token until a barrier (a CPU raises during the dispatch).
     """
-
-    def block_until_ready(self):
-        raise jax.errors.JaxRuntimeError(
-            "INTERNAL: CpuCallback error calling callback: Traceback (most recent call last):\n"
-            f"ValueError: {_checks._MARKER}earlier: a check of another program"
-        )
+    raise jax.errors.JaxRuntimeError(
+        "INTERNAL: CpuCallback error calling callback: Traceback (most recent call last):\n"
+        f"ValueError: {_checks._MARKER}earlier: a check of another program"
+    )
 
 
-@compile_once
-def _check_traced_away(x):
-    """A kernel whose only in-place check is traced and discarded (as a projection's checks
-    are when a kernel reads its output shapes with jax.eval_shape): no callback is compiled."""
-    jax.eval_shape(lambda v: _checks.ensure_that(v, v > 0, "v: expected > 0"), x)
-    return 2.0 * x
+def test_an_earlier_programs_failure_is_never_this_calls_check(monkeypatch):
+    # an eager call with in-place checks waits with the public jax.effects_barrier(); its own
+    # callbacks record and never raise, so what the barrier raises is an earlier program's
+    # failure: raised as that JaxRuntimeError with a note saying so, after the call's own check
+    calls = []
 
+    def barrier():
+        calls.append(1)
+        _earlier_failure()
 
-def test_an_earlier_programs_failure_is_not_this_calls_error(monkeypatch):
-    # an eager call with in-place checks waits for its own callbacks only: a failed check of
-    # an earlier program (inside a user's jit, result never read) is that program's error
-    from jax._src import dispatch
-
-    for device in jax.devices():
-        monkeypatch.setitem(
-            dispatch.runtime_tokens.output_runtime_tokens, device, _FailedEarlierToken()
-        )
-    np.testing.assert_array_equal(_check_traced_away(jnp.asarray([1.0, -2.0])), [2.0, -4.0])
-    assert float(_two_checks(*_GOOD)) == 9.0  # its callbacks ran, nothing recorded
+    monkeypatch.setattr(jax, "effects_barrier", barrier)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="earlier: a check") as err:
+        _two_checks(*_GOOD)
+    assert any("failure of an earlier program" in note for note in err.value.__notes__)
+    assert not isinstance(err.value, ValueError)
     with pytest.raises(ValueError, match=r"^loop: value 200.0 >= 100$"):
         _two_checks(jnp.asarray([1.0, 200.0]), jnp.asarray(3.0))  # its own callback's failure
+    assert len(calls) == 2
 
 
 def test_checks_are_outputs_of_an_eager_program_not_callbacks():
@@ -263,7 +257,8 @@ def _no_cpu_device(monkeypatch):
             raise RuntimeError("Unknown backend cpu (simulated: JAX_PLATFORMS=cuda)")
         return real(process_index, backend, host_id)
 
-    monkeypatch.setattr(xla_bridge, "local_devices", local_devices)
+    monkeypatch.setattr(xla_bridge, "local_devices", local_devices)  # what the callback uses
+    monkeypatch.setattr(jax, "local_devices", local_devices)  # what the kernels read
     _checks._WARNED.discard("cannot-raise")
 
 
@@ -323,3 +318,81 @@ def test_checks_off_compile_nothing_and_let_values_through():
     with kernels.runtime_checks(False):
         out = _two_checks(jnp.asarray([1.0, 200.0]), jnp.asarray(-1.0))
     assert float(out) == -201.0
+
+
+def test_runtime_checks_scopes_are_per_thread():
+    # two threads hold opposite runtime_checks blocks at once: each traces with its own setting
+    # (a ContextVar scope, like using_devices), and neither changes the caller's setting
+    default = kernels.runtime_checks_enabled()
+    both_open = threading.Barrier(2)
+    results: dict[bool, tuple] = {}
+
+    def run(enabled):
+        with kernels.runtime_checks(enabled):
+            both_open.wait(timeout=60)
+            seen = kernels.runtime_checks_enabled()
+            try:
+                out = float(_two_checks(jnp.asarray([1.0, 200.0]), jnp.asarray(-1.0)))
+                results[enabled] = (seen, "returned", out)
+            except ValueError as err:
+                results[enabled] = (seen, "raised", str(err))
+            both_open.wait(timeout=60)
+
+    threads = [threading.Thread(target=run, args=(enabled,)) for enabled in (True, False)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert results[True] == (True, "raised", "y: expected > 0, got -1.0")
+    assert results[False] == (False, "returned", -201.0)
+    assert kernels.runtime_checks_enabled() is default
+
+
+def test_set_runtime_checks_is_the_default_a_block_overrides(monkeypatch):
+    monkeypatch.setitem(_checks._DEFAULT, "enabled", True)
+    kernels.set_runtime_checks(False)
+    assert not kernels.runtime_checks_enabled()
+    with kernels.runtime_checks(True):
+        assert kernels.runtime_checks_enabled()
+        kernels.set_runtime_checks(False)  # the default; the block's own setting still holds
+        assert kernels.runtime_checks_enabled()
+    assert not kernels.runtime_checks_enabled()
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(kernels.runtime_checks_enabled()))
+    worker.start()
+    worker.join(timeout=60)
+    assert seen == [False]  # a new thread starts from the process default
+    for bad in (0, "no", None):
+        with pytest.raises(ValueError, match=r"^enabled: expected a bool"):
+            kernels.set_runtime_checks(bad)
+        with (
+            pytest.raises(ValueError, match=r"^enabled: expected a bool"),
+            kernels.runtime_checks(bad),
+        ):
+            pass
+
+
+def test_one_finiteness_check_for_plain_and_ordered_checks():
+    # kernels._checks.all_finite is the one finiteness test: check_finite and CheckChain.finite
+    # raise the same message eagerly, and a chain's later check passes once it failed
+    from kernels._ordered import CheckChain
+
+    bad = {"a": jnp.asarray([1.0, jnp.inf]), "n": jnp.asarray([1, 2])}
+    for check in (_checks.check_finite, CheckChain().finite):
+        with pytest.raises(ValueError, match=f"^{re.escape(_checks.finite_message('p'))}$"):
+            check(bad, "p")
+    assert _checks.all_finite({"n": jnp.asarray([1, 2])}, "p") is None  # no floating leaf
+
+    @compile_once
+    def chained(x, y):
+        chain = CheckChain()
+        chain.finite(x, "x")
+        chain.finite(y, "y")
+        return jnp.sum(x) + jnp.sum(y)
+
+    nan = jnp.asarray([jnp.nan])
+    with pytest.raises(ValueError, match=r"^x: expected finite values, found NaN or inf$"):
+        chained(nan, nan)
+    with pytest.raises(ValueError, match=r"^y: expected finite values, found NaN or inf$"):
+        chained(jnp.asarray([1.0]), nan)
+    assert float(chained(jnp.asarray([1.0]), jnp.asarray([2.0]))) == 3.0

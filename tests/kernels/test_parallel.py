@@ -8,6 +8,7 @@ import sys
 import textwrap
 from fractions import Fraction
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -132,11 +133,9 @@ def test_single_element_matches_lax_map():
     np.testing.assert_array_equal(jax.random.key_data(split), jax.random.key_data(want))
     fn = lambda x: {"a": 2 * x, "b": (x, 3)}  # noqa: E731
     got, ref = map_chunked(fn, jnp.ones(1), chunk_size=8), jax.lax.map(fn, jnp.ones(1))
-    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(ref)
-    for g, r in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(ref), strict=True):
-        assert g.shape == r.shape
-        assert g.dtype == r.dtype
-        np.testing.assert_array_equal(g, r)
+    chex.assert_trees_all_equal_structs(got, ref)
+    chex.assert_trees_all_equal_shapes_and_dtypes(got, ref)
+    chex.assert_trees_all_equal(got, ref)
 
 
 def test_bad_arguments_raise():
@@ -285,23 +284,6 @@ def test_sharded_over_four_devices_equals_single_device():
 # ------------------------------------------------------------------ keys and counts at scale
 
 
-def np_threefry2x32(key_words, x0, x1):
-    """Threefry-2x32 (20 rounds) in numpy uint64 arithmetic: the reference of the key hash."""
-    m = 0xFFFFFFFF
-    rot = [(13, 15, 26, 6), (17, 29, 16, 24)]
-    k0, k1 = int(key_words[0]), int(key_words[1])
-    ks = [k0, k1, k0 ^ k1 ^ 0x1BD11BDA]
-    x = [(int(x0) + ks[0]) & m, (int(x1) + ks[1]) & m]
-    for i in range(5):
-        for r in rot[i % 2]:
-            x[0] = (x[0] + x[1]) & m
-            x[1] = ((x[1] << r) | (x[1] >> (32 - r))) & m
-            x[1] ^= x[0]
-        x[0] = (x[0] + ks[(i + 1) % 3]) & m
-        x[1] = (x[1] + ks[(i + 2) % 3] + i + 1) & m
-    return x
-
-
 def key_words(key):
     return [int(w) for w in np.asarray(jax.random.key_data(key)).ravel()]
 
@@ -322,36 +304,49 @@ def test_sample_key_is_fold_in_below_2_32(impl):
         np.testing.assert_array_equal(got, jax.random.fold_in(raw, 7))
 
 
-def test_sample_key_past_2_32_hashes_the_64_bit_counter():
-    """Past 2**32 the key is threefry2x32 of (hi, lo) (rbg: on each half of its key), checked
-    against a numpy Threefry that reproduces fold_in below 2**32; the draws never repeat."""
-    key = jax.random.key(5)
-    words = key_words(key)
-    assert np_threefry2x32(words, 0, 12345) == key_words(jax.random.fold_in(key, 12345))
+def _fold(key, *data):
+    for d in data:
+        key = jax.random.fold_in(key, d)
+    return key
+
+
+_TOP = 2**32 - 1
+
+
+@pytest.mark.parametrize("impl", ["threefry2x32", "rbg", "unsafe_rbg"])
+def test_sample_key_past_2_32_is_two_public_folds(impl):
+    """Past 2**32 the key is fold_in(fold_in(root, hi), lo) from the root fold_in(fold_in(key,
+    2**32 - 1), 2**32 - 1), from a Python int and from the program's word pair; the draws of
+    i and i + 2**32 never repeat."""
+    key = jax.random.key(5, impl=impl)
+    derive = jax.jit(parallel._derive)
     for i in (2**32, 2**32 + 5, 2**40 + 3, 2**53 - 1):
         hi, lo = divmod(i, 2**32)
-        assert key_words(parallel.sample_key(key, i)) == np_threefry2x32(words, hi, lo)
-    rbg = jax.random.key(5, impl="rbg")
-    w = key_words(rbg)
-    i = 2**40 + 7
-    want = np_threefry2x32(w[:2], i >> 32, i & 0xFFFFFFFF) + np_threefry2x32(
-        w[2:], i >> 32, i & 0xFFFFFFFF
-    )
-    assert key_words(parallel.sample_key(rbg, i)) == want
-    for impl in ("threefry2x32", "rbg", "unsafe_rbg"):
-        k = jax.random.key(2, impl=impl)
-        seen = {tuple(key_words(parallel.sample_key(k, j))) for j in
-                (5, 2**32 + 5, 2**33 + 5, 2**40 + 5, 2**53 - 2**32 + 5)}  # fmt: skip
-        assert len(seen) == 5, impl
+        want = key_words(_fold(key, _TOP, _TOP, hi, lo))
+        assert key_words(parallel.sample_key(key, i)) == want
+        assert key_words(derive(key, jnp.uint32(hi), jnp.uint32(lo))) == want
+    assert key_words(derive(key, jnp.uint32(0), jnp.uint32(7))) == key_words(_fold(key, 7))
+    seen = {tuple(key_words(parallel.sample_key(key, j))) for j in
+            (5, 2**32 + 5, 2**33 + 5, 2**40 + 5, 2**53 - 2**32 + 5)}  # fmt: skip
+    assert len(seen) == 5, impl
+
+
+def test_sample_key_of_a_raw_key_stays_raw_past_2_32():
+    raw = jax.random.key_data(jax.random.key(3))
+    got = parallel._derive(raw, jnp.uint32(1), jnp.uint32(2))
+    np.testing.assert_array_equal(got, _fold(raw, _TOP, _TOP, 1, 2))
+    chex.assert_type(got, jnp.uint32)
 
 
 def test_reserved_key_is_no_sample_key():
     """The restart salt 0x5EA4C4 folded in was the key of sample 6,202,564; a reserved key is
-    the hash of a counter past every sample index."""
+    two folds under the high word 2**32 - 1, which no sample index reaches."""
     key = jax.random.key(0)
     reserved = key_words(parallel.reserved_key(key))
-    assert reserved == np_threefry2x32(key_words(key), 2**32 - 1, 2**32 - 1)
+    assert reserved == key_words(_fold(key, _TOP, _TOP - 1))
+    assert key_words(parallel.reserved_key(key, 3)) == key_words(_fold(key, _TOP, _TOP - 4))
     assert reserved != key_words(parallel.sample_key(key, 0x5EA4C4))
+    assert reserved != key_words(parallel._wide_root(key))
     assert key_words(parallel.reserved_key(key, 1)) != reserved
     with pytest.raises(ValueError, match=r"^slot"):
         parallel.reserved_key(key, -1)
@@ -416,7 +411,7 @@ def test_merged_sums_at_2_31_2_32_2_40_match_exact_fractions(dtype, counts):
     count, mean, m2 = exact_stats(points)
     assert stats.count == count == sum(counts)
     eps = float(jnp.finfo(dtype).eps)
-    assert stats.mean.dtype == dtype
+    chex.assert_type(stats.mean, dtype)
     assert abs(Fraction(float(stats.mean)) - mean) <= 2 * eps * abs(mean)
     assert abs(Fraction(float(stats.m2)) - m2) <= 4 * eps * m2
     est = stats.estimate()
@@ -485,7 +480,7 @@ def test_float32_mean_keeps_the_float64_accuracy_of_its_samples():
     s32 = sample_statistics(grid_sample, key, num_samples=num, chunk_size=64)
     s64 = sample_statistics(lambda k: grid_sample(k).astype(jnp.float64), key,
                             num_samples=num, chunk_size=64)  # fmt: skip
-    assert s32.mean.dtype == jnp.float32
+    chex.assert_type(s32.mean, jnp.float32)
     se = float(s64.estimate().stderr)
     half_ulp = float(jnp.finfo(jnp.float32).eps) * 100.0 / 2
     assert abs(float(s32.mean) - float(s64.mean)) <= 0.01 * se + half_ulp

@@ -42,11 +42,14 @@ def take_rows(idx, v):
 
 
 def test_sign_layout_matches_raw_bits():
-    # draw k, example i = bit i % 32 of word i // 32 of bits(fold_in(key, k)); bit 1 -> -1
-    n = 70
+    # draw k, example i = bit i % 32 of word w = i // 32, entry w % 4 of the 4 words
+    # bits(fold_in(fold_in(key, k), w // 4)) (public jax.random calls alone); bit 1 -> -1
+    n = 170
     signs = np.asarray(rad.sign_vectors(KEY, num_samples=3, num_examples=n))
     for k in range(3):
-        words = np.asarray(jax.random.bits(jax.random.fold_in(KEY, k), (3,), jnp.uint32))
+        draw = jax.random.fold_in(KEY, k)
+        groups = [jax.random.bits(jax.random.fold_in(draw, g), (4,), jnp.uint32) for g in range(2)]
+        words = [int(groups[w // 4][w % 4]) for w in range(6)]
         bits = np.array([(int(words[i // 32]) >> (i % 32)) & 1 for i in range(n)])
         np.testing.assert_array_equal(signs[k], 1.0 - 2.0 * bits)
 
