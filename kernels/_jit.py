@@ -234,6 +234,47 @@ def _split(name: str, value: Any, params: list[Any], data: list[Any]) -> None:
     (data if name in _devices.DATA_ARGUMENTS else params).extend(leaves)
 
 
+def _call(fn: Callable, layout: Any, args: tuple, kwargs: dict) -> Any:
+    """One call of a :func:`compile_once` kernel: its cached program, then its checks."""
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    mask = tuple(_is_dynamic(leaf) for leaf in leaves)
+    dynamic = [leaf for leaf, is_dyn in zip(leaves, mask, strict=True) if is_dyn]
+    static = tuple(_Static(leaf) for leaf, is_dyn in zip(leaves, mask, strict=True) if not is_dyn)
+    enabled = _checks.runtime_checks_enabled()
+    checks = (
+        enabled,
+        enabled and _checks.host_callbacks_raise(),
+        _devices.devices_cache_key(),
+        parallel.window_cache_key(),
+        layout,
+        _placed(dynamic) if layout is not None else None,
+    )
+    if not _concrete(dynamic) or _checks.under_trace():
+        # inside a trace (also with concrete arguments the traced function closes over):
+        # a kernel called by an eager kernel hands its checks to the caller's outputs;
+        # where callbacks cannot raise, the checks poison the kernel's outputs instead
+        collect = _checks.collector_accepts() or (enabled and not checks[1])
+        out, failures = _run(fn, treedef, mask, static, checks, collect, dynamic)
+        return _checks.report(failures, out)
+    stale = None
+    with _checks.recording() as recorded:
+        try:
+            out, failures = _run(fn, treedef, mask, static, checks, True, dynamic)
+            if failures.in_place:  # checks inside loops record from the program: wait
+                out = jax.block_until_ready(out)
+                stale = _wait_for_callbacks()
+        except jax.errors.JaxRuntimeError as err:
+            message = _checks.failed_check_message(err)
+            if message is None:
+                raise
+            raise ValueError(message) from None
+    # the checks collected as outputs (waits only if there are any), then the recorded ones
+    failures.raise_first(recorded)
+    if stale is not None:  # an earlier program's failure, raised by the barrier
+        raise stale
+    return out
+
+
 def compile_once(fn: F) -> F:
     """Wrap a kernel so it is compiled once per (callables, static options, shapes and dtypes).
 
@@ -263,44 +304,6 @@ def compile_once(fn: F) -> F:
             return call(layout, *args, **kwargs)
 
     def call(layout: Any, *args: Any, **kwargs: Any) -> Any:
-        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-        mask = tuple(_is_dynamic(leaf) for leaf in leaves)
-        dynamic = [leaf for leaf, is_dyn in zip(leaves, mask, strict=True) if is_dyn]
-        static = tuple(
-            _Static(leaf) for leaf, is_dyn in zip(leaves, mask, strict=True) if not is_dyn
-        )
-        enabled = _checks.runtime_checks_enabled()
-        checks = (
-            enabled,
-            enabled and _checks.host_callbacks_raise(),
-            _devices.devices_cache_key(),
-            parallel.window_cache_key(),
-            layout,
-            _placed(dynamic) if layout is not None else None,
-        )
-        if not _concrete(dynamic) or _checks.under_trace():
-            # inside a trace (also with concrete arguments the traced function closes over):
-            # a kernel called by an eager kernel hands its checks to the caller's outputs;
-            # where callbacks cannot raise, the checks poison the kernel's outputs instead
-            collect = _checks.collector_accepts() or (enabled and not checks[1])
-            out, failures = _run(fn, treedef, mask, static, checks, collect, dynamic)
-            return _checks.report(failures, out)
-        stale = None
-        with _checks.recording() as recorded:
-            try:
-                out, failures = _run(fn, treedef, mask, static, checks, True, dynamic)
-                if failures.in_place:  # checks inside loops record from the program: wait
-                    out = jax.block_until_ready(out)
-                    stale = _wait_for_callbacks()
-            except jax.errors.JaxRuntimeError as err:
-                message = _checks.failed_check_message(err)
-                if message is None:
-                    raise
-                raise ValueError(message) from None
-        # the checks collected as outputs (waits only if there are any), then the recorded ones
-        failures.raise_first(recorded)
-        if stale is not None:  # an earlier program's failure, raised by the barrier
-            raise stale
-        return out
+        return _call(fn, layout, args, kwargs)
 
     return wrapper  # type: ignore[return-value]
