@@ -234,7 +234,7 @@ def _split(name: str, value: Any, params: list[Any], data: list[Any]) -> None:
     (data if name in _devices.DATA_ARGUMENTS else params).extend(leaves)
 
 
-def _call(fn: Callable, layout: Any, args: tuple, kwargs: dict) -> Any:
+def _call_kernel(fn: Callable, layout: Any, args: tuple, kwargs: dict) -> Any:
     """One call of a :func:`compile_once` kernel: its cached program, then its checks."""
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
     mask = tuple(_is_dynamic(leaf) for leaf in leaves)
@@ -304,6 +304,6 @@ def compile_once(fn: F) -> F:
             return call(layout, *args, **kwargs)
 
     def call(layout: Any, *args: Any, **kwargs: Any) -> Any:
-        return _call(fn, layout, args, kwargs)
+        return _call_kernel(fn, layout, args, kwargs)
 
     return wrapper  # type: ignore[return-value]
