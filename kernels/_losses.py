@@ -156,6 +156,16 @@ class Logistic(_Elementwise):
         y = _as_float(targets, outputs)
         return jnp.mean(jnp.logaddexp(jnp.zeros_like(outputs), outputs) - y * outputs)
 
+    @staticmethod
+    def mean_of_labels(scores: jax.Array, labels: jax.Array) -> jax.Array:
+        r"""The mean loss for hard labels $y \in \{0, 1\}$ as $\log(1 + e^{-s f})$, $s = 2y - 1$.
+
+        The same loss as :meth:`mean` written with the labels' signs (it rounds differently);
+        the training engine's ``logistic_loss`` is this form.
+        """
+        signs = (2 * labels - 1).astype(scores.dtype)
+        return jnp.mean(jnp.logaddexp(jnp.zeros_like(scores), -signs * scores))
+
     def hessian(self, outputs: jax.Array, scale: float) -> Callable:
         """``u -> scale * sigma(f) sigma(-f) u``."""
         w = scale * jax.nn.sigmoid(outputs) * jax.nn.sigmoid(-outputs)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels._losses import LOSSES
+from kernels._losses import LOSSES, Logistic
 
 __all__ = [
     "accuracy",
@@ -46,8 +46,7 @@ def logistic_loss(scores: jax.Array, labels: jax.Array) -> jax.Array:
     >>> logistic_loss(jnp.array([0.0, 0.0]), jnp.array([0, 1]))  # log 2
     Array(0.6931472, dtype=float32)
     """
-    signs = (2 * labels - 1).astype(scores.dtype)
-    return jnp.mean(jnp.logaddexp(jnp.zeros_like(scores), -signs * scores))
+    return Logistic.mean_of_labels(scores, labels)
 
 
 def cross_entropy_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
