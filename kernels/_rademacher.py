@@ -155,30 +155,32 @@ def _exact_sup_estimate(
     delta: float | None,
     name: str,
     chain: CheckChain,
+    per_draw: Callable[[jax.Array], jax.Array] | None = None,
+    exponent: jax.Array | None = None,
 ) -> Estimate:
     r"""Mean of exact sups over sign vectors, with the McDiarmid interval of b = ``bound()``.
 
     Every sup lies in [-b, b]: the statistics are those of the sups times $2^{-e}$ with
     $2^{e-1} \le b < 2^e$ (exact), so their squares neither overflow nor underflow (float32
     inputs of 1e20 gave a NaN standard error), and the mean and standard error are scaled back
-    by $2^e$ (bit for bit the unscaled result where that one did not overflow). A
-    :class:`LinearSup` is sampled in its working units and the mean, standard error and interval
-    are scaled back by its ``exponent`` last (:func:`kernels.norms.ldexp_exact`: a result below
-    the normal range keeps its subnormal value). A mean or standard error beyond the dtype's
-    range raises naming ``name``.
+    by $2^e$ (bit for bit the unscaled result where that one did not overflow). With
+    ``exponent`` $E$, ``per_draw`` (default: ``sup``) and ``bound`` are in working units
+    ($2^{-E}$ times the sups, :meth:`LinearSup.unit`) and the mean, standard error and interval
+    are scaled back by $2^E$ last (:func:`kernels.norms.ldexp_exact`: a result below the normal
+    range keeps its subnormal value). A mean or standard error beyond the dtype's range raises
+    naming ``name``.
     """
     kw = dict(num_samples=num_samples, chunk_size=chunk_size, name=name, chain=chain)
-    linear = isinstance(sup, LinearSup)
-    b = sup.unit_bound if linear else bound()
-    per_draw = sup.unit if linear else sup
+    b = bound()
+    per_draw = sup if per_draw is None else per_draw
     down, up = pow2_factors(b)
     stats = _draw_statistics(lambda signs: per_draw(signs) * down, key, sup, **kw)
     est = _estimate(stats)
     est = dataclasses.replace(est, mean=est.mean * up, stderr=est.stderr * up)
     est = _with_interval(est, None if delta is None else b, num_examples=sup.num_examples,
                          delta=delta)  # fmt: skip
-    if linear:
-        est = _scale_estimate(est, sup.exponent)
+    if exponent is not None:
+        est = _scale_estimate(est, exponent)
     chain.require(
         jnp.logical_and(jnp.isfinite(est.mean), jnp.isfinite(est.stderr)),
         f"{name}: the Rademacher average or its standard error exceeds the range of "
@@ -275,7 +277,9 @@ def rademacher_linear(
     kw = dict(
         num_samples=num_samples, chunk_size=chunk_size, delta=delta, name="inputs", chain=chain
     )
-    return _exact_sup_estimate(sup, key, lambda: sup.bound, **kw)
+    return _exact_sup_estimate(
+        sup, key, lambda: sup.unit_bound, per_draw=sup.unit, exponent=sup.exponent, **kw
+    )
 
 
 def _linear_chunk(chunk_size: Any, inputs: Any) -> Any:
