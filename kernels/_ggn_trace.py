@@ -30,7 +30,7 @@ from kernels._operators import (
     _check_floating,
     _check_params,
 )
-from kernels._precision import check_compute_dtype, in_compute, work_params
+from kernels._precision import check_compute_dtype, in_compute, work_dtype, work_params
 from kernels._trace import _check_method_count, operator_trace
 from kernels.estimate import Estimate
 from kernels.parallel import check_num_samples, map_chunked, map_samples, sample_statistics
@@ -164,7 +164,7 @@ def _example_sq_norm(
     scores = _scores(loss, outputs, targets) if key is None else _sampled_scores(loss, outputs, key)
     grad = vjp_fn(jax.lax.stop_gradient(scores).astype(outputs.dtype))[0]
     leaves = jax.tree_util.tree_leaves(grad)
-    acc = jnp.promote_types(outputs.dtype, jnp.float32)
+    acc = work_dtype(outputs.dtype)
     return sum(jnp.sum(leaf.astype(acc) ** 2) for leaf in leaves)
 
 

@@ -82,7 +82,9 @@ def _leaf_dtype(leaf: Any) -> np.dtype:
 def work_result_type(params: Any) -> np.dtype:
     """The working dtype of the flat vectors and sums of ``params`` (widest working dtype)."""
     dtypes = [work_dtype(_leaf_dtype(p)) for p in jax.tree_util.tree_leaves(params)]
-    return np.dtype(jnp.result_type(*dtypes)) if dtypes else np.dtype(np.float32)
+    if not dtypes:
+        return np.dtype(np.float32)
+    return np.dtype(jax.dtypes.canonicalize_dtype(np.result_type(*dtypes)))
 
 
 def compute_leaf_dtype(dtype: Any, compute_dtype: str | None) -> np.dtype:
