@@ -35,7 +35,13 @@ from kernels._operators import (
     _LossOperator,
     _num_batches,
 )
-from kernels._precision import check_compute_dtype, work_params, work_result_type
+from kernels._precision import (
+    check_compute_dtype,
+    in_compute,
+    work_like,
+    work_params,
+    work_result_type,
+)
 from kernels.parallel import check_num_samples
 
 Matvec = Callable[[Any], Any]
@@ -321,7 +327,7 @@ class _DatasetOperator(_LossOperator):
         check_finite(self.weights, "weights")
         if self.loss in ("cross_entropy", "logistic"):
             inputs = jax.tree_util.tree_map(lambda a: a[0], self.batches[0])
-            shape = _output_spec(self.apply_fn, self.params, inputs).shape
+            shape = _output_spec(self.apply_fn, self.params, inputs, self.compute_dtype).shape
             ok = jnp.logical_and(ok, _check_labels(self.loss, shape, self.batches[1]))
         return ok
 
@@ -387,9 +393,15 @@ class DatasetFisherOperator(_DatasetOperator):
         )
 
 
-def _output_spec(apply_fn: Callable, params: Any, inputs: Any) -> jax.ShapeDtypeStruct:
-    """Shape and dtype of ``apply_fn(params, inputs)`` (an abstract trace)."""
-    return jax.eval_shape(lambda p: _apply(apply_fn, p, inputs), params)
+def _output_spec(
+    apply_fn: Callable, params: Any, inputs: Any, compute_dtype: Any = None
+) -> jax.ShapeDtypeStruct:
+    """Shape and dtype of ``apply_fn(params, inputs)`` as the kernels evaluate it (abstractly).
+
+    ``params`` in their working dtypes, ``apply_fn`` evaluated in ``compute_dtype``.
+    """
+    model = in_compute(lambda p, x: _apply(apply_fn, p, x), params, compute_dtype)
+    return jax.eval_shape(lambda p: model(p, inputs), work_like(params))
 
 
 # --------------------------------------------------------------------------- constructors

@@ -133,13 +133,15 @@ def _example_chunk(example_chunk_size: Any) -> int | None:
     return check_positive_int(example_chunk_size, "example_chunk_size")
 
 
-def _trace_setup(apply_fn: Any, params: Any, batch: Any, loss: Any) -> tuple[int, int, tuple]:
+def _trace_setup(
+    apply_fn: Any, params: Any, batch: Any, loss: Any, compute_dtype: Any
+) -> tuple[int, int, tuple]:
     """Static checks of a per-example trace; (n, N, the whole batch's output shape)."""
     _check_apply_fn(apply_fn)
     _check_floating(params, "params")
     num = _num_examples(batch, "batch")
     inputs, targets = jax.tree_util.tree_map(lambda a: a[:1], tuple(batch))
-    spec = _output_spec(apply_fn, params, inputs)
+    spec = _output_spec(apply_fn, params, inputs, compute_dtype)
     _check_outputs(loss, spec, targets)
     shape = (num, *spec.shape[1:])
     return num, _num_terms(loss, shape), shape
@@ -226,7 +228,7 @@ def empirical_fisher_trace(
     _check_loss(loss)
     chunk = _example_chunk(example_chunk_size)
     compute_dtype = check_compute_dtype(compute_dtype)
-    num, num_terms, shape = _trace_setup(apply_fn, params, batch, loss)
+    num, num_terms, shape = _trace_setup(apply_fn, params, batch, loss, compute_dtype)
     inputs, targets = batch
     valid = jnp.logical_and(_check_params(params), _check_labels(loss, shape, targets))
     norms = map_samples(
@@ -302,7 +304,7 @@ def mc_fisher_trace(
         chunk = auto_chunk_size(None, "probes", size=size, dtype=dtype)
     example_chunk = _example_chunk(example_chunk_size)
     compute_dtype = check_compute_dtype(compute_dtype)
-    num, num_terms, shape = _trace_setup(apply_fn, params, batch, loss)
+    num, num_terms, shape = _trace_setup(apply_fn, params, batch, loss, compute_dtype)
     inputs, targets = batch
     valid = jnp.logical_and(_check_params(params), _check_labels(loss, shape, targets))
     indices = jnp.arange(num, dtype=jnp.uint32)
