@@ -48,9 +48,15 @@ from jaxbounds.models.decoder import Decoder, decoder_config, next_token_loss  #
 def models():
     """``(name, loss, bfloat16 params, tokens)`` of the two decoders."""
     small = decoder_config(
-        "tiny", vocab_size=8, dim=4, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=2,
+        "tiny",
+        vocab_size=8,
+        dim=4,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=2,
         hidden_dim=8,
-    )  # fmt: skip
+    )
     apply_fn, params = as_pure(Decoder(small, rngs=nnx.Rngs(0)))
     params = jax.tree_util.tree_map(
         lambda a: (20 * a.astype(jnp.float32)).astype(jnp.bfloat16) if a.ndim > 1 else a, params
@@ -76,8 +82,9 @@ def curvature_records(name, loss, params, tokens):
     p64 = as64(params)
     v = jax.tree_util.tree_map(lambda a: jax.random.normal(key, a.shape, jnp.float32), params)
     want_hv = np.asarray(ravel_pytree(kernels.hvp(loss, p64, tokens)(as64(v)))[0])
-    want_top = float(kernels.top_eigenvalues(kernels.hvp(loss, p64, tokens), p64, key,
-                                             num_steps=30)[0])  # fmt: skip
+    want_top = float(
+        kernels.top_eigenvalues(kernels.hvp(loss, p64, tokens), p64, key, num_steps=30)[0]
+    )
     want_trace = float(kernels.hessian_trace(loss, p64, tokens, key, num_samples=64).mean)
     for compute_dtype in (None, "params"):
         op = kernels.hvp(loss, params, tokens, compute_dtype=compute_dtype)
@@ -107,7 +114,9 @@ def curvature_records(name, loss, params, tokens):
 
 def sharpness_records(name, loss, params, tokens):
     """Antithetic increases at the same float32 perturbations, in three precisions."""
-    flat32, unravel32 = ravel_pytree(jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), params))
+    flat32, unravel32 = ravel_pytree(
+        jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), params)
+    )
     flat64, unravel64 = ravel_pytree(as64(params))
 
     def increase(unravel, flat, u, cast):
@@ -117,7 +126,9 @@ def sharpness_records(name, loss, params, tokens):
         return 0.5 * (value(flat + u) + value(flat - u)) - value(flat)
 
     ways = {
-        "float64": jax.jit(lambda u: increase(unravel64, flat64, u.astype(jnp.float64), lambda a: a)),
+        "float64": jax.jit(
+            lambda u: increase(unravel64, flat64, u.astype(jnp.float64), lambda a: a)
+        ),
         "float32 (default)": jax.jit(lambda u: increase(unravel32, flat32, u, lambda a: a)),
         # what compute_dtype="params" would evaluate: θ ± u rounded to bfloat16
         "bfloat16": jax.jit(
@@ -139,7 +150,9 @@ def sharpness_records(name, loss, params, tokens):
                 "sigma": sigma,
                 "compute_dtype": label,
                 "float64_mean": float(want.mean()),
-                "float64_rel_stderr": float(want.std(ddof=1) / np.sqrt(want.size) / abs(want.mean())),
+                "float64_rel_stderr": float(
+                    want.std(ddof=1) / np.sqrt(want.size) / abs(want.mean())
+                ),
                 "rel_error": float(abs(got.mean() - want.mean()) / abs(want.mean())),
                 "median_pair_rel_error": float(np.median(np.abs(got - want) / np.abs(want))),
             }
@@ -151,8 +164,10 @@ def main() -> None:
     args = parser.parse_args()
     records = []
     for name, loss, params, tokens in models():
-        for record in (*curvature_records(name, loss, params, tokens),
-                       *sharpness_records(name, loss, params, tokens)):  # fmt: skip
+        for record in (
+            *curvature_records(name, loss, params, tokens),
+            *sharpness_records(name, loss, params, tokens),
+        ):
             print(json.dumps(record), flush=True)
             records.append(record)
     if args.out:

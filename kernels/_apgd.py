@@ -15,7 +15,6 @@ from kernels._checks import (
 )
 from kernels._devices import keep_sharding
 from kernels._jit import compile_once
-from kernels._precision import work_params
 from kernels._perturbation import (
     _INT32_MAX,
     _LOOP,
@@ -27,6 +26,7 @@ from kernels._perturbation import (
     _Problem,
     _setup,
 )
+from kernels._precision import work_params
 from kernels.parallel import (
     sample_key,
 )

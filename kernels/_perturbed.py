@@ -153,9 +153,9 @@ def average_sharpness(
 
     Raises:
       ValueError: for a bad count / chunk size / key / option, integer or empty params, a
-        half-precision ``compute_dtype``, a mask matching nothing, a non-scalar loss; and (also under ``jit``, where it
-        surfaces as a runtime error) non-finite params, a scale that is not a finite value > 0,
-        a non-finite loss at params or at any perturbed point.
+        half-precision ``compute_dtype``, a mask matching nothing, a non-scalar loss; and
+        (also under ``jit``, where it surfaces as a runtime error) non-finite params, a scale
+        that is not a finite value > 0, a non-finite loss at params or at any perturbed point.
 
     References:
       Keskar et al. 2017, arXiv:1609.04836; Jiang et al. 2020, "Fantastic generalization

@@ -146,7 +146,9 @@ def to_compute(tree: Any, params: Any, compute_dtype: str | None) -> Any:
     The compute dtype of each leaf follows the dtype of the matching leaf of ``params``
     (:func:`compute_leaf_dtype`); only shapes and dtypes of ``params`` are read.
     """
-    dtypes = [compute_leaf_dtype(_leaf_dtype(p), compute_dtype) for p in jax.tree_util.tree_leaves(params)]
+    dtypes = [
+        compute_leaf_dtype(_leaf_dtype(p), compute_dtype) for p in jax.tree_util.tree_leaves(params)
+    ]
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     if len(leaves) != len(dtypes):  # not shaped like params: leave it to the caller's checks
         return tree

@@ -312,8 +312,8 @@ def hessian_trace(
       ValueError: for an unknown method, the count of the other method (or both, or neither),
         too few probes or products, a Hutch++ sketch over
         ``max_memory_bytes``, a non-scalar loss, integer or empty ``params``, a bad ``key``,
-        ``chunk_size`` or ``compute_dtype``; (runtime check) non-finite ``params``, loss at ``params`` or
-        products at the probes.
+        ``chunk_size`` or ``compute_dtype``; (runtime check) non-finite ``params``, loss at
+        ``params`` or products at the probes.
 
     >>> import jax, jax.numpy as jnp
     >>> loss = lambda p, b: 0.5 * jnp.sum(b * p["w"] ** 2)

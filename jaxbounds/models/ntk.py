@@ -239,7 +239,9 @@ def ntk_diagonal(
 
     def sq_norm(x: jax.Array) -> jax.Array:
         g = jax.grad(lambda p: apply(p, x[None])[0])(params)
-        flat = jnp.concatenate([jnp.ravel(leaf).astype(dtype) for leaf in jax.tree_util.tree_leaves(g)])
+        flat = jnp.concatenate(
+            [jnp.ravel(leaf).astype(dtype) for leaf in jax.tree_util.tree_leaves(g)]
+        )
         return jnp.sum(flat**2)
 
     return jax.lax.map(sq_norm, inputs, batch_size=chunk_size)

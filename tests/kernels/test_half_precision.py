@@ -193,7 +193,8 @@ def test_lanczos_kernels_of_bfloat16_weights(run, mlp):
     assert abs(mean - np.trace(hess)) <= 4 * stderr + 0.01 * abs(np.trace(hess))
     grid, dens = np.asarray(density.grid, np.float64), np.asarray(density.density, np.float64)
     assert abs(np.trapezoid(dens, grid) - 1.0) < 0.01
-    assert grid[0] <= eigs[-1] and grid[-1] >= eigs[0]  # full Lanczos: the extremes are nodes
+    assert grid[0] <= eigs[-1]  # full Lanczos: the extreme eigenvalues are nodes
+    assert grid[-1] >= eigs[0]
 
 
 def test_dataset_operators_of_bfloat16_weights(run, mlp):
@@ -235,12 +236,14 @@ def test_gauss_newton_and_fisher_of_bfloat16_weights(run, mlp, mlp_gauss_newton)
         return (
             ggn_trace(mlp_apply, params, batch, key, loss=ce, num_samples=200),
             ggn_trace(mlp_apply, params, batch, key, loss=ce, num_matvecs=24, method="hutchpp"),
-            hutchinson_trace(dataset_ggn(mlp_apply, params, batches, loss=ce), params, key,
-                             num_samples=200),  # fmt: skip
+            hutchinson_trace(
+                dataset_ggn(mlp_apply, params, batches, loss=ce), params, key, num_samples=200
+            ),
             top_eigenvalues(ggn(mlp_apply, params, batch, loss=ce), params, key, num_steps=31),
             empirical_fisher_trace(mlp_apply, params, batch, loss=ce),
-            hutchinson_trace(empirical_fisher(mlp_apply, params, batch, loss=ce), params, key,
-                             num_samples=200),  # fmt: skip
+            hutchinson_trace(
+                empirical_fisher(mlp_apply, params, batch, loss=ce), params, key, num_samples=200
+            ),
             mc_fisher_trace(mlp_apply, params, batch, key, loss=ce, num_samples=400),
         )
 
@@ -282,13 +285,23 @@ def test_sharpness_of_bfloat16_weights(run, mlp):
                 mlp_loss, params, batch, key, perturbation=gauss, num_samples=16, num_probes=50
             ),
             worst_case_sharpness(
-                mlp_loss, params, batch, key, perturbation=Perturbation("l2_ball", SIGMA),
+                mlp_loss,
+                params,
+                batch,
+                key,
+                perturbation=Perturbation("l2_ball", SIGMA),
                 num_steps=30,
-            ),  # fmt: skip
+            ),
             sigma_search(
-                mlp_loss, params, batch, key, perturbation=Perturbation("gaussian", 1.0),
-                target_increase=second_order, num_samples=400, num_steps=30,
-            ),  # fmt: skip
+                mlp_loss,
+                params,
+                batch,
+                key,
+                perturbation=Perturbation("gaussian", 1.0),
+                target_increase=second_order,
+                num_samples=400,
+                num_steps=30,
+            ),
         )
 
     avg, dec, traces, worst, search = run(body)
@@ -330,7 +343,8 @@ def test_empirical_ntk_of_bfloat16_weights(run, mlp):
     k, diag = run(
         lambda: (empirical_ntk(scalar, params, x, tile_size=3), ntk_diagonal(scalar, params, x))
     )
-    assert k.dtype == jnp.float32 and diag.dtype == jnp.float32
+    assert k.dtype == jnp.float32
+    assert diag.dtype == jnp.float32
     tol = 1e-5 * np.max(np.abs(gram))
     np.testing.assert_allclose(np.asarray(k, np.float64), gram, atol=tol)
     np.testing.assert_allclose(np.asarray(diag, np.float64), np.diag(gram), atol=tol)
@@ -389,7 +403,9 @@ def recording_apply(seen):
     return apply
 
 
-@pytest.mark.parametrize(("compute_dtype", "evaluated"), [(None, "float32"), ("params", "bfloat16")])
+@pytest.mark.parametrize(
+    ("compute_dtype", "evaluated"), [(None, "float32"), ("params", "bfloat16")]
+)
 def test_compute_dtype_sets_the_dtype_the_loss_sees(compute_dtype, evaluated):
     params, batch = mlp_problem()
     key = jax.random.key(6)
@@ -411,10 +427,22 @@ def calls(loss, params, batch, key, seen, kw):
     """One call of each kernel family (traced only: the loss records the dtype it sees)."""
     hessian_trace(loss, params, batch, key, num_samples=2, **kw)
     top_eigenvalues(hvp(loss, params, batch, **kw), params, key, num_steps=2)
-    hutchinson_trace(dataset_hvp(loss, params, jax.tree_util.tree_map(lambda a: a[None], batch),
-                                 **kw), params, key, num_samples=2)  # fmt: skip
-    perturbed_hessian_traces(loss, params, batch, key, perturbation=Perturbation("gaussian", 0.1),
-                             num_samples=2, num_probes=2, **kw)  # fmt: skip
+    hutchinson_trace(
+        dataset_hvp(loss, params, jax.tree_util.tree_map(lambda a: a[None], batch), **kw),
+        params,
+        key,
+        num_samples=2,
+    )
+    perturbed_hessian_traces(
+        loss,
+        params,
+        batch,
+        key,
+        perturbation=Perturbation("gaussian", 0.1),
+        num_samples=2,
+        num_probes=2,
+        **kw,
+    )
     apply = recording_apply(seen)
     ggn_trace(apply, params, batch, key, loss="cross_entropy", num_samples=2, **kw)
     empirical_fisher_trace(apply, params, batch, loss="cross_entropy", **kw)
@@ -426,7 +454,10 @@ def test_half_precision_weights_are_cast_inside_the_program():
     op = hvp(mlp_loss, params, batch)
     # the operator holds the user's weights (no float32 copy made when it is built) ...
     assert all(
-        a is b for a, b in zip(jax.tree_util.tree_leaves(op.params), jax.tree_util.tree_leaves(params))
+        a is b
+        for a, b in zip(
+            jax.tree_util.tree_leaves(op.params), jax.tree_util.tree_leaves(params), strict=True
+        )
     )
     # ... and the kernel's program takes them in bfloat16 and casts each leaf in the program
     jaxpr = jax.make_jaxpr(
@@ -434,7 +465,8 @@ def test_half_precision_weights_are_cast_inside_the_program():
     )(params)
     assert [v.aval.dtype for v in jaxpr.jaxpr.invars] == [jnp.bfloat16] * 4
     text = str(jaxpr)
-    assert "convert_element_type" in text and "new_dtype=float32" in text
+    assert "convert_element_type" in text
+    assert "new_dtype=float32" in text
 
 
 @pytest.mark.parametrize("bad", ["float8", jnp.int32, 3, float("nan"), "bfloat", True])
@@ -445,10 +477,17 @@ def test_bad_compute_dtype_raises_naming_it(bad):
         lambda: hessian_trace(mlp_loss, params, batch, key, num_samples=2, compute_dtype=bad),
         lambda: hvp(mlp_loss, params, batch, compute_dtype=bad),
         lambda: ggn(mlp_apply, params, batch, loss="cross_entropy", compute_dtype=bad),
-        lambda: average_sharpness(mlp_loss, params, batch, key, num_samples=2,
-                                  perturbation=Perturbation("gaussian", 0.1), compute_dtype=bad),
+        lambda: average_sharpness(
+            mlp_loss,
+            params,
+            batch,
+            key,
+            num_samples=2,
+            perturbation=Perturbation("gaussian", 0.1),
+            compute_dtype=bad,
+        ),
         lambda: empirical_ntk(mlp_apply, params, batch[0], compute_dtype=bad),
-    ]  # fmt: skip
+    ]
     for call in calls:
         with pytest.raises(ValueError, match=r"^compute_dtype: expected None, 'params'"):
             call()
@@ -460,12 +499,14 @@ def test_loss_differences_in_half_precision_are_refused_with_the_reason():
     gauss = Perturbation("gaussian", SIGMA)
     for half in ("params", "bfloat16", jnp.float16):
         with pytest.raises(ValueError, match=r"^compute_dtype: average_sharpness .* rounded"):
-            average_sharpness(mlp_loss, params, batch, key, perturbation=gauss, num_samples=2,
-                              compute_dtype=half)  # fmt: skip
+            average_sharpness(
+                mlp_loss, params, batch, key, perturbation=gauss, num_samples=2, compute_dtype=half
+            )
     # float32 weights evaluated in float32 explicitly: accepted
     f32 = jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), params)
-    est = average_sharpness(mlp_loss, f32, batch, key, perturbation=gauss, num_samples=4,
-                            compute_dtype="float32")  # fmt: skip
+    est = average_sharpness(
+        mlp_loss, f32, batch, key, perturbation=gauss, num_samples=4, compute_dtype="float32"
+    )
     assert np.isfinite(float(est.mean))
 
 
@@ -515,8 +556,14 @@ def test_decoder_trace_top_eigenvalue_and_sharpness_in_bfloat16(mode, decoder):
         return (
             hutchinson_trace(op, params, key, num_samples=100),
             top_eigenvalues(op, params, key, num_steps=20),
-            average_sharpness(loss, params, tokens, key, perturbation=Perturbation("gaussian", SIGMA),
-                              num_samples=100),  # fmt: skip
+            average_sharpness(
+                loss,
+                params,
+                tokens,
+                key,
+                perturbation=Perturbation("gaussian", SIGMA),
+                num_samples=100,
+            ),
         )
 
     est, top, avg = body() if mode == "eager" else jax.jit(body)()

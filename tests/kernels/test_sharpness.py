@@ -783,8 +783,13 @@ def test_bad_inputs_raise_naming_the_argument(name):
     cases = [
         ("key: expected a PRNG key", weighted_sq, theta, batch, 0),
         ("key: expected one PRNG key", weighted_sq, theta, batch, jax.random.split(key, 2)),
-        ("params: expected float16, bfloat16, float32 or float64 leaves, got int", total,
-         jnp.arange(4), (), key),  # fmt: skip
+        (
+            "params: expected float16, bfloat16, float32 or float64 leaves, got int",
+            total,
+            jnp.arange(4),
+            (),
+            key,
+        ),
         ("params: expected at least one parameter array", total, {}, (), key),
         ("params: expected at least one parameter entry", total, jnp.zeros((0,)), (), key),
         ("params: expected one float dtype", total, (theta, theta.astype(jnp.float32)), (), key),
@@ -800,7 +805,7 @@ def test_bad_inputs_raise_naming_the_argument(name):
     # evaluated in half precision is refused, with the reason
     for half in (jnp.float16, jnp.bfloat16):
         if name != "traces":
-            with pytest.raises(ValueError, match="compute_dtype: .* evaluates L.θ\\+u. - L.θ."):
+            with pytest.raises(ValueError, match=r"compute_dtype: .* evaluates L.θ\+u. - L.θ."):
                 call_kernel(name, total, theta.astype(half), (), key, compute_dtype="params")
     if name == "worst":
         for option in ("num_steps", "num_restarts"):
