@@ -456,9 +456,9 @@ def ggn(
       A :class:`GGNOperator` (a pytree), ``op(v)`` for pytrees ``v`` shaped like ``params``.
 
     Raises:
-      ValueError: for a bad ``apply_fn``, ``loss``, ``params`` or ``batch`` (here); when applied,
-        outputs that do not fit the loss, or (runtime check) non-finite ``params`` / loss and
-        cross-entropy labels out of range.
+      ValueError: for a bad ``apply_fn``, ``loss``, ``params``, ``batch`` or ``compute_dtype``
+        (here); when applied, outputs that do not fit the loss, or (runtime check) non-finite
+        ``params`` / loss and cross-entropy labels out of range.
 
     References:
       Schraudolph 2002, doi:10.1162/08997660260028683; Martens 2020, arXiv:1412.1193.

@@ -273,9 +273,10 @@ def dataset_hvp(
       A :class:`DatasetHessianOperator`, ``op(v)`` for pytrees ``v`` shaped like ``params``.
 
     Raises:
-      ValueError: if ``params`` is empty or not float32/float64, ``batches`` has no leaves, no
-        batch or disagreeing leading axes, ``weights`` does not have shape (B,); when applied,
-        for a non-scalar loss or (runtime check) non-finite ``params`` / ``weights``.
+      ValueError: if ``params`` is empty or not floating, ``compute_dtype`` is bad,
+        ``batches`` has no leaves, no batch or disagreeing leading axes, ``weights`` does not
+        have shape (B,); when applied, for a non-scalar loss or (runtime check) non-finite
+        ``params`` / ``weights``.
 
     >>> import jax.numpy as jnp
     >>> loss = lambda p, b: 0.5 * jnp.sum(b * p**2)
