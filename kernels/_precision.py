@@ -64,11 +64,6 @@ def check_compute_dtype(value: Any) -> str | None:
     return dtype.name
 
 
-def is_half(dtype: Any) -> bool:
-    """Whether ``dtype`` is float16 or bfloat16."""
-    return np.dtype(dtype) in _HALF
-
-
 def work_dtype(dtype: Any) -> np.dtype:
     """The working dtype of a parameter leaf of ``dtype``: float32 for half precision."""
     dtype = np.dtype(dtype)
