@@ -18,10 +18,11 @@ from jax.flatten_util import ravel_pytree
 
 from jaxbounds.models import as_pure
 from jaxbounds.models.decoder import Decoder, decoder_config, next_token_loss
-from jaxbounds.models.ntk import empirical_ntk, ntk_diagonal
+from jaxbounds.models.ntk import empirical_ntk, ntk_diagonal, ntk_min_eigenvalue
 from kernels import (
     Perturbation,
     average_sharpness,
+    dataset_empirical_fisher,
     dataset_ggn,
     dataset_hvp,
     empirical_fisher,
@@ -245,9 +246,15 @@ def test_gauss_newton_and_fisher_of_bfloat16_weights(run, mlp, mlp_gauss_newton)
                 empirical_fisher(mlp_apply, params, batch, loss=ce), params, key, num_samples=200
             ),
             mc_fisher_trace(mlp_apply, params, batch, key, loss=ce, num_samples=400),
+            hutchinson_trace(
+                dataset_empirical_fisher(mlp_apply, params, batches, loss=ce),
+                params,
+                key,
+                num_samples=200,
+            ),
         )
 
-    g_hutch, g_hutchpp, g_dataset, g_top, f_exact, f_hutch, f_mc = run(body)
+    g_hutch, g_hutchpp, g_dataset, g_top, f_exact, f_hutch, f_mc, f_dataset = run(body)
     assert_trace(g_hutch, np.trace(gn))
     assert_trace(g_hutchpp, np.trace(gn))
     # the two halves' Gauss-Newton matrices average to the whole batch's
@@ -257,6 +264,8 @@ def test_gauss_newton_and_fisher_of_bfloat16_weights(run, mlp, mlp_gauss_newton)
     np.testing.assert_allclose(float(f_exact), np.trace(fisher), rtol=1e-5)
     assert_trace(f_hutch, np.trace(fisher))
     assert_trace(f_mc, np.trace(gn))  # E F_mc = G for the cross-entropy
+    # the halves' empirical Fishers (1/(n/2)) sum_{i in b} g_i g_i^T average to the whole one
+    assert_trace(f_dataset, np.trace(fisher))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -340,14 +349,19 @@ def test_empirical_ntk_of_bfloat16_weights(run, mlp):
     flat, unravel = ravel_pytree(as64(params))
     jac = np.asarray(jax.jacobian(lambda f: scalar(unravel(f), x))(flat))
     gram = jac @ jac.T
-    k, diag = run(
-        lambda: (empirical_ntk(scalar, params, x, tile_size=3), ntk_diagonal(scalar, params, x))
+    k, diag, smallest = run(
+        lambda: (
+            empirical_ntk(scalar, params, x, tile_size=3),
+            ntk_diagonal(scalar, params, x),
+            ntk_min_eigenvalue(scalar, params, x),
+        )
     )
     assert k.dtype == jnp.float32
     assert diag.dtype == jnp.float32
     tol = 1e-5 * np.max(np.abs(gram))
     np.testing.assert_allclose(np.asarray(k, np.float64), gram, atol=tol)
     np.testing.assert_allclose(np.asarray(diag, np.float64), np.diag(gram), atol=tol)
+    assert abs(float(smallest) - np.linalg.eigvalsh(gram)[0]) <= tol
 
 
 # ----------------------------------------------------------------------------------------------
