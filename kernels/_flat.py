@@ -23,6 +23,7 @@ from kernels._operators import (
     _check_floating,
     _LossOperator,
 )
+from kernels._precision import is_template, work_dtype, work_like
 from kernels._random import sign_block, sign_vector
 from kernels.parallel import (
     sample_layout,
@@ -69,7 +70,7 @@ class _Flat:
         out, start = [], 0
         for leaf in leaves:
             shape = tuple(np.shape(leaf))
-            out.append(sign_block(key, start, shape, jnp.result_type(leaf)))
+            out.append(sign_block(key, start, shape, work_dtype(jnp.result_type(leaf))))
             start += int(np.prod(shape))
         return keep_sharding(jax.tree_util.tree_unflatten(treedef, out), self.template)
 
@@ -88,12 +89,17 @@ class _Flat:
 
 
 def _template(like: Any) -> Any:
-    """Turn ``like`` (pytree or int n) into a pytree template."""
+    """Turn ``like`` (pytree or int n) into a pytree template, in working dtypes.
+
+    Half-precision leaves become float32 shape-and-dtype structs: probes and sums are float32.
+    """
     if isinstance(like, int | np.integer) and not isinstance(like, bool):
         check_positive_int(like, "like")
         return jnp.zeros((int(like),), dtype=jnp.result_type(float))
+    if is_template(like):  # already turned into a template
+        return like
     _check_floating(like, "like")
-    return like
+    return work_like(like)
 
 
 def _check_like(matvec: _LossOperator, like: Any) -> None:
