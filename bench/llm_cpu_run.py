@@ -138,7 +138,6 @@ def trace_step(loss, params, tokens, args, grad_s: float) -> dict:
         "trace": run.mean,
         "stderr": run.stderr,
         "relative_stderr": run.stderr / abs(run.mean) if run.mean else None,
-        "interval": [float(run.estimate.lower), float(run.estimate.upper)],
         "first_block_s": round(times[0], 2) if times else None,
         "block_s": [round(t, 2) for t in times],
         "per_unit_s": round(per_probe, 3),
