@@ -60,6 +60,64 @@ MOVED_TO_SLOW = {
         "tests/kernels/test_curvature.py::test_recomputed_products_on_dataset_operators_and_"
         "callables_change_nothing",
     ),
+    # a block merge in float32 for every kernel: float64 keeps every kernel, float32 the kernels
+    # of each stream's kind (Rademacher sups, trace probes, kept per-sample outputs, SLQ nodes)
+    "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+    "[rademacher_finite-float32]": (
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[rademacher_finite-float64]",
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[rademacher_linear-float32]",
+    ),
+    "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+    "[rademacher_search-float32]": (
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[rademacher_search-float64]",
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[rademacher_linear-float32]",
+    ),
+    "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+    "[rademacher_readout_search-float32]": (
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[rademacher_readout_search-float64]",
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[rademacher_linear-float32]",
+    ),
+    "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+    "[hutchinson_trace-float32]": (
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[hutchinson_trace-float64]",
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[hessian_trace-float32]",
+    ),
+    "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+    "[ggn_trace-float32]": (
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[ggn_trace-float64]",
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[hessian_trace-float32]",
+    ),
+    "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+    "[mc_fisher_trace-float32]": (
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[mc_fisher_trace-float64]",
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[hessian_trace-float32]",
+    ),
+    "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+    "[sharpness_decomposition-float32]": (
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[sharpness_decomposition-float64]",
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[perturbed_hessian_traces-float32]",
+    ),
+    "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+    "[spectral_density-float32]": (
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[spectral_density-float64]",
+        "tests/kernels/test_blocks.py::test_blocks_in_any_order_merge_into_the_one_call_result"
+        "[slq_nodes-float32]",
+    ),
 }
 
 

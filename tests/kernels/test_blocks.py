@@ -135,7 +135,7 @@ def _leaves(result):
     return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(result)]
 
 
-@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("name", KERNELS)
 def test_blocks_in_any_order_merge_into_the_one_call_result(name, dtype):
     # the merge is under test, not the matmul precision: a GPU's float32 products at JAX's
