@@ -74,7 +74,8 @@ def test_blocks_of_one_probe_through_the_driver():
     )  # fmt: skip
     assert (got.reason, got.num_samples) == ("max_samples", 5)
     assert [p.num_samples for p in seen] == [1, 2, 3, 4, 5]
-    assert math.isnan(seen[0].mean) and seen[0].stderr == math.inf  # one sample: no estimate
+    assert math.isnan(seen[0].mean)
+    assert seen[0].stderr == math.inf
     assert all(math.isfinite(p.mean) and math.isfinite(p.stderr) for p in seen[1:])
     # Rademacher probes of a diagonal Hessian: every probe gives the trace exactly
     assert float(got.estimate.mean) == pytest.approx(10.0, rel=1e-12)
@@ -88,7 +89,8 @@ def test_a_run_stopped_after_one_probe_keeps_it(tmp_path):
         handle_signals=False,
     )  # fmt: skip
     assert (got.reason, got.num_samples, got.estimate) == ("max_time", 1, None)
-    assert math.isnan(got.mean) and math.isnan(got.stderr)
+    assert math.isnan(got.mean)
+    assert math.isnan(got.stderr)
     assert load_checkpoint(path)["state"].count == 1  # the probe is kept for a resume
     again = run_blocks(
         _quadratic_trace_blocks(), max_samples=3, block_size=1, checkpoint=path,
