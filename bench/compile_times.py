@@ -156,6 +156,10 @@ def summarize(records: list[dict]) -> list[dict]:
     return rows
 
 
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e6 else f"{n:,}"
+
+
 def markdown(records: list[dict]) -> str:
     lines = [
         "Compile time of each kernel against its gradient's (goal: at most 2x), Llama-style"
@@ -174,7 +178,7 @@ def markdown(records: list[dict]) -> str:
         cpu = ", ".join(f"{x:.1f}" for x in row["compile_cpu_s"])
         wall = ", ".join(f"{x:.1f}" for x in row["compile_wall_s"])
         lines.append(
-            f"| {row['decoder']} ({row['num_params'] / 1e9:.3g}B) | {row['program']} | {cpu} | "
+            f"| {row['decoder']} ({_count(row['num_params'])}) | {row['program']} | {cpu} | "
             f"{row.get('vs_gradient', '')} | {meets} | {wall} | {row['hlo_lines']} | "
             f"{row['hlo_fusion']} | {row['hlo_while']} | {row['load_start']} |"
         )
@@ -191,6 +195,7 @@ def main() -> None:
     parser.add_argument("--lanczos-steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", default=str(OUT / "compile_times.json"))
+    parser.add_argument("--render", action="store_true", help="rewrite the table from --out")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     configs = [c for c in args.configs.split(",") if c]
@@ -205,6 +210,9 @@ def main() -> None:
         print("RECORD " + json.dumps(measure(configs[0], programs[0], args.lanczos_steps, cache)))
         return
     out = Path(args.out)
+    if args.render:
+        out.with_suffix(".md").write_text(markdown(json.loads(out.read_text())))
+        return
     records = []
     if out.exists():  # keep the records of other decoders and programs
         records = [r for r in json.loads(out.read_text())
