@@ -13,13 +13,14 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from kernels._checks import (
+    all_finite,
     check_array_leaves,
     check_chunk_size,
-    check_finite,
     check_key,
     check_positive,
     check_that,
     describe,
+    finite_message,
     is_concrete,
 )
 from kernels._flat import check_bounded_count
@@ -272,9 +273,13 @@ def _setup(
     mask = _mask_vector(perturbation.mask, params)
     if not mask.any():
         raise ValueError("perturbation.mask: matches no parameter")
-    check_finite(params, "params")
+    # the parameters' finiteness leaf by leaf, once, for its check and for the gate: a test of
+    # the raveled vector would concatenate the leaves (on a mesh, moving every shard)
+    finite = all_finite(params, "params")
+    if finite is not None:
+        check_that(finite, finite_message("params"))
     check_positive(scale, perturbation.scale_name)
-    ok = jnp.logical_and(jnp.all(jnp.isfinite(flat)), _valid_scale(scale))
+    ok = _valid_scale(scale) if finite is None else jnp.logical_and(finite, _valid_scale(scale))
     # an all-true mask (the default) becomes a broadcast of ones that XLA folds away, not a
     # parameter-sized constant in the program
     mask_values = jnp.ones(flat.shape, dtype) if mask.all() else jnp.asarray(mask, dtype)
@@ -457,8 +462,13 @@ def _increase(prob: _Problem, base: jax.Array, u: jax.Array, antithetic: bool) -
     r"""$\frac12(f(u) + f(-u))$ (one after the other) or $f(u)$; $f = L(\theta+.) - L(\theta)$."""
     if not antithetic:
         return prob.loss(u) - base
-    # one evaluation after the other over the sign of u: never two perturbed vectors at once
-    values = jax.lax.map(lambda sign: prob.loss(sign * u), jnp.array([1, -1], u.dtype))
+    # one evaluation after the other over the sign of u: never two perturbed vectors at once.
+    # u is split into the parameters' leaves once, outside the loop (its body holds one trace
+    # of the loss and no flat vector); the sign flip is exact, so the values are unchanged.
+    leaves = jax.tree_util.tree_leaves(prob.unravel(u))
+    values = jax.lax.map(
+        lambda sign: prob.shifted([sign * x for x in leaves]), jnp.array([1, -1], u.dtype)
+    )
     return 0.5 * ((values[0] - base) + (values[1] - base))
 
 

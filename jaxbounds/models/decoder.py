@@ -141,6 +141,19 @@ _CONFIGS = {
         hidden_dim=64,
         tie_embeddings=True,
     ),
+    # GPT-2 small's size and widths (V=50304 = 50257 padded to a multiple of 64, d=768, 12
+    # layers of 12 heads) in this architecture: SwiGLU of width 2048 has GPT-2's 2 x 768 x 3072
+    # MLP weights; 123,587,328 parameters
+    "124m": DecoderConfig(
+        vocab_size=50304,
+        dim=768,
+        num_layers=12,
+        num_heads=12,
+        num_kv_heads=12,
+        head_dim=64,
+        hidden_dim=2048,
+        tie_embeddings=True,
+    ),
     # the shapes of Llama 3.2 1B: 1,235,814,400 parameters
     "1b": DecoderConfig(
         vocab_size=128256,
@@ -170,11 +183,12 @@ def decoder_config(name: str, **overrides: Any) -> DecoderConfig:
     """One of the named decoder configurations, with fields replaced.
 
     ``"tiny"`` (V=64, d=32, 2 layers, 4 heads over 2 key/value heads, tied; 20,640 parameters)
-    is for tests; ``"1b"`` has Llama 3.2 1B's shapes (tied, 1,235,814,400 parameters) and
-    ``"8b"`` Llama 3.1 8B's (untied, 8,030,261,248 parameters).
+    is for tests; ``"124m"`` has GPT-2 small's size (V=50304, d=768, 12 layers of 12 heads,
+    SwiGLU width 2048, tied; 123,587,328 parameters); ``"1b"`` has Llama 3.2 1B's shapes (tied,
+    1,235,814,400 parameters) and ``"8b"`` Llama 3.1 8B's (untied, 8,030,261,248 parameters).
 
     Args:
-      name: ``"tiny"``, ``"1b"`` or ``"8b"``.
+      name: ``"tiny"``, ``"124m"``, ``"1b"`` or ``"8b"``.
       **overrides: :class:`DecoderConfig` fields to replace (e.g. ``dtype=jnp.float32``).
 
     Returns:

@@ -1157,3 +1157,27 @@ def test_adaptive_dimension_count_does_not_wrap_with_x64_off():
     assert count.dtype == jnp.float32
     assert float(count) == pytest.approx(size, rel=1e-6)
     assert int(old) < 0  # what the int32 count gave
+
+
+def test_antithetic_pair_of_the_leaves_equals_the_flat_vectors_pair():
+    # the pair's loop takes u's leaves (split once, outside the loop); its value is that of
+    # L(theta + u) and L(theta - u) evaluated on the flat u, one call each (float64)
+    from kernels._perturbation import _increase, _setup
+
+    params = {"a": jnp.arange(3.0, dtype=jnp.float64), "b": jnp.ones((2, 2), jnp.float64)}
+
+    def loss(p, batch):
+        return jnp.sum(jnp.sin(p["a"] * batch)) * jnp.sum(p["b"] ** 3)
+
+    prob = _setup(loss, params, 1.5, jax.random.key(0), Perturbation("gaussian", 0.1))
+    u = 0.1 * jax.random.normal(jax.random.key(1), prob.flat.shape, jnp.float64)
+    base = prob.loss(jnp.zeros_like(prob.flat))
+    pair = _increase(prob, base, u, antithetic=True)
+    one = _increase(prob, base, u, antithetic=False)
+    ref_plus = loss(jax.tree_util.tree_map(jnp.add, params, prob.unravel(u)), 1.5)
+    ref_minus = loss(jax.tree_util.tree_map(jnp.subtract, params, prob.unravel(u)), 1.5)
+    ref_base = loss(params, 1.5)
+    np.testing.assert_allclose(
+        pair, 0.5 * ((ref_plus - ref_base) + (ref_minus - ref_base)), rtol=1e-12
+    )
+    np.testing.assert_allclose(one, ref_plus - ref_base, rtol=1e-12)

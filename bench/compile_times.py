@@ -1,0 +1,233 @@
+"""Compile time of each kernel against its gradient's, on the 124M and 1B decoders (CPU).
+
+One command (8 forced CPU devices; nothing parameter-sized is allocated)::
+
+    python bench/compile_times.py                 # 124m and 1b, every program, 1 repeat
+    python bench/compile_times.py --configs tiny --programs gradient,average_sharpness
+    python bench/compile_times.py --repeats 3     # each program compiled 3 times (fresh processes)
+
+The programs are :func:`bench.llm_plan.programs` (the gradient, ``hessian_trace`` with 2
+Hutchinson probes, ``top_eigenvalues`` with ``--lanczos-steps`` Lanczos steps,
+``average_sharpness`` with 2 Gaussian pairs, ``worst_case_sharpness`` with 2 ascent steps), on
+the decoder of :func:`jaxbounds.models.decoder_config` with bfloat16 weights placed by
+:func:`jaxbounds.models.decoder_shardings` on an ``("fsdp",)`` mesh of 8 devices, each shard cast
+to float32 inside the program (the ``f32_in_program`` variant of ``bench/llm_plan.py``). Each
+program is lowered from ``jax.ShapeDtypeStruct`` arguments and compiled
+(``jax.jit(f).lower(...).compile()``) in a fresh process, so no cache of an earlier program
+helps it; JAX's persistent compilation cache is off unless ``JAXBOUNDS_COMPILE_CACHE`` names a
+folder (the records say so).
+
+Measured per compile: ``compile_cpu_s``, the process's CPU seconds (``time.process_time``: all
+its threads) spent in ``.compile()``, which depends little on what else the machine runs, and
+``compile_wall_s`` (``time.perf_counter``), which grows with the machine's load; and the size of
+the compiled program (lines of its HLO text, fusions, while loops, conditionals,
+collective-permutes). Goal (issue 40): each kernel's compile time at most 2x its gradient's.
+The ratio is taken on the minimum CPU seconds over the repeats.
+
+Records: ``bench/results/compile_times.json`` (one object per decoder, program and repeat; a
+run of some decoders or programs replaces those records and keeps the others) and the table
+``bench/results/compile_times.md``. Every record carries the load average at its start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import llm_plan  # noqa: E402
+
+OUT = ROOT / "bench" / "results"
+CONFIGS = ("124m", "1b")
+GOAL = 2.0
+
+
+def measure(name: str, program: str, lanczos_steps: int, cache: str | None) -> dict:
+    """Lower and compile one program of one decoder in this process; its record."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh
+
+    from jaxbounds.models import (
+        abstract_decoder,
+        decoder_batch_sharding,
+        decoder_config,
+        decoder_num_params,
+        decoder_shardings,
+        next_token_loss,
+    )
+
+    config = decoder_config(name)
+    apply_fn, shapes = abstract_decoder(config)
+    loss = next_token_loss(apply_fn)
+    mesh = Mesh(np.asarray(jax.devices()[: llm_plan.NUM_DEVICES]), ("fsdp",))
+    shardings = decoder_shardings(shapes, mesh)
+    params = jax.tree_util.tree_map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, jnp.bfloat16, sharding=sh), shapes, shardings
+    )
+    seq = llm_plan.SEQ if name != "tiny" else 32
+    batch = jax.ShapeDtypeStruct(
+        (llm_plan.BATCH, seq + 1), jnp.int32, sharding=decoder_batch_sharding(mesh)
+    )
+    fn = llm_plan.programs(loss, lanczos_steps, shardings)[program]
+    record = {
+        "decoder": name,
+        "num_params": decoder_num_params(config),
+        "program": program,
+        "variant": "f32_in_program",
+        "mesh": dict(mesh.shape),
+        "batch": [llm_plan.BATCH, seq],
+        "platform": jax.devices()[0].platform,
+        "cpu_count": os.cpu_count(),
+        "compile_cache": cache,
+        "load_start": [round(x, 2) for x in os.getloadavg()],
+    }
+    if program == "top_eigenvalues":
+        record["num_steps"] = lanczos_steps
+    start = time.perf_counter()
+    lowered = jax.jit(lambda p, b, k: fn(llm_plan._to_f32(p), b, k)).lower(
+        params, batch, jax.random.key(0)
+    )
+    record["lower_wall_s"] = round(time.perf_counter() - start, 2)
+    cpu, wall = time.process_time(), time.perf_counter()
+    compiled = lowered.compile()
+    record["compile_cpu_s"] = round(time.process_time() - cpu, 2)
+    record["compile_wall_s"] = round(time.perf_counter() - wall, 2)
+    hlo = compiled.as_text()
+    record["hlo_lines"] = len(hlo.splitlines())
+    for op in ("fusion", "while", "conditional", "collective-permute", "all-gather"):
+        record[f"hlo_{op.replace('-', '_')}"] = hlo.count(f" {op}(")
+    record["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    return record
+
+
+def _child(name: str, program: str, args: argparse.Namespace) -> dict:
+    """One program of one decoder in a fresh process (a failure is a record)."""
+    cmd = [sys.executable, __file__, "--child", "--configs", name, "--programs", program,
+           "--lanczos-steps", str(args.lanczos_steps)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RECORD "):
+            return json.loads(line[len("RECORD ") :])
+    return {
+        "decoder": name,
+        "program": program,
+        "error": f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}",
+        "load_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def summarize(records: list[dict]) -> list[dict]:
+    """Per decoder and program: the minimum CPU seconds over repeats, and the ratio."""
+    best: dict[tuple[str, str], dict] = {}
+    for r in records:
+        if "compile_cpu_s" not in r:
+            continue
+        k = (r["decoder"], r["program"])
+        if k not in best or r["compile_cpu_s"] < best[k]["compile_cpu_s"]:
+            best[k] = r
+    rows = []
+    for (decoder, program), r in best.items():
+        g = best.get((decoder, "gradient"))
+        reps = [x for x in records if (x["decoder"], x["program"]) == (decoder, program)]
+        row = {
+            "decoder": decoder,
+            "num_params": r["num_params"],
+            "program": program + (f" ({r['num_steps']} steps)" if "num_steps" in r else ""),
+            "compile_cpu_s": [x.get("compile_cpu_s") for x in reps],
+            "compile_wall_s": [x.get("compile_wall_s") for x in reps],
+            "hlo_lines": r["hlo_lines"],
+            "hlo_fusion": r["hlo_fusion"],
+            "hlo_while": r["hlo_while"],
+            "load_start": r["load_start"][0],
+        }
+        if g is not None:
+            row["vs_gradient"] = round(r["compile_cpu_s"] / g["compile_cpu_s"], 2)
+            row["meets"] = program == "gradient" or row["vs_gradient"] <= GOAL
+        rows.append(row)
+    return rows
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e6 else f"{n:,}"
+
+
+def markdown(records: list[dict]) -> str:
+    lines = [
+        "Compile time of each kernel against its gradient's (goal: at most 2x), Llama-style"
+        " decoders, bfloat16 weights cast to float32 inside the program, FSDP over 8 forced CPU"
+        " devices, batch 8 x 1024, each program compiled in a fresh process without the"
+        " persistent cache. CPU seconds: `time.process_time` around `.compile()` (all the"
+        " process's threads); the ratio uses the minimum over the repeats. Wall seconds grow"
+        " with the machine's load (the 1-minute load average at the start is given).",
+        "",
+        "| decoder | program | compile CPU s | vs gradient | meets | compile wall s |"
+        " HLO lines | fusions | while loops | load (1 min) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in summarize(records):
+        meets = {True: "yes", False: "**no**"}.get(row.get("meets"), "")
+        cpu = ", ".join(f"{x:.1f}" for x in row["compile_cpu_s"])
+        wall = ", ".join(f"{x:.1f}" for x in row["compile_wall_s"])
+        lines.append(
+            f"| {row['decoder']} ({_count(row['num_params'])}) | {row['program']} | {cpu} | "
+            f"{row.get('vs_gradient', '')} | {meets} | {wall} | {row['hlo_lines']} | "
+            f"{row['hlo_fusion']} | {row['hlo_while']} | {row['load_start']} |"
+        )
+    for r in records:
+        if "error" in r:
+            lines.append(f"| {r['decoder']} | {r['program']} | {r['error'][:200]} |||||||||")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--programs", default=",".join(llm_plan.PROGRAMS))
+    parser.add_argument("--lanczos-steps", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--out", default=str(OUT / "compile_times.json"))
+    parser.add_argument("--render", action="store_true", help="rewrite the table from --out")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    configs = [c for c in args.configs.split(",") if c]
+    programs = [p for p in args.programs.split(",") if p]
+    unknown = sorted(set(programs) - set(llm_plan.PROGRAMS))
+    if unknown:
+        parser.error(f"--programs: unknown {unknown}; expected some of {llm_plan.PROGRAMS}")
+    if args.repeats < 1:
+        parser.error(f"--repeats: expected an int >= 1, got {args.repeats}")
+    if args.child:
+        cache = llm_plan._setup()
+        print("RECORD " + json.dumps(measure(configs[0], programs[0], args.lanczos_steps, cache)))
+        return
+    out = Path(args.out)
+    if args.render:
+        out.with_suffix(".md").write_text(markdown(json.loads(out.read_text())))
+        return
+    records = []
+    if out.exists():  # keep the records of other decoders and programs
+        records = [r for r in json.loads(out.read_text())
+                   if not (r["decoder"] in configs and r["program"] in programs)]  # fmt: skip
+    for name in configs:
+        for program in programs:
+            for _ in range(args.repeats):
+                record = _child(name, program, args)
+                print(json.dumps(record), flush=True)
+                records.append(record)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown(records))
+    print(markdown(records))
+
+
+if __name__ == "__main__":
+    main()

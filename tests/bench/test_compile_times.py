@@ -1,0 +1,74 @@
+"""bench/compile_times.py: the ratios of its table, and a smoke run on the tiny decoder.
+
+``summarize`` is checked on hand-made records (exact arithmetic: the minimum over repeats, the
+ratio to the gradient's, the 2x goal); the smoke run compiles the tiny decoder's gradient and
+average sharpness in child processes on 8 forced CPU devices and checks that each record carries
+XLA's numbers (no time value is asserted: they live in the record).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+import compile_times  # noqa: E402  (names only: JAX is set up in the subprocess)
+
+
+def record(program, cpu, wall=1.0, **extra):
+    return {"decoder": "1b", "num_params": 1_235_814_400, "program": program,
+            "compile_cpu_s": cpu, "compile_wall_s": wall, "hlo_lines": 10, "hlo_fusion": 2,
+            "hlo_while": 1, "load_start": [3.0, 2.0, 1.0], **extra}  # fmt: skip
+
+
+def test_ratios_use_the_fastest_repeat():
+    records = [
+        record("gradient", 5.0),
+        record("gradient", 4.0),
+        record("average_sharpness", 9.0),
+        record("average_sharpness", 6.0),
+        record("worst_case_sharpness", 8.5),
+        record("top_eigenvalues", 20.0, num_steps=10),
+        {"decoder": "1b", "program": "hessian_trace", "error": "exit 1", "load_start": [1.0]},
+    ]
+    rows = {r["program"]: r for r in compile_times.summarize(records)}
+    assert rows["gradient"]["vs_gradient"] == 1.0
+    assert rows["gradient"]["compile_cpu_s"] == [5.0, 4.0]
+    assert rows["average_sharpness"]["vs_gradient"] == 1.5
+    assert rows["average_sharpness"]["meets"] is True
+    assert rows["worst_case_sharpness"]["vs_gradient"] == 2.12
+    assert rows["worst_case_sharpness"]["meets"] is False
+    assert rows["top_eigenvalues (10 steps)"]["vs_gradient"] == 5.0
+    assert "hessian_trace" not in rows
+    table = compile_times.markdown(records)
+    assert "| 1b (1.24B) | average_sharpness | 9.0, 6.0 | 1.5 | yes |" in table
+    assert "| 1b | hessian_trace | exit 1 |" in table
+
+
+@pytest.mark.slow
+def test_smoke_run_on_the_tiny_decoder(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    env.pop("JAXBOUNDS_COMPILE_CACHE", None)
+    out = tmp_path / "compile_times.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "compile_times.py"), "--configs", "tiny",
+         "--programs", "gradient,average_sharpness", "--out", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    records = json.loads(out.read_text())
+    assert [r["program"] for r in records] == ["gradient", "average_sharpness"]
+    for r in records:
+        assert r["mesh"] == {"fsdp": 8}
+        assert r["num_params"] == 20640
+        assert r["compile_cpu_s"] > 0
+        assert r["hlo_fusion"] > 0
+        assert r["compile_cache"] is None
+    assert "| tiny (20,640) | average_sharpness |" in out.with_suffix(".md").read_text()
