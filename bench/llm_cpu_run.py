@@ -14,7 +14,9 @@ they are and evaluate the loss in float32 (``compute_dtype=None``, the default).
 2. ``hessian_trace`` through the anytime driver :func:`jaxbounds.longrun.run_blocks`, one probe
    per block, until its relative standard error is at most ``--target`` (5%) or ``--max-time``
    passes, with a progress bar;
-3. one ``average_sharpness`` call (Gaussian, ``--sigma``, ``--pairs`` antithetic pairs).
+3. one ``average_sharpness`` call (Gaussian, ``--sigma``, ``--pairs`` antithetic pairs),
+   compiled first: where XLA's memory plan for it exceeds the memory available, the plan is
+   recorded and the call is not run.
 
 The record (``bench/results/llm_cpu_run.json``) gives each step's compile and run seconds, the
 time per unit in gradients (a probe, a pair) and the process's peak resident memory
@@ -38,6 +40,17 @@ ROOT = Path(__file__).resolve().parents[1]
 def _peak_gib() -> float:
     """The process's peak resident memory so far (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def _available_gib() -> float | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in GiB (None where there is no such file)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        return None
+    return None
 
 
 def _load() -> list[float]:
@@ -91,7 +104,7 @@ def gradient_step(loss, params, tokens, repeats: int) -> dict:
         "step": "gradient",
         "compile_s": round(compile_s, 2),
         "run_s": [round(s, 3) for s in runs],
-        "per_unit_s": round(min(runs), 3),
+        "per_unit_s": round(min(runs), 6),
         "loss": float(value),
         "peak_rss_gib": round(_peak_gib(), 2),
         "load": _load(),
@@ -130,7 +143,7 @@ def trace_step(loss, params, tokens, args, grad_s: float) -> dict:
         progress=True,
     )
     steady = times[1:] or times  # the first block compiles
-    per_probe = min(steady)
+    per_probe = min(steady)  # seconds of one probe after the compiling block
     return {
         "step": "hessian_trace",
         "reason": run.reason,
@@ -140,7 +153,7 @@ def trace_step(loss, params, tokens, args, grad_s: float) -> dict:
         "relative_stderr": run.stderr / abs(run.mean) if run.mean else None,
         "first_block_s": round(times[0], 2) if times else None,
         "block_s": [round(t, 2) for t in times],
-        "per_unit_s": round(per_probe, 3),
+        "per_unit_s": round(per_probe, 6),
         "per_unit_in_grads": round(per_probe / grad_s, 3),
         "seconds": round(run.seconds, 1),
         "peak_rss_gib": round(_peak_gib(), 2),
@@ -165,14 +178,22 @@ def sharpness_step(loss, params, tokens, args, grad_s: float) -> dict:
     start = time.perf_counter()
     compiled = jax.jit(call).lower(params, tokens).compile()
     compile_s = time.perf_counter() - start
+    mem = compiled.memory_analysis()
+    need = (mem.argument_size_in_bytes + mem.temp_size_in_bytes + mem.output_size_in_bytes) / 2**30
+    record = {"step": "average_sharpness", "sigma": args.sigma, "pairs": args.pairs,
+              "compile_s": round(compile_s, 2), "xla_gib": round(need, 2)}  # fmt: skip
+    free = _available_gib()
+    if free is not None and need - mem.argument_size_in_bytes / 2**30 > free:
+        # XLA's plan for the program does not fit the memory left: running it would only
+        # swap or be killed; the plan is the result
+        record.update(not_run=f"XLA plans {need:.1f} GiB, {free:.1f} GiB available",
+                      peak_rss_gib=round(_peak_gib(), 2), load=_load())  # fmt: skip
+        return record
     est, seconds = _timed(compiled, params, tokens)
     return {
-        "step": "average_sharpness",
-        "sigma": args.sigma,
-        "pairs": args.pairs,
+        **record,
         "mean": float(est.mean),
         "stderr": float(est.stderr),
-        "compile_s": round(compile_s, 2),
         "run_s": round(seconds, 2),
         "per_unit_s": round(seconds / args.pairs, 3),
         "per_unit_in_grads": round(seconds / args.pairs / grad_s, 3),
