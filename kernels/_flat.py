@@ -330,7 +330,7 @@ def _check_linearize(linearize: Any) -> bool:
 
 def _num_bad_rows(*arrays: jax.Array) -> jax.Array:
     """Number of leading-axis rows with a non-finite element in any of ``arrays``."""
-    finite = [jnp.all(jnp.isfinite(a.reshape(a.shape[0], -1)), axis=1) for a in arrays]
+    finite = [jnp.all(jnp.isfinite(a), axis=tuple(range(1, a.ndim))) for a in arrays]
     return jnp.sum(jnp.logical_not(jnp.all(jnp.stack(finite), axis=0))).astype(jnp.int32)
 
 

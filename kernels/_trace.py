@@ -14,9 +14,19 @@ from kernels._checks import (
     check_key,
     check_positive_int,
 )
-from kernels._flat import _MAX_KEPT, _Flat, _indices, _num_bad_rows, _setup, _setup_forms
+from kernels._flat import (
+    _MAX_KEPT,
+    _Flat,
+    _indices,
+    _num_bad_rows,
+    _setup,
+    _setup_forms,
+    leaf_shardings,
+    tree_dot,
+)
 from kernels._hessian import Matvec, hvp
 from kernels._jit import compile_once
+from kernels._lanczos import _Basis
 from kernels._memory import hutchinson_chunk, probe_chunk
 from kernels._names import method_count, renamed_kwargs
 from kernels.estimate import Estimate
@@ -157,21 +167,37 @@ def hutchpp_memory_bytes(num_matvecs: int, size: int, dtype: Any) -> int:
 
 
 def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int):
-    """Orthonormal basis Q of A S (S Rademacher, row j from fold_in(key, j)) and tr(Q'AQ) terms."""
+    """Orthonormal basis Q of A S (S Rademacher, row j from fold_in(key, j)) and tr(Q'AQ) terms.
+
+    Q is held leaf by leaf in the parameters' layout (a Lanczos :class:`_Basis`): column j is
+    the image ``A s_j`` orthogonalised against columns ``0 .. j-1`` by Gram-Schmidt with a
+    second pass where the first cancelled, and normalised (an image with nothing left is a
+    zero column, which adds nothing to either term).
+    """
     images = map_samples(
-        lambda j: flat.matvec(flat.probe(sample_key(key, j))),
+        lambda j: flat.tree_matvec(flat.probe_leaves(sample_key(key, j))),
         _indices(num_sketch),
         chunk_size=chunk,
         key=key,  # an rbg key's draws change under vmap: such a map runs one at a time
-    )  # (s, n): rows A s_j
-    basis = jnp.linalg.qr(images.T)[0]  # (n, s)
+    )  # per leaf (s, *shape): rows A s_j
+    shapes = [a.shape[1:] for a in images]
+    dtype = flat.dtype
+    basis = _Basis.create(num_sketch, shapes, dtype, dtype, leaf_shardings(flat.template))
+
+    def orthonormal(j: jax.Array, rows: list) -> list:
+        current = basis.with_rows(rows)
+        y = [jax.lax.dynamic_index_in_dim(a, j, keepdims=False) for a in images]
+        w, norm = current.orthogonalize(y, j)
+        return current.set(j, [a / jnp.where(norm > 0, norm, 1.0) for a in w]).rows
+
+    basis = basis.with_rows(jax.lax.fori_loop(0, num_sketch, orthonormal, basis.rows))
 
     def column(j: jax.Array) -> jax.Array:
-        q = basis[:, j]
-        return jnp.vdot(q, flat.matvec(q))
+        q = basis.row(j)
+        return tree_dot(q, flat.tree_matvec(q))
 
     quad = map_samples(column, _indices(num_sketch), chunk_size=chunk)
-    return basis, quad, _num_bad_rows(images) + _num_bad_rows(quad)
+    return basis, quad, _num_bad_rows(*images) + _num_bad_rows(quad)
 
 
 def _hutchpp(matvec: Any, like: Any, key: Any, num_matvecs: int, chunk_size: Any) -> Estimate:
@@ -195,9 +221,8 @@ def _hutchpp(matvec: Any, like: Any, key: Any, num_matvecs: int, chunk_size: Any
     basis, quad, bad = _sketch_basis(flat, key_sketch, num_sketch, chunk)
 
     def one(k: jax.Array) -> jax.Array:
-        g = flat.probe(k)
-        g = g - basis @ (basis.T @ g)
-        return jnp.vdot(g, flat.matvec(g))
+        g = basis.project_out(flat.probe_leaves(k), num_sketch)
+        return tree_dot(g, flat.tree_matvec(g))
 
     stats = sample_statistics(one, key_hutch, num_samples=num_hutch, chunk_size=chunk)
     flat.check_products(bad + stats.num_nonfinite, num_matvecs, "products")
