@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from kernels._checks import (
@@ -88,6 +88,11 @@ class _Flat:
         ``i`` is drawn from ``fold_in(key, i)`` (signs unpacked from that key's words, or
         standard normals), on a mesh or not.
         """
+        out = self._draw_leaves(key, kind)
+        shardings = leaf_shardings(self.template)
+        return [place(a, sh) for a, sh in zip(out, shardings, strict=True)]
+
+    def _draw_leaves(self, key: jax.Array, kind: str) -> list[jax.Array]:
         shapes = [tuple(np.shape(leaf)) for leaf in jax.tree_util.tree_leaves(self.template)]
         dtype = self.dtype
         if kind == "rademacher" and wordwise(key):
@@ -142,9 +147,43 @@ def _split(flat: jax.Array, shapes: list[tuple[int, ...]]) -> list[jax.Array]:
 # --------------------------------------------------------------------------- vectors as leaves
 
 
+def explicit_sharding(a: Any) -> Any:
+    """The sharding in ``a``'s type when its mesh has Explicit axes (sharding in types), else None.
+
+    Contractions over such axes name their output's sharding, and arrays are moved with
+    ``jax.sharding.reshard``, not constrained.
+    """
+    try:
+        sharding = jax.typeof(a).sharding
+    except (TypeError, AttributeError):  # pragma: no cover - not an array
+        return None
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or mesh.empty:
+        return None
+    return sharding if AxisType.Explicit in tuple(mesh.axis_types) else None
+
+
+def contract(a: jax.Array, b: jax.Array, axes: int, like: Any = None) -> jax.Array:
+    """``jnp.tensordot(a, b, axes)``, its output on Explicit axes laid out as ``like`` (or P())."""
+    if explicit_sharding(a) is None and explicit_sharding(b) is None:
+        return jnp.tensordot(a, b, axes=axes)
+    layout = None if like is None else explicit_sharding(like)
+    out = P() if layout is None else layout.spec
+    return jnp.tensordot(a, b, axes=axes, out_sharding=out)
+
+
+def place(x: jax.Array, sharding: Any) -> jax.Array:
+    """``x`` laid out by ``sharding`` (a ``NamedSharding`` or None: left to the partitioner)."""
+    if sharding is None:
+        return x
+    if AxisType.Explicit in tuple(sharding.mesh.axis_types):
+        return jax.sharding.reshard(x, sharding.spec)
+    return jax.lax.with_sharding_constraint(x, sharding)
+
+
 def tree_dot(x: list[jax.Array], y: list[jax.Array]) -> jax.Array:
     """``sum_l <x_l, y_l>``: one contraction over all axes per leaf (no leaf is raveled)."""
-    return sum(jnp.tensordot(a, b, axes=a.ndim) for a, b in zip(x, y, strict=True))
+    return sum(contract(a, b, a.ndim) for a, b in zip(x, y, strict=True))
 
 
 def tree_norm2(x: list[jax.Array]) -> jax.Array:
@@ -164,7 +203,7 @@ def leaf_shardings(template: Any) -> list[Any]:
     context = jax.sharding.get_abstract_mesh()
     if not context.empty and context.manual_axes:
         return [None] * len(leaves)
-    return [input_sharding(leaf) for leaf in leaves]
+    return [input_sharding(leaf) or explicit_sharding(leaf) for leaf in leaves]
 
 
 def stacked_sharding(sharding: Any) -> Any:
@@ -272,8 +311,13 @@ def _with_product_forms(flat: _Flat) -> _Flat:
 
 
 def _flat_space(like: Any) -> tuple[int, Any, Callable[[jax.Array], Any]]:
-    """Size, dtype and unravel function of the flat vectors of the pytree template ``like``."""
-    flat, unravel = ravel_pytree(jax.tree_util.tree_map(jnp.zeros_like, like))
+    """Size, dtype and unravel function of the flat vectors of the pytree template ``like``.
+
+    From unplaced zeros of the leaves' shapes: a placed template's ravel would be a reshape
+    across its sharded axes (refused on Explicit mesh axes).
+    """
+    zeros = jax.tree_util.tree_map(lambda a: jnp.zeros(np.shape(a), jnp.result_type(a)), like)
+    flat, unravel = ravel_pytree(zeros)
     return flat.size, flat.dtype, unravel
 
 

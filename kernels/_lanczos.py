@@ -20,7 +20,9 @@ from kernels._flat import (
     _num_bad_rows,
     _setup,
     _split,
+    contract,
     leaf_shardings,
+    place,
     stacked_sharding,
     tree_dot,
     tree_norm2,
@@ -122,9 +124,7 @@ class _Basis:
     shardings: tuple = ()  # per leaf: the stacked leaf's NamedSharding, or None
 
     @staticmethod
-    def create(
-        num_rows: int, shapes: Any, work: Any, dtype: Any, shardings: Any = None
-    ) -> _Basis:
+    def create(num_rows: int, shapes: Any, work: Any, dtype: Any, shardings: Any = None) -> _Basis:
         """A zero basis of ``num_rows`` rows; ``shapes``: the leaves' shapes (an int n: one leaf).
 
         ``shardings``: per leaf, the parameter leaf's ``NamedSharding`` (or None).
@@ -132,9 +132,7 @@ class _Basis:
         shapes = [(int(shapes),)] if isinstance(shapes, int | np.integer) else list(shapes)
         size = sum(int(np.prod(shape)) for shape in shapes)
         scale = float(np.sqrt(size)) if np.dtype(dtype) == np.float16 else 1.0
-        stacked = tuple(
-            stacked_sharding(sh) for sh in (shardings or [None] * len(shapes))
-        )
+        stacked = tuple(stacked_sharding(sh) for sh in (shardings or [None] * len(shapes)))
         rows = [jnp.zeros((num_rows, *shape), dtype) for shape in shapes]
         return _Basis(rows, scale, work, stacked).placed()
 
@@ -142,10 +140,7 @@ class _Basis:
         """The rows constrained to their shardings (where known)."""
         if not any(sh is not None for sh in self.shardings):
             return self
-        rows = [
-            r if sh is None else jax.lax.with_sharding_constraint(r, sh)
-            for r, sh in zip(self.rows, self.shardings, strict=True)
-        ]
+        rows = [place(r, sh) for r, sh in zip(self.rows, self.shardings, strict=True)]
         return dataclasses.replace(self, rows=rows)
 
     def with_rows(self, rows: list) -> _Basis:
@@ -190,9 +185,7 @@ class _Basis:
             rows = self.with_rows(rows).rows
 
         def body(b: jax.Array, w: list) -> list:
-            blk = [
-                jax.lax.dynamic_slice_in_dim(r, b * block, block).astype(work) for r in rows
-            ]
+            blk = [jax.lax.dynamic_slice_in_dim(r, b * block, block).astype(work) for r in rows]
             return _subtract(blk, w, inv)
 
         used_blocks = (jnp.asarray(used, jnp.int32) + (block - 1)) // block
@@ -226,8 +219,8 @@ def _leaves(v: Any) -> list[jax.Array]:
 
 def _subtract(rows: list, w: list, inv: jax.Array) -> list:
     """``w - rows^T (inv * rows w)`` with the coefficients summed over the leaves."""
-    coef = sum(jnp.tensordot(r, x, axes=x.ndim) for r, x in zip(rows, w, strict=True)) * inv
-    return [x - jnp.tensordot(coef, r, axes=1) for r, x in zip(rows, w, strict=True)]
+    coef = sum(contract(r, x, x.ndim) for r, x in zip(rows, w, strict=True)) * inv
+    return [x - contract(coef, r, 1, like=x) for r, x in zip(rows, w, strict=True)]
 
 
 def _divided(v: list, c: jax.Array) -> list:

@@ -298,6 +298,11 @@ def main(only: list[str] | None = None) -> dict:
     if not MULTI:
         out["errors"] = errors(params, x, labels, key)
         out["gathers"] = gathers()
+        out["explicit"] = explicit_lanczos(params, x, key)
+        if full:  # every family, on the MLP and on the tiny decoder
+            out["fsdp_gathers"] = {m: fsdp_gathers(m) for m in ("mlp", "decoder")}
+        else:
+            out["fsdp_gathers"] = {"mlp": fsdp_gathers("mlp", FSDP_FAST)}
     return out
 
 
@@ -383,6 +388,15 @@ def gathers():
         text = probe.lower(params, xs, jax.random.key(0)).compile().as_text()
         out[f"probe_chunk{chunk}"] = all_gathers(text)
     return out
+
+
+# the families of the default run's all-gather check (each compile takes seconds): Lanczos and
+# Hutch++, whose flat bases gathered every leaf (Hutch++: its whole flat sketch) before they
+# were kept leaf by leaf; the slow run compiles every family
+FSDP_FAST = ("top_eigenvalues", "hutchpp")
+# the families that perturb the parameters: their perturbation is still drawn as one flat
+# vector and split into the leaves, which may gather a leaf's slice of it (never more)
+FSDP_FLAT_PERTURBATION = ("average_sharpness", "worst_case_sharpness", "perturbed_hessian_traces")
 
 
 def fsdp_kernels(loss, apply, split):
@@ -490,7 +504,12 @@ def fsdp_gathers(model="mlp", only=None):
     key = jax.random.key(0)
     sizes = [int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(params)]
     grad = jax.jit(jax.grad(model_loss)).lower(params, batch).compile().as_text()
-    out = {"largest_leaf": max(sizes), "num_params": sum(sizes), "grad": all_gathers(grad)}
+    out = {
+        "largest_leaf": max(sizes),
+        "smallest_leaf": min(sizes),
+        "num_params": sum(sizes),
+        "grad": all_gathers(grad),
+    }
     for name, fn in fsdp_kernels(model_loss, model_apply, split).items():
         if only is not None and name not in only:
             continue
@@ -500,6 +519,48 @@ def fsdp_gathers(model="mlp", only=None):
         except Exception as err:
             out[name] = f"{type(err).__name__}: {str(err)[:400]}"
     return out
+
+
+def explicit_lanczos(params, x, key):
+    """Lanczos and Hutch++ on Explicit mesh axes (sharding in types), eagerly and under jit.
+
+    A tanh model whose loss contracts no sharded axis (``w1`` split on its output axis, ``v``
+    alike), on an 8-way Explicit ``("fsdp",)`` mesh: the bases and probes are placed with
+    ``reshard`` and their contractions name their outputs' sharding. Returns, per kernel, the
+    unplaced reference and the two placed results.
+    """
+    from jax.sharding import AxisType
+
+    mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(AxisType.Explicit,))
+    plain = {"w1": jnp.asarray(params["w1"]), "v": jnp.asarray(params["b1"])}
+    xs = jnp.asarray(x)
+
+    def tanh_loss(p, b):
+        return jnp.mean((jnp.tanh(b @ p["w1"]) * p["v"]) ** 2)
+
+    table = {
+        "top_eigenvalues": lambda p: curvature.top_eigenvalues(
+            curvature.hvp(tanh_loss, p, xs), p, key, k=2, num_steps=6
+        ),
+        "hutchpp": lambda p: (
+            curvature.hessian_trace(tanh_loss, p, xs, key, num_matvecs=9, method="hutchpp").mean
+        ),
+    }
+    out = {name: {"reference": leaves(fn(plain))} for name, fn in table.items()}
+    use = jax.sharding.use_mesh if hasattr(jax.sharding, "use_mesh") else jax.set_mesh
+    with use(mesh):
+        placed = {
+            "w1": jax.device_put(plain["w1"], NamedSharding(mesh, P(None, "fsdp"))),
+            "v": jax.device_put(plain["v"], NamedSharding(mesh, P("fsdp"))),
+        }
+        for name, fn in table.items():
+            for mode, call in (("eager", fn), ("jit", jax.jit(fn))):
+                try:
+                    out[name][mode] = leaves(call(placed))
+                except Exception as err:
+                    out[name][mode] = f"{type(err).__name__}: {str(err)[:400]}"
+    return out
+
 
 def _explicit_param_axis(params, x, labels, key):
     """Explicit axes: the specs are visible under jit, so a named parameter axis is refused."""
