@@ -146,10 +146,11 @@ def hutchinson_trace(
 def hutchpp_memory_bytes(num_matvecs: int, size: int, dtype: Any) -> int:
     r"""Memory of the Hutch++ sketch: $3\,s\,n\,b$ bytes with $s = \min(\lfloor m/3\rfloor, n)$.
 
-    The sketch holds $s$ images $A s_j$ of the parameter size $n$ ($b$ bytes per element), the
-    QR factorisation's working copy and the basis $Q$: at most three $s \times n$ arrays (XLA
-    on CPU reuses one of them: its compiled program measures about $2\,s\,n\,b$). This comes on
-    top of what ``chunk_size`` products need, which Hutchinson needs too.
+    The sketch holds $s$ images $A s_j$ of the parameter size $n$ ($b$ bytes per element) and
+    the orthonormal basis $Q$ built from them by Gram-Schmidt, both leaf by leaf in the
+    parameters' layout; the bound keeps room for a third $s \times n$ array (a working copy,
+    as the QR factorisation of earlier versions needed). This comes on top of what
+    ``chunk_size`` products need, which Hutchinson needs too.
 
     Args:
       num_matvecs: the budget m of :func:`hutchpp_trace`.
@@ -252,8 +253,9 @@ def hutchpp_trace(
 
     Memory: unlike Hutchinson, Hutch++ holds its sketch by design: about
     :func:`hutchpp_memory_bytes` $= 3\,s\,n\,b$ bytes ($n$ parameters of $b$ bytes: the $s$
-    images $AS$, the QR's working copy and $Q$), i.e. $m/3$ vectors of the parameter size per
-    copy, beside the memory of ``chunk_size`` products. The residual probes are streamed.
+    images $AS$ and $Q$, held leaf by leaf, and room for a working copy), i.e. $m/3$ vectors
+    of the parameter size per copy, beside the memory of ``chunk_size`` products. The residual
+    probes are streamed.
 
     Args:
       matvec: ``v -> A v`` on pytrees shaped like ``like`` (A symmetric); a loss operator is

@@ -475,18 +475,17 @@ def _fsdp_decoder(mesh):
 
     config = decoder_config("tiny", param_dtype=jnp.float32)
     apply_fn, params = as_pure(Decoder(config, rngs=nnx.Rngs(0)))
-    vocab = config.vocab_size
     params = jax.device_put(params, decoder_shardings(params, mesh))
-    tokens = np.random.default_rng(0).integers(0, vocab, size=(8, 9))
+    tokens = np.random.default_rng(0).integers(0, config.vocab_size, size=(8, 9))
     tokens = jax.device_put(jnp.asarray(tokens, jnp.int32), decoder_batch_sharding(mesh))
 
-    def flat_logits(p, xs):
-        return apply_fn(p, xs).reshape(-1, vocab)
+    def last_logits(p, xs):  # the Gauss-Newton kernels: the next token after each sequence
+        return apply_fn(p, xs)[:, -1, :]
 
     def split(t):
-        return t[:, :-1], t[:, 1:].reshape(-1)
+        return t[:, :-1], t[:, -1]
 
-    return params, tokens, next_token_loss(apply_fn), flat_logits, split
+    return params, tokens, next_token_loss(apply_fn), last_logits, split
 
 
 def fsdp_gathers(model="mlp", only=None):
