@@ -57,6 +57,24 @@ class _Flat:
     template: Any = None
     # leaves -> leaves: the operator on lists of leaves shaped like ``template``'s, in ``dtype``
     tree_matvec: Callable[[list], list] | None = None
+    # (key, kind) -> the probe's leaves, in place of drawing them for ``template`` (raveled)
+    draw: Callable[[jax.Array, str], list] | None = None
+
+    def for_bases(self) -> _Flat:
+        """The vectors a kernel's basis is kept in: leaves on a user's mesh, else one raveled leaf.
+
+        On a mesh the basis (Lanczos, Hutch++) is held leaf by leaf in the parameters' layout;
+        off a mesh it is the raveled vectors as one leaf, the same numbers in a program that
+        compiles faster (the leaves' measured 1.3-1.7x the compile time on the tiny decoder).
+        """
+        if sample_layout() is not None:
+            return self
+        return dataclasses.replace(
+            self,
+            template=jax.ShapeDtypeStruct((self.size,), self.dtype),
+            tree_matvec=lambda x: [self.matvec(x[0])],
+            draw=lambda key, kind: [self.probe(key, kind)],
+        )
 
     def leafwise(self, key: jax.Array, kind: str) -> bool:
         """Whether probes are drawn leaf by leaf and evaluated on the pytree (:meth:`leaf_probe`).
@@ -88,6 +106,8 @@ class _Flat:
         ``i`` is drawn from ``fold_in(key, i)`` (signs unpacked from that key's words, or
         standard normals), on a mesh or not.
         """
+        if self.draw is not None:
+            return self.draw(key, kind)
         out = self._draw_leaves(key, kind)
         shardings = leaf_shardings(self.template)
         return [place(a, sh) for a, sh in zip(out, shardings, strict=True)]

@@ -113,7 +113,8 @@ class _Basis:
 
     One array of shape ``(num_rows, *leaf.shape)`` per leaf of the parameters, so row i is the
     vector ``v_i`` in the parameters' layout; on a mesh each array is placed like its leaf on
-    the trailing axes (``shardings``), so a device holds its share of the basis. Row i holds
+    the trailing axes (``shardings``), so a device holds its share of the basis (off a mesh
+    the vectors are one raveled leaf: :meth:`_Flat.for_bases`). Row i holds
     ``scale * v_i``: a unit vector's entries are about ``1/sqrt(n)``, below float16's normal
     range at 10^8 parameters, so a float16 basis stores them times ``sqrt(n)``.
     """
@@ -241,13 +242,20 @@ def _lanczos_run(
     second one only when the first cancelled, :meth:`_Basis.orthogonalize`). A $\beta_j$ at the
     rounding level of $\|A\|$ is an invariant subspace: $\beta_j$ is set to 0 and the next
     vector is a fresh random one orthogonalised against the basis (a restart). Every vector is
-    a list of leaves shaped like the parameters' (``flat.tree_matvec``): dot products are sums
-    of per-leaf contractions, and the basis is placed like the parameters (:class:`_Basis`).
+    a list of leaves shaped like the parameters' on a user's mesh (``flat.tree_matvec``; one
+    raveled leaf off a mesh, :meth:`_Flat.for_bases`): dot products are sums of per-leaf
+    contractions, and the basis is placed like the parameters (:class:`_Basis`).
     """
     key_start, key_restart = jax.random.split(key)
+    flat = flat.for_bases()
     dtype = flat.dtype
     matvec = flat.tree_matvec
-    v0 = flat.probe_leaves(key_start) if v0 is None else [a.astype(dtype) for a in v0]
+    if v0 is None:
+        v0 = flat.probe_leaves(key_start)
+    else:  # a start given as the parameters' leaves, raveled when the basis is one leaf
+        if flat.draw is not None:
+            v0 = [jnp.concatenate([jnp.ravel(a) for a in v0])]
+        v0 = [a.astype(dtype) for a in v0]
     norm0 = tree_norm2(v0)
     v = _divided(v0, norm0)
     store = dtype if basis_dtype is None else basis_dtype

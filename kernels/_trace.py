@@ -175,6 +175,7 @@ def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int):
     second pass where the first cancelled, and normalised (an image with nothing left is a
     zero column, which adds nothing to either term).
     """
+    flat = flat.for_bases()
     images = map_samples(
         lambda j: flat.tree_matvec(flat.probe_leaves(sample_key(key, j))),
         _indices(num_sketch),
@@ -221,9 +222,11 @@ def _hutchpp(matvec: Any, like: Any, key: Any, num_matvecs: int, chunk_size: Any
     # the kernel's one placement (all devices, or the parameters' mesh)
     basis, quad, bad = _sketch_basis(flat, key_sketch, num_sketch, chunk)
 
+    space = flat.for_bases()
+
     def one(k: jax.Array) -> jax.Array:
-        g = basis.project_out(flat.probe_leaves(k), num_sketch)
-        return tree_dot(g, flat.tree_matvec(g))
+        g = basis.project_out(space.probe_leaves(k), num_sketch)
+        return tree_dot(g, space.tree_matvec(g))
 
     stats = sample_statistics(one, key_hutch, num_samples=num_hutch, chunk_size=chunk)
     flat.check_products(bad + stats.num_nonfinite, num_matvecs, "products")
