@@ -110,7 +110,28 @@ class _Flat:
             return self.draw(key, kind)
         out = self._draw_leaves(key, kind)
         shardings = leaf_shardings(self.template)
-        return [place(a, sh) for a, sh in zip(out, shardings, strict=True)]
+        out = [place(a, sh) for a, sh in zip(out, shardings, strict=True)]
+        anchors = self.anchors()
+        if anchors is None:
+            return out
+        return [a + z for a, z in zip(out, anchors, strict=True)]
+
+    def anchors(self) -> list[jax.Array] | None:
+        """Per leaf, zeros computed from the parameter leaf (on a mesh; else None).
+
+        ``0 * nan_to_num(leaf)``: exact zeros that JAX's partitioner places like the leaf
+        (XLA does not fold ``0 * x`` for floats), so vectors and bases built on them are split
+        like the parameters where their shardings are not visible while tracing (your ``jit`` on
+        Auto mesh axes); a constant zero would leave them to be replicated.
+        """
+        if self.draw is not None or sample_layout() is None:
+            return None
+        zero = jnp.zeros((), self.dtype)
+        return [
+            zero
+            * jnp.nan_to_num(jnp.asarray(leaf).astype(self.dtype), nan=0.0, posinf=0.0, neginf=0.0)
+            for leaf in jax.tree_util.tree_leaves(self.template)
+        ]
 
     def _draw_leaves(self, key: jax.Array, kind: str) -> list[jax.Array]:
         shapes = [tuple(np.shape(leaf)) for leaf in jax.tree_util.tree_leaves(self.template)]

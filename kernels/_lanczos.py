@@ -125,16 +125,31 @@ class _Basis:
     shardings: tuple = ()  # per leaf: the stacked leaf's NamedSharding, or None
 
     @staticmethod
-    def create(num_rows: int, shapes: Any, work: Any, dtype: Any, shardings: Any = None) -> _Basis:
+    def create(
+        num_rows: int,
+        shapes: Any,
+        work: Any,
+        dtype: Any,
+        shardings: Any = None,
+        anchors: Any = None,
+    ) -> _Basis:
         """A zero basis of ``num_rows`` rows; ``shapes``: the leaves' shapes (an int n: one leaf).
 
-        ``shardings``: per leaf, the parameter leaf's ``NamedSharding`` (or None).
+        ``shardings``: per leaf, the parameter leaf's ``NamedSharding`` (or None); ``anchors``:
+        per leaf, zeros placed like the parameter leaf (:meth:`_Flat.anchors`), broadcast into
+        the rows so that the partitioner splits them like the leaf.
         """
         shapes = [(int(shapes),)] if isinstance(shapes, int | np.integer) else list(shapes)
         size = sum(int(np.prod(shape)) for shape in shapes)
         scale = float(np.sqrt(size)) if np.dtype(dtype) == np.float16 else 1.0
         stacked = tuple(stacked_sharding(sh) for sh in (shardings or [None] * len(shapes)))
-        rows = [jnp.zeros((num_rows, *shape), dtype) for shape in shapes]
+        if anchors is None:
+            rows = [jnp.zeros((num_rows, *shape), dtype) for shape in shapes]
+        else:
+            rows = [
+                jnp.broadcast_to(z.astype(dtype)[None], (num_rows, *shape))
+                for z, shape in zip(anchors, shapes, strict=True)
+            ]
         return _Basis(rows, scale, work, stacked).placed()
 
     def placed(self) -> _Basis:
@@ -261,7 +276,7 @@ def _lanczos_run(
     store = dtype if basis_dtype is None else basis_dtype
     shapes = [tuple(np.shape(a)) for a in v]
     shardings = leaf_shardings(flat.template)
-    basis = _Basis.create(num_steps, shapes, dtype, store, shardings).set(0, v)
+    basis = _Basis.create(num_steps, shapes, dtype, store, shardings, flat.anchors()).set(0, v)
     eps = jnp.finfo(dtype).eps
 
     # v_{j-1} for the three-term recurrence: read back from a full-precision basis (a copy

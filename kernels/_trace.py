@@ -184,7 +184,8 @@ def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int):
     )  # per leaf (s, *shape): rows A s_j
     shapes = [a.shape[1:] for a in images]
     dtype = flat.dtype
-    basis = _Basis.create(num_sketch, shapes, dtype, dtype, leaf_shardings(flat.template))
+    shardings = leaf_shardings(flat.template)
+    basis = _Basis.create(num_sketch, shapes, dtype, dtype, shardings, flat.anchors())
 
     def orthonormal(j: jax.Array, rows: list) -> list:
         current = basis.with_rows(rows)
