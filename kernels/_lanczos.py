@@ -360,7 +360,7 @@ def lanczos(
     key: jax.Array,
     *,
     num_steps: int,
-    start: jax.Array | None = None,
+    start: Any = None,
     basis_dtype: Any = None,
     linearize: bool = True,
 ) -> Tridiagonal:
