@@ -536,7 +536,12 @@ class _Runner:
         }
 
     def stream(self) -> tuple[float, float]:
-        """The stream's mean and stderr in the units of the kernel's estimate."""
+        """The stream's mean and stderr in the units of the kernel's estimate.
+
+        One sample has no standard error, and no kernel estimates from one (NaN, inf).
+        """
+        if self.units is None and self.state.count < 2:
+            return math.nan, math.inf
         if self.units is None:
             self.units = _estimate_map(self.blocks, self.state)
         raw_mean, raw_stderr = _raw_stream(self.state)
@@ -593,8 +598,8 @@ class _Runner:
         took = time.monotonic() - t0
         self.state = new if self.state is None else merge_states(self.state, new)
         self.done_here += new.count
-        if self.units is None:  # the estimate's units, read once (an interrupted run reports)
-            self.units = _estimate_map(self.blocks, self.state)
+        if self.units is None and self.state.count >= 2:  # the estimate's units, read once
+            self.units = _estimate_map(self.blocks, self.state)  # (an interrupted run reports)
         self.after_block(size, calibrating=calibrating)
         return took
 
@@ -718,8 +723,8 @@ class _Runner:
     def finish(self, reason: str, signum: int | None) -> LongRun:
         if self.state is None:
             raise ValueError("the run stopped before its first block")
-        self.save(reason)
-        return self.partial(reason, signum, estimate=True)
+        self.save(reason)  # one sample has no estimate (every kernel takes two or more)
+        return self.partial(reason, signum, estimate=self.state.count >= 2)
 
     def abort(self, signum: int) -> LongRun:
         """A second signal: save, then exit at once (``"exit"``) or return the run."""

@@ -28,6 +28,7 @@ from kernels._perturbation import (
     _Problem,
     _setup,
 )
+from kernels._precision import work_params
 from kernels.parallel import (
     sample_key,
 )
@@ -78,7 +79,7 @@ def _tree_scales(prob: _Problem, params: Any, perturbation: Perturbation) -> lis
     out (so no parameter-sized constant enters the program), else the leaf's mask times
     $|\theta|$ (adaptive) or the mask.
     """
-    leaves = jax.tree_util.tree_leaves(params)
+    leaves = jax.tree_util.tree_leaves(work_params(params))
     masks = _mask_tree(perturbation.mask, params)
     out = []
     for leaf, mask in zip(leaves, masks, strict=True):
@@ -243,6 +244,7 @@ def worst_case_sharpness(
     num_steps: int,
     step_size: Any = None,
     num_restarts: int = 1,
+    compute_dtype: Any = None,
 ) -> WorstCase:
     r"""Worst-case sharpness $\max_{u \in B} L(\theta+u) - L(\theta)$ by projected gradient ascent.
 
@@ -261,13 +263,20 @@ def worst_case_sharpness(
 
     Args:
       loss_fn: ``(params, batch) -> scalar`` (differentiable). Static (by identity).
-      params: pytree $\theta$ of float32 / float64 arrays.
+      params: pytree $\theta$ of float16 / bfloat16 / float32 / float64 arrays (half precision
+        is worked on in float32: perturbations and sums).
       batch: data passed to ``loss_fn`` (any pytree).
       key: PRNG key; restart $r$ starts from ``fold_in(key, r)``.
       perturbation: a ball :class:`Perturbation` (``"l2_ball"`` or ``"linf_ball"``).
       num_steps: ascent steps per restart (>= 1). Static.
       step_size: initial step in $\eta$ units, > 0 (may be traced); default $2\rho$ (APGD).
       num_restarts: independent random starts (>= 1), the best is kept. Static.
+      compute_dtype: the dtype the loss is evaluated in: ``None`` (default) float32 for
+        half-precision leaves, each cast inside the program ($\theta + u$ formed in float32),
+        float32/float64 leaves as they are; or ``"float32"`` / ``"float64"``. A half-precision
+        compute dtype (``"params"`` of a bfloat16 model) is refused: $\theta + u$ would be
+        rounded to the weights' 8 significand bits and the difference be rounding error
+        (:mod:`kernels._precision`). Static.
 
     Returns:
       :class:`WorstCase` ``(value, u)``: the increase and the maximiser $u^*$ (a pytree like
@@ -304,7 +313,7 @@ def worst_case_sharpness(
         )
     if step_size is not None:
         check_positive(step_size, "step_size")
-    prob = _setup(loss_fn, params, batch, key, perturbation)
+    prob = _setup(loss_fn, params, batch, key, perturbation, compute_dtype, "worst_case_sharpness")
     base, ok = _loss_at_params(prob)
     dtype = prob.flat.dtype
     radius = jnp.asarray(perturbation.scale, dtype)

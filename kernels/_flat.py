@@ -26,6 +26,7 @@ from kernels._operators import (
     _check_floating,
     _LossOperator,
 )
+from kernels._precision import is_template, work_dtype, work_like
 from kernels._random import sign_block, sign_vector, wordwise
 from kernels.parallel import (
     sample_layout,
@@ -89,12 +90,16 @@ class _Flat:
     def leaf_probe(self, key: jax.Array, kind: str = "rademacher") -> Any:
         """The probe of ``key`` as a pytree: ``unravel(probe(key))``, leaf by leaf.
 
-        Each leaf in its own dtype (a Rademacher sign is exact in any of them; a Gaussian draw
-        is made in the working dtype and cast).
+        Each leaf in its own working dtype (float32 for a half-precision leaf; a Rademacher
+        sign is exact in any of them, a Gaussian draw is made in the flat working dtype and
+        cast).
         """
         leaves, treedef = jax.tree_util.tree_flatten(self.template)
         drawn = self.probe_leaves(key, kind)
-        out = [a.astype(jnp.result_type(leaf)) for a, leaf in zip(drawn, leaves, strict=True)]
+        out = [
+            a.astype(work_dtype(jnp.result_type(leaf)))
+            for a, leaf in zip(drawn, leaves, strict=True)
+        ]
         return keep_sharding(jax.tree_util.tree_unflatten(treedef, out), self.template)
 
     def probe_leaves(self, key: jax.Array, kind: str = "rademacher") -> list[jax.Array]:
@@ -124,13 +129,14 @@ class _Flat:
         like the parameters where their shardings are not visible while tracing (your ``jit`` on
         Auto mesh axes); a constant zero would leave them to be replicated.
         """
-        if self.draw is not None or sample_layout() is None:
+        leaves = jax.tree_util.tree_leaves(self.template)
+        if self.draw is not None or sample_layout() is None or not all(map(_is_array, leaves)):
             return None
         zero = jnp.zeros((), self.dtype)
         return [
             zero
             * jnp.nan_to_num(jnp.asarray(leaf).astype(self.dtype), nan=0.0, posinf=0.0, neginf=0.0)
-            for leaf in jax.tree_util.tree_leaves(self.template)
+            for leaf in leaves
         ]
 
     def _draw_leaves(self, key: jax.Array, kind: str) -> list[jax.Array]:
@@ -168,6 +174,11 @@ class _Flat:
         )
 
 
+def _is_array(leaf: Any) -> bool:
+    """Whether ``leaf`` holds values (an array or tracer), not a shape-and-dtype template."""
+    return not isinstance(leaf, jax.ShapeDtypeStruct)
+
+
 def _blocks_fit(shapes: list[tuple[int, ...]]) -> bool:
     """Whether every leaf's block of signs can be drawn alone (:func:`sign_block`'s limits)."""
     return sum(map(math.prod, shapes)) <= 2**37 and all(
@@ -194,6 +205,8 @@ def explicit_sharding(a: Any) -> Any:
     Contractions over such axes name their output's sharding, and arrays are moved with
     ``jax.sharding.reshard``, not constrained.
     """
+    if not _is_array(a):
+        return None
     try:
         sharding = jax.typeof(a).sharding
     except (TypeError, AttributeError):  # pragma: no cover - not an array
@@ -255,12 +268,17 @@ def stacked_sharding(sharding: Any) -> Any:
 
 
 def _template(like: Any) -> Any:
-    """Turn ``like`` (pytree or int n) into a pytree template."""
+    """Turn ``like`` (pytree or int n) into a pytree template, in working dtypes.
+
+    Half-precision leaves become float32 shape-and-dtype structs: probes and sums are float32.
+    """
     if isinstance(like, int | np.integer) and not isinstance(like, bool):
         check_positive_int(like, "like")
         return jnp.zeros((int(like),), dtype=jnp.result_type(float))
+    if is_template(like):  # already turned into a template
+        return like
     _check_floating(like, "like")
-    return like
+    return work_like(like)
 
 
 def _check_like(matvec: _LossOperator, like: Any) -> None:

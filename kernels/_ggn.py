@@ -35,6 +35,13 @@ from kernels._operators import (
     _LossOperator,
     _num_batches,
 )
+from kernels._precision import (
+    check_compute_dtype,
+    in_compute,
+    work_like,
+    work_params,
+    work_result_type,
+)
 from kernels.parallel import check_num_samples
 
 Matvec = Callable[[Any], Any]
@@ -100,8 +107,10 @@ class _BatchOperator(_LossOperator):
     batch: Any
 
     def _model(self) -> Callable[[Any], jax.Array]:
+        """``p -> apply_fn(p, inputs)`` of working-dtype parameters (in ``compute_dtype``)."""
         inputs = self.batch[0]
-        return lambda p: _apply(self.apply_fn, p, inputs)
+        model = self.in_compute(lambda p, x: _apply(self.apply_fn, p, x))
+        return lambda p: model(p, inputs)
 
     def _middle(self, outputs: jax.Array) -> Callable[[jax.Array], jax.Array]:
         r"""$u \mapsto M u$ on output tangents, set up once at ``outputs``."""
@@ -109,10 +118,11 @@ class _BatchOperator(_LossOperator):
 
     def _products(self) -> tuple[Matvec, jax.Array]:
         r"""``(product, outputs)``: $v \mapsto J^\top M J v$ with ``apply_fn`` linearised once."""
-        outputs, jvp_fn = jax.linearize(self._model(), self.params)
+        primal = self.primal()
+        outputs, jvp_fn = jax.linearize(self._model(), primal)
         _check_outputs(self.loss, outputs, self.batch[1])
         middle = self._middle(outputs)
-        transpose = jax.linear_transpose(jvp_fn, self.params)
+        transpose = jax.linear_transpose(jvp_fn, primal)
 
         def product(v: Any) -> Any:
             return transpose(middle(jvp_fn(v)).astype(outputs.dtype))[0]
@@ -155,14 +165,14 @@ class _BatchOperator(_LossOperator):
     def check_inputs(self) -> jax.Array:
         """The runtime checks of :meth:`linearize` (one forward pass)."""
         targets = self.batch[1]
-        outputs = self._model()(self.params)
+        outputs = self._model()(self.primal())
         _check_outputs(self.loss, outputs, targets)
         return _check_values(self.loss, self.params, outputs, targets)
 
     def scalar_loss(self) -> Callable[[Any], jax.Array]:
         """``p -> loss(apply_fn(p, inputs), targets)`` (see ``_LossOperator.scalar_loss``)."""
         model, targets = self._model(), self.batch[1]
-        return lambda p: _mean_loss(self.loss, model(p), targets)
+        return lambda p: _mean_loss(self.loss, model(work_params(p)), targets)
 
 
 @jax.tree_util.register_dataclass
@@ -175,12 +185,14 @@ class GGNOperator(_BatchOperator):
       loss: a named loss or a callable ``(outputs, targets) -> scalar``. Static.
       params: pytree $\theta$.
       batch: ``(inputs, targets)``.
+      compute_dtype: the dtype the model is evaluated in (:func:`ggn`). Static.
     """
 
     apply_fn: Callable[[Any, Any], jax.Array] = dataclasses.field(metadata={"static": True})
     loss: Any = dataclasses.field(metadata={"static": True})
     params: Any
     batch: Any
+    compute_dtype: Any = dataclasses.field(default=None, metadata={"static": True})
 
     def _middle(self, outputs: jax.Array) -> Callable[[jax.Array], jax.Array]:
         return _output_hessian(self.loss, outputs, self.batch[1])
@@ -188,7 +200,7 @@ class GGNOperator(_BatchOperator):
     def form(self, v: Any) -> jax.Array:
         r"""$v^\top G v = (Jv)^\top H_{\rm out} (Jv)$: one forward-mode pass, no backward pass."""
         targets = self.batch[1]
-        outputs, u = jax.jvp(self._model(), (self.params,), (v,))
+        outputs, u = jax.jvp(self._model(), (self.primal(),), (work_params(v),))
         _check_outputs(self.loss, outputs, targets)
         return _output_form(self.loss, outputs, targets, u)
 
@@ -209,6 +221,7 @@ class FisherOperator(_BatchOperator):
       batch: ``(inputs, targets)``.
       key: PRNG key of the label draws, or None for the empirical Fisher.
       num_samples: label draws per example (Monte Carlo Fisher). Static.
+      compute_dtype: the dtype the model is evaluated in (:func:`ggn`). Static.
     """
 
     apply_fn: Callable[[Any, Any], jax.Array] = dataclasses.field(metadata={"static": True})
@@ -217,6 +230,7 @@ class FisherOperator(_BatchOperator):
     batch: Any
     key: Any = None
     num_samples: int = dataclasses.field(default=1, metadata={"static": True})
+    compute_dtype: Any = dataclasses.field(default=None, metadata={"static": True})
 
     def _score_samples(self, outputs: jax.Array) -> tuple[jax.Array, float]:
         """Scores (M, *outputs.shape) and the factor 1 / (N M)."""
@@ -241,7 +255,7 @@ class FisherOperator(_BatchOperator):
 
     def form(self, v: Any) -> jax.Array:
         r"""$v^\top F v = \frac1N\sum_i (s_i^\top J_i v)^2$: one forward-mode pass."""
-        outputs, u = jax.jvp(self._model(), (self.params,), (v,))
+        outputs, u = jax.jvp(self._model(), (self.primal(),), (work_params(v),))
         scores, scale = self._score_samples(outputs)
         return scale * jnp.sum(_per_example_dots(scores, u) ** 2)
 
@@ -304,7 +318,7 @@ class _DatasetOperator(_LossOperator):
             term = self._batch_operator(batch, index).form(v)
             return total + (weight.astype(term.dtype) * term).astype(total.dtype), None
 
-        zero = jnp.zeros((), jnp.result_type(*jax.tree_util.tree_leaves(self.params)))
+        zero = jnp.zeros((), work_result_type(self.params))
         return jax.lax.scan(body, zero, self._scan())[0]
 
     def check_inputs(self) -> jax.Array:
@@ -313,7 +327,7 @@ class _DatasetOperator(_LossOperator):
         check_finite(self.weights, "weights")
         if self.loss in ("cross_entropy", "logistic"):
             inputs = jax.tree_util.tree_map(lambda a: a[0], self.batches[0])
-            shape = _output_spec(self.apply_fn, self.params, inputs).shape
+            shape = _output_spec(self.apply_fn, self.params, inputs, self.compute_dtype).shape
             ok = jnp.logical_and(ok, _check_labels(self.loss, shape, self.batches[1]))
         return ok
 
@@ -329,6 +343,7 @@ class DatasetGGNOperator(_DatasetOperator):
       params: pytree $\theta$.
       batches: ``(inputs, targets)`` whose leaves have a leading axis of length B.
       weights: (B,) weights $w_b$.
+      compute_dtype: the dtype the model is evaluated in (:func:`ggn`). Static.
     """
 
     apply_fn: Callable[[Any, Any], jax.Array] = dataclasses.field(metadata={"static": True})
@@ -336,10 +351,11 @@ class DatasetGGNOperator(_DatasetOperator):
     params: Any
     batches: Any
     weights: jax.Array
+    compute_dtype: Any = dataclasses.field(default=None, metadata={"static": True})
 
     def _batch_operator(self, batch: Any, index: jax.Array) -> GGNOperator:
         del index
-        return GGNOperator(self.apply_fn, self.loss, self.params, batch)
+        return GGNOperator(self.apply_fn, self.loss, self.params, batch, self.compute_dtype)
 
 
 @jax.tree_util.register_dataclass
@@ -358,6 +374,7 @@ class DatasetFisherOperator(_DatasetOperator):
       weights: (B,) weights $w_b$.
       key: PRNG key of the label draws, or None for the empirical Fisher.
       num_samples: label draws per example. Static.
+      compute_dtype: the dtype the model is evaluated in (:func:`ggn`). Static.
     """
 
     apply_fn: Callable[[Any, Any], jax.Array] = dataclasses.field(metadata={"static": True})
@@ -367,15 +384,24 @@ class DatasetFisherOperator(_DatasetOperator):
     weights: jax.Array
     key: Any = None
     num_samples: int = dataclasses.field(default=1, metadata={"static": True})
+    compute_dtype: Any = dataclasses.field(default=None, metadata={"static": True})
 
     def _batch_operator(self, batch: Any, index: jax.Array) -> FisherOperator:
         key = None if self.key is None else jax.random.fold_in(self.key, index)
-        return FisherOperator(self.apply_fn, self.loss, self.params, batch, key, self.num_samples)
+        return FisherOperator(
+            self.apply_fn, self.loss, self.params, batch, key, self.num_samples, self.compute_dtype
+        )
 
 
-def _output_spec(apply_fn: Callable, params: Any, inputs: Any) -> jax.ShapeDtypeStruct:
-    """Shape and dtype of ``apply_fn(params, inputs)`` (an abstract trace)."""
-    return jax.eval_shape(lambda p: _apply(apply_fn, p, inputs), params)
+def _output_spec(
+    apply_fn: Callable, params: Any, inputs: Any, compute_dtype: Any = None
+) -> jax.ShapeDtypeStruct:
+    """Shape and dtype of ``apply_fn(params, inputs)`` as the kernels evaluate it (abstractly).
+
+    ``params`` in their working dtypes, ``apply_fn`` evaluated in ``compute_dtype``.
+    """
+    model = in_compute(lambda p, x: _apply(apply_fn, p, x), params, compute_dtype)
+    return jax.eval_shape(lambda p: model(p, inputs), work_like(params))
 
 
 # --------------------------------------------------------------------------- constructors
@@ -384,7 +410,7 @@ def _output_spec(apply_fn: Callable, params: Any, inputs: Any) -> jax.ShapeDtype
 def _dataset_weights(batches: Any, params: Any, weights: Any) -> jax.Array:
     num_batches = _num_batches(batches)
     _num_examples(batches, "batches", axis=1)
-    dtype = jnp.result_type(*jax.tree_util.tree_leaves(params))
+    dtype = work_result_type(params)
     if weights is None:
         return jnp.full((num_batches,), 1.0 / num_batches, dtype=dtype)
     if jnp.shape(weights) != (num_batches,):
@@ -393,7 +419,12 @@ def _dataset_weights(batches: Any, params: Any, weights: Any) -> jax.Array:
 
 
 def ggn(
-    apply_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any, *, loss: Loss
+    apply_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    batch: Any,
+    *,
+    loss: Loss,
+    compute_dtype: Any = None,
 ) -> GGNOperator:
     r"""The generalized Gauss-Newton matrix of a loss of a model's outputs, as an operator.
 
@@ -410,19 +441,24 @@ def ggn(
       apply_fn: ``(params, inputs) -> outputs``, one floating array with the examples on its
         leading axis; traceable and differentiable in forward mode (no ``jax.custom_vjp``).
         Keep the same function object across calls (it keys the compilation cache).
-      params: pytree $\theta$ of float32/float64 arrays.
+      params: pytree $\theta$ of float16/bfloat16/float32/float64 arrays (half precision is
+        worked on in float32).
       batch: ``(inputs, targets)``; ``inputs`` any pytree for ``apply_fn``, ``targets`` what the
         loss takes (see the module docstring), leaves sharing the example axis.
       loss: ``"cross_entropy"``, ``"logistic"``, ``"squared_error"`` or a callable
         ``(outputs, targets) -> scalar`` (output Hessian by automatic differentiation). Static.
+      compute_dtype: the dtype ``apply_fn`` is evaluated in: ``None`` (default) float32 for
+        half-precision leaves (cast inside the program), float32/float64 leaves as they are;
+        ``"params"`` each leaf's own dtype; or a floating dtype for every leaf
+        (:mod:`kernels._precision`). Static.
 
     Returns:
       A :class:`GGNOperator` (a pytree), ``op(v)`` for pytrees ``v`` shaped like ``params``.
 
     Raises:
-      ValueError: for a bad ``apply_fn``, ``loss``, ``params`` or ``batch`` (here); when applied,
-        outputs that do not fit the loss, or (runtime check) non-finite ``params`` / loss and
-        cross-entropy labels out of range.
+      ValueError: for a bad ``apply_fn``, ``loss``, ``params``, ``batch`` or ``compute_dtype``
+        (here); when applied, outputs that do not fit the loss, or (runtime check) non-finite
+        ``params`` / loss and cross-entropy labels out of range.
 
     References:
       Schraudolph 2002, doi:10.1162/08997660260028683; Martens 2020, arXiv:1412.1193.
@@ -437,7 +473,13 @@ def ggn(
     _check_loss(loss)
     _check_floating(params, "params")
     _num_examples(batch, "batch")
-    return GGNOperator(apply_fn=apply_fn, loss=loss, params=params, batch=tuple(batch))
+    return GGNOperator(
+        apply_fn=apply_fn,
+        loss=loss,
+        params=params,
+        batch=tuple(batch),
+        compute_dtype=check_compute_dtype(compute_dtype),
+    )
 
 
 def dataset_ggn(
@@ -447,6 +489,7 @@ def dataset_ggn(
     *,
     loss: Loss,
     weights: jax.Array | None = None,
+    compute_dtype: Any = None,
 ) -> DatasetGGNOperator:
     r"""The Gauss-Newton matrix of a loss averaged over stacked batches, one batch at a time.
 
@@ -456,11 +499,12 @@ def dataset_ggn(
 
     Args:
       apply_fn: ``(params, inputs) -> outputs`` (as :func:`ggn`).
-      params: pytree of float32/float64 arrays.
+      params: pytree of floating arrays (half precision worked on in float32).
       batches: ``(inputs, targets)`` whose leaves have a leading axis of length B >= 1 indexing
         batches, then the example axis.
       loss: as :func:`ggn`. Static.
       weights: optional (B,) weights $w_b$.
+      compute_dtype: as :func:`ggn`. Static.
 
     Returns:
       A :class:`DatasetGGNOperator`.
@@ -481,12 +525,22 @@ def dataset_ggn(
     _check_floating(params, "params")
     weights = _dataset_weights(batches, params, weights)
     return DatasetGGNOperator(
-        apply_fn=apply_fn, loss=loss, params=params, batches=tuple(batches), weights=weights
+        apply_fn=apply_fn,
+        loss=loss,
+        params=params,
+        batches=tuple(batches),
+        weights=weights,
+        compute_dtype=check_compute_dtype(compute_dtype),
     )
 
 
 def empirical_fisher(
-    apply_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any, *, loss: Loss
+    apply_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    batch: Any,
+    *,
+    loss: Loss,
+    compute_dtype: Any = None,
 ) -> FisherOperator:
     r"""The empirical Fisher $\frac1N\sum_i g_i g_i^\top$ at the observed labels, as an operator.
 
@@ -500,9 +554,10 @@ def empirical_fisher(
 
     Args:
       apply_fn: ``(params, inputs) -> outputs`` (as :func:`ggn`).
-      params: pytree of float32/float64 arrays.
+      params: pytree of floating arrays (half precision worked on in float32).
       batch: ``(inputs, targets)``.
       loss: a named loss or a callable (one term per example). Static.
+      compute_dtype: as :func:`ggn`. Static.
 
     Returns:
       A :class:`FisherOperator` with ``key=None``.
@@ -524,7 +579,13 @@ def empirical_fisher(
     _check_loss(loss)
     _check_floating(params, "params")
     _num_examples(batch, "batch")
-    return FisherOperator(apply_fn=apply_fn, loss=loss, params=params, batch=tuple(batch))
+    return FisherOperator(
+        apply_fn=apply_fn,
+        loss=loss,
+        params=params,
+        batch=tuple(batch),
+        compute_dtype=check_compute_dtype(compute_dtype),
+    )
 
 
 def dataset_empirical_fisher(
@@ -534,6 +595,7 @@ def dataset_empirical_fisher(
     *,
     loss: Loss,
     weights: jax.Array | None = None,
+    compute_dtype: Any = None,
 ) -> DatasetFisherOperator:
     r"""The empirical Fisher $\sum_b w_b F_b$ over stacked batches, one batch at a time.
 
@@ -541,10 +603,11 @@ def dataset_empirical_fisher(
 
     Args:
       apply_fn: ``(params, inputs) -> outputs``.
-      params: pytree of float32/float64 arrays.
+      params: pytree of floating arrays (half precision worked on in float32).
       batches: ``(inputs, targets)`` stacked along a leading batch axis of length B >= 1.
       loss: a named loss or a callable. Static.
       weights: optional (B,) weights (default 1/B).
+      compute_dtype: as :func:`ggn`. Static.
 
     Returns:
       A :class:`DatasetFisherOperator` with ``key=None``.
@@ -564,7 +627,12 @@ def dataset_empirical_fisher(
     _check_floating(params, "params")
     weights = _dataset_weights(batches, params, weights)
     return DatasetFisherOperator(
-        apply_fn=apply_fn, loss=loss, params=params, batches=tuple(batches), weights=weights
+        apply_fn=apply_fn,
+        loss=loss,
+        params=params,
+        batches=tuple(batches),
+        weights=weights,
+        compute_dtype=check_compute_dtype(compute_dtype),
     )
 
 
@@ -582,6 +650,7 @@ def mc_fisher(
     *,
     loss: Literal["cross_entropy", "logistic", "squared_error"],
     num_samples: int = 1,
+    compute_dtype: Any = None,
 ) -> FisherOperator:
     r"""The Monte Carlo Fisher: labels drawn from the model, $\mathbb E\hat F = G$.
 
@@ -597,11 +666,12 @@ def mc_fisher(
 
     Args:
       apply_fn: ``(params, inputs) -> outputs``.
-      params: pytree of float32/float64 arrays.
+      params: pytree of floating arrays (half precision worked on in float32).
       batch: ``(inputs, targets)`` (the targets are only checked, not used, by the products).
       key: PRNG key of the label draws.
       loss: ``"cross_entropy"``, ``"logistic"`` or ``"squared_error"``. Static.
       num_samples: M >= 1 independent Monte Carlo samples, each one draw of every label. Static.
+      compute_dtype: as :func:`ggn`. Static.
 
     Returns:
       A :class:`FisherOperator` holding ``key``.
@@ -631,6 +701,7 @@ def mc_fisher(
         batch=tuple(batch),
         key=key,
         num_samples=num_samples,
+        compute_dtype=check_compute_dtype(compute_dtype),
     )
 
 
@@ -643,6 +714,7 @@ def dataset_mc_fisher(
     loss: Literal["cross_entropy", "logistic", "squared_error"],
     num_samples: int = 1,
     weights: jax.Array | None = None,
+    compute_dtype: Any = None,
 ) -> DatasetFisherOperator:
     r"""The Monte Carlo Fisher $\sum_b w_b \hat F_b$ over stacked batches, one at a time.
 
@@ -651,12 +723,13 @@ def dataset_mc_fisher(
 
     Args:
       apply_fn: ``(params, inputs) -> outputs``.
-      params: pytree of float32/float64 arrays.
+      params: pytree of floating arrays (half precision worked on in float32).
       batches: ``(inputs, targets)`` stacked along a leading batch axis of length B >= 1.
       key: PRNG key of the label draws.
       loss: a named loss. Static.
       num_samples: M >= 1 independent Monte Carlo samples, each one draw of every label. Static.
       weights: optional (B,) weights (default 1/B).
+      compute_dtype: as :func:`ggn`. Static.
 
     Returns:
       A :class:`DatasetFisherOperator` holding ``key``.
@@ -683,4 +756,5 @@ def dataset_mc_fisher(
         weights=weights,
         key=key,
         num_samples=num_samples,
+        compute_dtype=check_compute_dtype(compute_dtype),
     )

@@ -30,6 +30,7 @@ from kernels._operators import (
     _check_floating,
     _check_params,
 )
+from kernels._precision import check_compute_dtype, in_compute, work_dtype, work_params
 from kernels._trace import _check_method_count, operator_trace
 from kernels.estimate import Estimate
 from kernels.parallel import check_num_samples, map_chunked, map_samples, sample_statistics
@@ -48,6 +49,7 @@ def ggn_trace(
     num_matvecs: int | None = None,
     method: Literal["hutchinson", "hutchpp"] = "hutchinson",
     chunk_size: int | Literal["auto"] | None = None,
+    compute_dtype: Any = None,
 ) -> Estimate:
     r"""Estimate $\operatorname{tr} G$ of the Gauss-Newton matrix on one batch.
 
@@ -59,7 +61,7 @@ def ggn_trace(
 
     Args:
       apply_fn: ``(params, inputs) -> outputs``; keep the same object across calls.
-      params: pytree of float32/float64 arrays.
+      params: pytree of floating arrays (half precision worked on in float32).
       batch: ``(inputs, targets)``.
       key: PRNG key.
       loss: as :func:`ggn`. Static.
@@ -72,6 +74,8 @@ def ggn_trace(
         at a time; ``"auto"``: ``None`` on a CPU; on a GPU or TPU, Hutchinson's probes under
         the memory budget of :func:`~kernels.curvature.hutchinson_trace` (1.5 gradients),
         Hutch++'s 16. Static.
+      compute_dtype: the dtype ``apply_fn`` is evaluated in, as :func:`ggn` (default: float32
+        for half-precision parameters). Static.
 
     Returns:
       Estimate of the trace (fields as the estimator's).
@@ -99,6 +103,7 @@ def ggn_trace(
         count_name=name,
         method=method,
         chunk_size=chunk_size,
+        compute_dtype=compute_dtype,
     )
 
 
@@ -114,10 +119,11 @@ def _ggn_trace(
     count_name: str,
     method: str,
     chunk_size: int | Literal["auto"] | None,
+    compute_dtype: Any = None,
 ) -> Estimate:
     """:func:`ggn_trace` once its count is named (``count``: probes or products)."""
     count = _check_method_count(count, count_name, method)
-    op = ggn(apply_fn, params, batch, loss=loss)
+    op = ggn(apply_fn, params, batch, loss=loss, compute_dtype=compute_dtype)
     return operator_trace(op, params, key, method=method, count=count, chunk_size=chunk_size)
 
 
@@ -127,28 +133,41 @@ def _example_chunk(example_chunk_size: Any) -> int | None:
     return check_positive_int(example_chunk_size, "example_chunk_size")
 
 
-def _trace_setup(apply_fn: Any, params: Any, batch: Any, loss: Any) -> tuple[int, int, tuple]:
+def _trace_setup(
+    apply_fn: Any, params: Any, batch: Any, loss: Any, compute_dtype: Any
+) -> tuple[int, int, tuple]:
     """Static checks of a per-example trace; (n, N, the whole batch's output shape)."""
     _check_apply_fn(apply_fn)
     _check_floating(params, "params")
     num = _num_examples(batch, "batch")
     inputs, targets = jax.tree_util.tree_map(lambda a: a[:1], tuple(batch))
-    spec = _output_spec(apply_fn, params, inputs)
+    spec = _output_spec(apply_fn, params, inputs, compute_dtype)
     _check_outputs(loss, spec, targets)
     shape = (num, *spec.shape[1:])
     return num, _num_terms(loss, shape), shape
 
 
 def _example_sq_norm(
-    apply_fn: Any, loss: Any, params: Any, example: Any, key: jax.Array | None
+    apply_fn: Any,
+    loss: Any,
+    params: Any,
+    example: Any,
+    key: jax.Array | None,
+    compute_dtype: Any = None,
 ) -> jax.Array:
-    r"""$\|J_i^\top s_i\|^2$ for one example (its leading axis restored to length 1)."""
+    r"""$\|J_i^\top s_i\|^2$ for one example (its leading axis restored to length 1).
+
+    The gradient is taken in the parameters' working dtypes and its squares summed in the
+    outputs' dtype, at least float32 (:mod:`kernels._precision`).
+    """
     inputs, targets = jax.tree_util.tree_map(lambda a: a[None], example)
-    outputs, vjp_fn = jax.vjp(lambda p: _apply(apply_fn, p, inputs), params)
+    model = in_compute(lambda p, x: _apply(apply_fn, p, x), params, compute_dtype)
+    outputs, vjp_fn = jax.vjp(lambda p: model(p, inputs), work_params(params))
     scores = _scores(loss, outputs, targets) if key is None else _sampled_scores(loss, outputs, key)
     grad = vjp_fn(jax.lax.stop_gradient(scores).astype(outputs.dtype))[0]
     leaves = jax.tree_util.tree_leaves(grad)
-    return sum(jnp.sum(leaf.astype(outputs.dtype) ** 2) for leaf in leaves)
+    acc = work_dtype(outputs.dtype)
+    return sum(jnp.sum(leaf.astype(acc) ** 2) for leaf in leaves)
 
 
 def _check_examples(num_bad: jax.Array, valid: jax.Array, num: int) -> None:
@@ -167,6 +186,7 @@ def empirical_fisher_trace(
     *,
     loss: Loss,
     example_chunk_size: int | None = None,
+    compute_dtype: Any = None,
 ) -> jax.Array:
     r"""The exact trace of the empirical Fisher: per-example squared gradient norms.
 
@@ -181,14 +201,15 @@ def empirical_fisher_trace(
     Args:
       apply_fn: ``(params, inputs) -> outputs``; examples must be independent (module
         docstring).
-      params: pytree of float32/float64 arrays.
+      params: pytree of floating arrays (half precision worked on in float32).
       batch: ``(inputs, targets)``.
       loss: a named loss or a callable (one term per example). Static.
       example_chunk_size: examples per vectorised batch of per-example gradients, an int >= 1;
         ``None`` runs them one at a time.
+      compute_dtype: the dtype ``apply_fn`` is evaluated in, as :func:`ggn`. Static.
 
     Returns:
-      The trace, a scalar in the outputs' dtype.
+      The trace, a scalar in the outputs' dtype (at least float32).
 
     Raises:
       ValueError: as :func:`ggn`, for a bad ``example_chunk_size``; (runtime check) non-finite
@@ -206,11 +227,12 @@ def empirical_fisher_trace(
     """
     _check_loss(loss)
     chunk = _example_chunk(example_chunk_size)
-    num, num_terms, shape = _trace_setup(apply_fn, params, batch, loss)
+    compute_dtype = check_compute_dtype(compute_dtype)
+    num, num_terms, shape = _trace_setup(apply_fn, params, batch, loss, compute_dtype)
     inputs, targets = batch
     valid = jnp.logical_and(_check_params(params), _check_labels(loss, shape, targets))
     norms = map_samples(
-        lambda example: _example_sq_norm(apply_fn, loss, params, example, None),
+        lambda example: _example_sq_norm(apply_fn, loss, params, example, None, compute_dtype),
         (inputs, targets),
         chunk_size=chunk,
     )
@@ -229,6 +251,7 @@ def mc_fisher_trace(
     num_samples: int,
     chunk_size: int | Literal["auto"] | None = None,
     example_chunk_size: int | None = None,
+    compute_dtype: Any = None,
 ) -> Estimate:
     r"""Estimate $\operatorname{tr} F$ of the Fisher by labels drawn from the model.
 
@@ -243,7 +266,7 @@ def mc_fisher_trace(
 
     Args:
       apply_fn: ``(params, inputs) -> outputs``; examples must be independent.
-      params: pytree of float32/float64 arrays.
+      params: pytree of floating arrays (half precision worked on in float32).
       batch: ``(inputs, targets)`` (targets checked, not used).
       key: PRNG key.
       loss: ``"cross_entropy"``, ``"logistic"`` or ``"squared_error"``. Static.
@@ -253,6 +276,7 @@ def mc_fisher_trace(
         :func:`kernels._backend.default_chunk_size` ``("probes", size=number of parameters)``.
       example_chunk_size: examples per vectorised batch of per-example gradients within a
         sample, an int >= 1; ``None`` runs them one at a time.
+      compute_dtype: the dtype ``apply_fn`` is evaluated in, as :func:`ggn`. Static.
 
     Returns:
       Estimate(mean, stderr, num_samples=K).
@@ -279,7 +303,8 @@ def mc_fisher_trace(
         size, dtype = tree_size(params)
         chunk = auto_chunk_size(None, "probes", size=size, dtype=dtype)
     example_chunk = _example_chunk(example_chunk_size)
-    num, num_terms, shape = _trace_setup(apply_fn, params, batch, loss)
+    compute_dtype = check_compute_dtype(compute_dtype)
+    num, num_terms, shape = _trace_setup(apply_fn, params, batch, loss, compute_dtype)
     inputs, targets = batch
     valid = jnp.logical_and(_check_params(params), _check_labels(loss, shape, targets))
     indices = jnp.arange(num, dtype=jnp.uint32)
@@ -290,7 +315,7 @@ def mc_fisher_trace(
         def example_norm(xs: Any) -> jax.Array:
             example, index = xs
             key_i = jax.random.fold_in(base, index)
-            return _example_sq_norm(apply_fn, loss, params, example, key_i)
+            return _example_sq_norm(apply_fn, loss, params, example, key_i, compute_dtype)
 
         norms = map_chunked(
             example_norm, ((inputs, targets), indices), chunk_size=example_chunk, key=draw_key

@@ -9,7 +9,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from kernels._checks import (
     check_finite,
@@ -23,6 +22,7 @@ from kernels._operators import (
     _LossOperator,
     _num_batches,
 )
+from kernels._precision import check_compute_dtype, work_params, work_result_type
 from kernels.parallel import (
     num_leading,
 )
@@ -42,11 +42,17 @@ class HessianOperator(_LossOperator):
       loss_fn: ``(params, batch) -> scalar``. Static (part of the compilation key by identity).
       params: pytree $\theta$ at which the Hessian is taken.
       batch: the data pytree $b$ passed to ``loss_fn`` (``()`` or ``None`` for none).
+      compute_dtype: the dtype the loss is evaluated in (:func:`hvp`). Static.
     """
 
     loss_fn: Callable[[Any, Any], jax.Array] = dataclasses.field(metadata={"static": True})
     params: Any
     batch: Any
+    compute_dtype: Any = dataclasses.field(default=None, metadata={"static": True})
+
+    def _value(self) -> Callable[[Any], tuple[jax.Array, jax.Array]]:
+        """``p -> (loss, loss)`` of working-dtype parameters (evaluated in ``compute_dtype``)."""
+        return _as_scalar(self.in_compute(self.loss_fn), self.batch)
 
     def linearize(self) -> tuple[Matvec, jax.Array]:
         """Linearise once: the product function and whether the inputs were finite.
@@ -64,8 +70,8 @@ class HessianOperator(_LossOperator):
           ValueError: (runtime check) for non-finite ``params`` or loss; (static) when
             ``loss_fn`` does not return a real floating scalar.
         """
-        grad_fn = jax.grad(_as_scalar(self.loss_fn, self.batch), has_aux=True)
-        _, product, value = jax.linearize(grad_fn, self.params, has_aux=True)
+        grad_fn = jax.grad(self._value(), has_aux=True)
+        _, product, value = jax.linearize(grad_fn, self.primal(), has_aux=True)
         return product, _check_loss_at(self.params, value)
 
     def recomputed(self) -> tuple[Matvec, jax.Array]:
@@ -73,13 +79,13 @@ class HessianOperator(_LossOperator):
 
         No linearisation is kept between products (see :meth:`_LossOperator.recomputed`).
         """
-        grad_fn = jax.grad(_as_scalar(self.loss_fn, self.batch), has_aux=True)
+        grad_fn = jax.grad(self._value(), has_aux=True)
 
         def product(v: Any) -> Any:
             # the barrier ties the parameters to each product's input, so that XLA cannot hoist
             # the forward and backward pass out of a kernel's loop (which would keep them alive)
             params, v = jax.lax.optimization_barrier((self.params, v))
-            return jax.jvp(grad_fn, (params,), (v,), has_aux=True)[1]
+            return jax.jvp(grad_fn, (work_params(params),), (v,), has_aux=True)[1]
 
         return product, self.check_inputs()
 
@@ -90,20 +96,21 @@ class HessianOperator(_LossOperator):
         backward pass, so no activations are kept (memory of about one forward pass with two
         tangents).
         """
-        value = _as_scalar(self.loss_fn, self.batch)
+        value = self._value()
+        v = work_params(v)
 
         def slope(p: Any) -> jax.Array:
             return jax.jvp(lambda q: value(q)[0], (p,), (v,))[1]
 
-        return jax.jvp(slope, (self.params,), (v,))[1]
+        return jax.jvp(slope, (self.primal(),), (v,))[1]
 
     def check_inputs(self) -> jax.Array:
         """The runtime checks of :meth:`linearize` (one forward pass for the loss at ``params``)."""
-        return _check_loss_at(self.params, _as_scalar(self.loss_fn, self.batch)(self.params)[0])
+        return _check_loss_at(self.params, self._value()(self.primal())[0])
 
     def scalar_loss(self) -> Callable[[Any], jax.Array]:
         """``p -> loss_fn(p, batch)`` (see :meth:`_LossOperator.scalar_loss`)."""
-        return lambda p: _as_scalar(self.loss_fn, self.batch)(p)[0]
+        return lambda p: self._value()(work_params(p))[0]
 
 
 def _check_loss_at(params: Any, value: jax.Array) -> jax.Array:
@@ -128,12 +135,14 @@ class DatasetHessianOperator(_LossOperator):
       params: pytree $\theta$.
       batches: pytree whose leaves have a leading axis of length B indexing batches.
       weights: (B,) weights $w_b$.
+      compute_dtype: the dtype the loss is evaluated in (:func:`hvp`). Static.
     """
 
     loss_fn: Callable[[Any, Any], jax.Array] = dataclasses.field(metadata={"static": True})
     params: Any
     batches: Any
     weights: jax.Array
+    compute_dtype: Any = dataclasses.field(default=None, metadata={"static": True})
 
     def linearize(self) -> tuple[Matvec, jax.Array]:
         """The product function (a ``lax.scan`` over batches) and whether the inputs were finite.
@@ -149,7 +158,7 @@ class DatasetHessianOperator(_LossOperator):
           ValueError: (runtime check) for non-finite ``params`` or ``weights``.
         """
         valid = self.check_inputs()
-        loss_fn, params = self.loss_fn, self.params
+        loss_fn, params = self.in_compute(self.loss_fn), self.primal()
 
         def product(v: Any) -> Any:
             def body(acc: Any, xs: Any) -> tuple[Any, None]:
@@ -173,10 +182,10 @@ class DatasetHessianOperator(_LossOperator):
 
         def body(total: jax.Array, xs: Any) -> tuple[jax.Array, None]:
             batch, weight = xs
-            term = HessianOperator(self.loss_fn, self.params, batch).form(v)
+            term = HessianOperator(self.loss_fn, self.params, batch, self.compute_dtype).form(v)
             return total + (weight.astype(term.dtype) * term).astype(total.dtype), None
 
-        zero = jnp.zeros((), jnp.result_type(*jax.tree_util.tree_leaves(self.params)))
+        zero = jnp.zeros((), work_result_type(self.params))
         return jax.lax.scan(body, zero, (self.batches, self.weights))[0]
 
     def check_inputs(self) -> jax.Array:
@@ -188,10 +197,16 @@ class DatasetHessianOperator(_LossOperator):
     def scalar_loss(self) -> Callable[[Any], jax.Array]:
         """The first batch's loss (see :meth:`_LossOperator.scalar_loss`)."""
         first = jax.tree_util.tree_map(lambda a: a[0], self.batches)
-        return HessianOperator(self.loss_fn, self.params, first).scalar_loss()
+        return HessianOperator(self.loss_fn, self.params, first, self.compute_dtype).scalar_loss()
 
 
-def hvp(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any) -> HessianOperator:
+def hvp(
+    loss_fn: Callable[[Any, Any], jax.Array],
+    params: Any,
+    batch: Any,
+    *,
+    compute_dtype: Any = None,
+) -> HessianOperator:
     r"""Hessian-vector product operator of a scalar loss at ``params`` on one batch.
 
     Returns the operator $v \mapsto \nabla^2_\theta L(\theta, b)\, v$, computed
@@ -202,14 +217,21 @@ def hvp(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any) -> He
     Args:
       loss_fn: ``(params, batch) -> scalar`` loss; must be traceable. Keep the same function
         object across calls (it keys the compilation cache).
-      params: pytree $\theta$ of float32/float64 arrays at which the Hessian is taken.
+      params: pytree $\theta$ of float16/bfloat16/float32/float64 arrays at which the Hessian
+        is taken. Half-precision leaves are worked on in float32 (the Hessian of the loss at
+        the stored values; probes and products in float32).
       batch: data pytree passed to ``loss_fn`` (``()`` or ``None`` when there is none).
+      compute_dtype: the dtype the loss is evaluated in: ``None`` (default) float32 for
+        half-precision leaves, each cast inside the program, float32/float64 leaves as they
+        are; ``"params"`` each leaf's own dtype (a bfloat16 model in bfloat16: faster, less
+        accurate); or a floating dtype for every leaf (:mod:`kernels._precision`). Static.
 
     Returns:
       A :class:`HessianOperator` (a pytree), ``op(v)`` for pytrees ``v`` shaped like ``params``.
 
     Raises:
-      ValueError: if ``params`` is empty or not float32/float64 (here); when applied, if
+      ValueError: if ``params`` is empty or not floating, or ``compute_dtype`` is not one of
+        the above (here); when applied, if
         ``loss_fn`` does not return a real scalar, or (runtime check) ``params`` or the loss
         at ``params`` is not finite.
 
@@ -221,7 +243,8 @@ def hvp(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batch: Any) -> He
     if not callable(loss_fn):
         raise ValueError(f"loss_fn: expected a callable (params, batch) -> scalar, got {loss_fn!r}")
     _check_floating(params, "params")
-    return HessianOperator(loss_fn=loss_fn, params=params, batch=batch)
+    compute_dtype = check_compute_dtype(compute_dtype)
+    return HessianOperator(loss_fn=loss_fn, params=params, batch=batch, compute_dtype=compute_dtype)
 
 
 def dataset_hvp(
@@ -230,6 +253,7 @@ def dataset_hvp(
     batches: Any,
     *,
     weights: jax.Array | None = None,
+    compute_dtype: Any = None,
 ) -> DatasetHessianOperator:
     r"""Hessian-vector product of a loss averaged over data batches, one batch in memory at a time.
 
@@ -240,17 +264,19 @@ def dataset_hvp(
 
     Args:
       loss_fn: ``(params, batch) -> scalar`` mean loss on one batch.
-      params: pytree of float32/float64 arrays at which the Hessian is taken.
+      params: pytree of floating arrays (half precision worked on in float32, as :func:`hvp`).
       batches: pytree whose leaves have a leading axis of length B >= 1 indexing batches.
       weights: optional (B,) weights $w_b$ (e.g. batch sizes over the total).
+      compute_dtype: the dtype the loss is evaluated in, as :func:`hvp`. Static.
 
     Returns:
       A :class:`DatasetHessianOperator`, ``op(v)`` for pytrees ``v`` shaped like ``params``.
 
     Raises:
-      ValueError: if ``params`` is empty or not float32/float64, ``batches`` has no leaves, no
-        batch or disagreeing leading axes, ``weights`` does not have shape (B,); when applied,
-        for a non-scalar loss or (runtime check) non-finite ``params`` / ``weights``.
+      ValueError: if ``params`` is empty or not floating, ``compute_dtype`` is bad,
+        ``batches`` has no leaves, no batch or disagreeing leading axes, ``weights`` does not
+        have shape (B,); when applied, for a non-scalar loss or (runtime check) non-finite
+        ``params`` / ``weights``.
 
     >>> import jax.numpy as jnp
     >>> loss = lambda p, b: 0.5 * jnp.sum(b * p**2)
@@ -261,14 +287,19 @@ def dataset_hvp(
     if not callable(loss_fn):
         raise ValueError(f"loss_fn: expected a callable (params, batch) -> scalar, got {loss_fn!r}")
     _check_floating(params, "params")
+    compute_dtype = check_compute_dtype(compute_dtype)
     num_batches = _num_batches(batches)
-    dtype = ravel_pytree(params)[0].dtype
+    dtype = work_result_type(params)
     if weights is None:
         weights = jnp.full((num_batches,), 1.0 / num_batches, dtype=dtype)
     elif jnp.shape(weights) != (num_batches,):
         raise ValueError(f"weights: expected shape ({num_batches},), got {jnp.shape(weights)}")
     return DatasetHessianOperator(
-        loss_fn=loss_fn, params=params, batches=batches, weights=jnp.asarray(weights)
+        loss_fn=loss_fn,
+        params=params,
+        batches=batches,
+        weights=jnp.asarray(weights),
+        compute_dtype=compute_dtype,
     )
 
 

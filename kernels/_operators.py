@@ -16,27 +16,29 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels._checks import check_array_leaves, check_that
+from kernels._precision import in_compute, work_params
 from kernels.parallel import num_leading
 
 Matvec = Callable[[Any], Any]
-_SUPPORTED = ("float32", "float64")
+_SUPPORTED = ("float16", "bfloat16", "float32", "float64")
 
 
 def _check_floating(tree: Any, name: str) -> None:
-    """Static: ``tree`` has array leaves, all float32/float64, and at least one element."""
+    """Static: ``tree`` has array leaves, all floating (half, single or double), and elements.
+
+    Half-precision leaves are accepted: the kernels work on them in float32
+    (:mod:`kernels._precision`).
+    """
     check_array_leaves(tree, name)
     leaves = jax.tree_util.tree_leaves(tree)
     if not leaves:
         raise ValueError(f"{name}: expected a pytree with at least one array leaf, got {tree!r}")
     for leaf in leaves:
         dtype = np.dtype(jnp.result_type(leaf))
-        if dtype.name in ("float16", "bfloat16"):
-            raise ValueError(
-                f"{name}: {dtype.name} is not supported (float32 and float64 are): cast with "
-                "jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), tree)"
-            )
         if dtype.name not in _SUPPORTED:
-            raise ValueError(f"{name}: expected float32 or float64 leaves, got {dtype.name}")
+            raise ValueError(
+                f"{name}: expected float16, bfloat16, float32 or float64 leaves, got {dtype.name}"
+            )
     if sum(int(np.prod(jnp.shape(leaf))) for leaf in leaves) == 0:
         shapes = [jnp.shape(leaf) for leaf in leaves]
         raise ValueError(f"{name}: expected at least one element, got leaves of shapes {shapes}")
@@ -73,6 +75,15 @@ class _LossOperator:
     """Hessian of a loss as a pytree operator: kernels call :meth:`linearize` once."""
 
     params: Any
+    compute_dtype: Any  # None, "params" or a dtype name (kernels._precision); static
+
+    def primal(self) -> Any:
+        """``params`` in their working dtypes (half precision cast to float32, in the program)."""
+        return work_params(self.params)
+
+    def in_compute(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn(params, ...)`` taking working-dtype parameters, evaluated in ``compute_dtype``."""
+        return in_compute(fn, self.params, self.compute_dtype)
 
     def linearize(self) -> tuple[Matvec, jax.Array]:  # pragma: no cover - abstract
         raise NotImplementedError

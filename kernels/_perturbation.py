@@ -24,6 +24,14 @@ from kernels._checks import (
 )
 from kernels._flat import check_bounded_count
 from kernels._memory import perturbation_chunk, products_fit
+from kernels._precision import (
+    check_compute_dtype,
+    check_difference_dtype,
+    in_compute,
+    work_dtype,
+    work_like,
+    work_params,
+)
 from kernels.norms import tree_norm
 
 _KINDS = ("gaussian", "l2_ball", "linf_ball")
@@ -158,26 +166,28 @@ class _Problem:
 
 
 def _ravel_params(params: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
-    """Static checks of the parameters' dtypes and sizes, then ``ravel_pytree``."""
+    """Static checks of the parameters' dtypes and sizes, then ``ravel_pytree``.
+
+    Half-precision leaves are worked on in float32 (:mod:`kernels._precision`): the raveled
+    parameters, the perturbations and every sum are float32; the leaves' working dtypes must
+    agree (bfloat16 with float32 does, float32 with float64 does not).
+    """
     check_array_leaves(params, "params")
     leaves = jax.tree_util.tree_leaves(params)
     if not leaves:
         raise ValueError("params: expected at least one parameter array, got an empty pytree")
     dtypes = {np.dtype(jnp.result_type(leaf)) for leaf in leaves}
     for dtype in dtypes:
-        if dtype in (np.dtype(jnp.float16), np.dtype(jnp.bfloat16)):
+        if work_dtype(dtype) not in _FLOATS or not jnp.issubdtype(dtype, jnp.floating):
             raise ValueError(
-                f"params: {dtype} parameters are refused (a loss difference L(θ+u) - L(θ) in half"
-                " precision is mostly rounding error); cast them to float32 or float64"
+                f"params: expected float16, bfloat16, float32 or float64 leaves, got {dtype}"
             )
-        if dtype not in _FLOATS:
-            raise ValueError(f"params: expected float32 or float64 leaves, got {dtype}")
-    if len(dtypes) > 1:
+    if len({work_dtype(d) for d in dtypes}) > 1:
         names = sorted(map(str, dtypes))
         raise ValueError(f"params: expected one float dtype for all leaves, got {names}")
     if sum(math.prod(jnp.shape(leaf)) for leaf in leaves) == 0:
         raise ValueError("params: expected at least one parameter entry, got only empty arrays")
-    return ravel_pytree(params)
+    return ravel_pytree(work_params(params))
 
 
 def _mask_leaf(value: Any, leaf: Any) -> np.ndarray:
@@ -250,9 +260,21 @@ def _mask_values(mask: np.ndarray, dtype: Any) -> jax.Array:
 
 
 def _setup(
-    loss_fn: Callable[..., Any], params: Any, batch: Any, key: Any, perturbation: Any
+    loss_fn: Callable[..., Any],
+    params: Any,
+    batch: Any,
+    key: Any,
+    perturbation: Any,
+    compute_dtype: Any = None,
+    difference: str | None = None,
 ) -> _Problem:
-    """Static checks, the runtime checks on params and scale, and the raveled problem."""
+    """Static checks, the runtime checks on params and scale, and the raveled problem.
+
+    The problem works in the parameters' working dtype (float32 for half precision) and
+    evaluates ``loss_fn`` with each leaf cast to its compute dtype (``compute_dtype``,
+    :mod:`kernels._precision`). ``difference``: the kernel's name when it evaluates loss
+    differences, which refuse a half-precision compute dtype.
+    """
     if not isinstance(perturbation, Perturbation):
         raise ValueError(
             f"perturbation: expected a Perturbation, got {type(perturbation).__name__}"
@@ -260,7 +282,10 @@ def _setup(
     if not callable(loss_fn):
         raise ValueError(f"loss_fn: expected a callable (params, batch) -> scalar, got {loss_fn!r}")
     check_key(key)
+    compute_dtype = check_compute_dtype(compute_dtype)
     flat, unravel = _ravel_params(params)
+    if difference is not None:
+        check_difference_dtype(params, compute_dtype, difference)
     dtype = flat.dtype
     scale = perturbation.scale
     if not _is_number(scale) or jnp.shape(scale) != ():
@@ -292,9 +317,11 @@ def _setup(
     # One jitted closure of the displacement's leaves: every use (L(θ), perturbed points,
     # derivatives, flat or leaf by leaf) reuses the jaxpr of a single trace of loss_fn, this
     # shape check included.
-    leaves, treedef = jax.tree_util.tree_flatten(params)
+    # θ + d in the working dtype, then each leaf cast to its compute dtype for loss_fn
+    leaves, treedef = jax.tree_util.tree_flatten(work_params(params))
+    evaluate = in_compute(loss_fn, params, compute_dtype)
     shifted = jax.jit(
-        lambda d: loss_fn(
+        lambda d: evaluate(
             jax.tree_util.tree_unflatten(treedef, [w + x for w, x in zip(leaves, d, strict=True)]),
             batch,
         )
@@ -410,7 +437,7 @@ def _sample_chunk(
     evaluation, plus (``hessian``) a Hutchinson quadratic form of the Hessian.
     """
     form = _quadratic_form(prob) if hessian else None
-    return perturbation_chunk(chunk_size, params, prob.loss, prob.flat, form)
+    return perturbation_chunk(chunk_size, work_like(params), prob.loss, prob.flat, form)
 
 
 def _products_fit(prob: _Problem, linear: Any) -> bool:

@@ -106,6 +106,7 @@ def average_sharpness(
     num_samples: int,
     chunk_size: int | Literal["auto"] | None = None,
     antithetic: bool = True,
+    compute_dtype: Any = None,
 ) -> Estimate:
     r"""Average sharpness $\mathbb E_u\,L(\theta+u) - L(\theta)$ by Monte Carlo.
 
@@ -124,7 +125,8 @@ def average_sharpness(
 
     Args:
       loss_fn: ``(params, batch) -> scalar`` loss; must be traceable. Static (by identity).
-      params: pytree $\theta$ of float32 / float64 arrays.
+      params: pytree $\theta$ of float16 / bfloat16 / float32 / float64 arrays (half precision
+        is worked on in float32: perturbations and sums).
       batch: data passed to ``loss_fn`` (any pytree, ``()`` when there is none).
       key: PRNG key; sample $i$ uses ``fold_in(key, i)``, so ``chunk_size`` and the device
         count do not change the result.
@@ -139,15 +141,21 @@ def average_sharpness(
         128 MiB; :func:`kernels._memory.memory_budget`). An int is used as given.
         Static.
       antithetic: use pairs $(u, -u)$. Static.
+      compute_dtype: the dtype the loss is evaluated in: ``None`` (default) float32 for
+        half-precision leaves, each cast inside the program ($\theta + u$ formed in float32),
+        float32/float64 leaves as they are; or ``"float32"`` / ``"float64"``. A half-precision
+        compute dtype (``"params"`` of a bfloat16 model) is refused: $\theta + u$ would be
+        rounded to the weights' 8 significand bits and the difference be rounding error
+        (:mod:`kernels._precision`). Static.
 
     Returns:
       Estimate(mean, stderr, num_samples=K, num_evaluations=2K with pairs, else None).
 
     Raises:
-      ValueError: for a bad count / chunk size / key / option, integer, half-precision or empty
-        params, a mask matching nothing, a non-scalar loss; and (also under ``jit``, where it
-        surfaces as a runtime error) non-finite params, a scale that is not a finite value > 0,
-        a non-finite loss at params or at any perturbed point.
+      ValueError: for a bad count / chunk size / key / option, integer or empty params, a
+        half-precision ``compute_dtype``, a mask matching nothing, a non-scalar loss; and
+        (also under ``jit``, where it surfaces as a runtime error) non-finite params, a scale
+        that is not a finite value > 0, a non-finite loss at params or at any perturbed point.
 
     References:
       Keskar et al. 2017, arXiv:1609.04836; Jiang et al. 2020, "Fantastic generalization
@@ -163,7 +171,7 @@ def average_sharpness(
     num = check_num_samples(num_samples, "num_samples", minimum=2)
     chunk_size = _check_chunk(chunk_size)
     antithetic = _check_bool(antithetic, "antithetic")
-    prob = _setup(loss_fn, params, batch, key, perturbation)
+    prob = _setup(loss_fn, params, batch, key, perturbation, compute_dtype, "average_sharpness")
     chunk_size = _sample_chunk(chunk_size, params, prob)
     base, ok = _loss_at_params(prob)
     draw = _sampler(perturbation.kind, perturbation.scale, prob)
@@ -213,6 +221,7 @@ def sharpness_decomposition(
     num_probes: int,
     chunk_size: int | Literal["auto"] | None = None,
     mode: Literal["auto", "forms", "products"] = "auto",
+    compute_dtype: Any = None,
 ) -> SharpnessDecomposition:
     r"""The Theorem 6/12 decomposition of the average increase under Gaussian perturbations.
 
@@ -242,7 +251,8 @@ def sharpness_decomposition(
 
     Args:
       loss_fn: ``(params, batch) -> scalar`` (twice differentiable). Static (by identity).
-      params: pytree $\theta$ of float32 / float64 arrays.
+      params: pytree $\theta$ of float16 / bfloat16 / float32 / float64 arrays (half precision
+        is worked on in float32: perturbations and sums).
       batch: data passed to ``loss_fn`` (any pytree).
       key: PRNG key.
       perturbation: a Gaussian :class:`Perturbation` (adaptive / masked allowed).
@@ -261,6 +271,12 @@ def sharpness_decomposition(
         within 1.3 gradients' temporaries (at least 128 MiB, at most 1 GiB of residuals),
         else forms (as :func:`kernels.curvature.hutchinson_trace`). ``"products"`` and
         ``"forms"`` are used as given. The two agree to rounding. Static.
+      compute_dtype: the dtype the loss is evaluated in: ``None`` (default) float32 for
+        half-precision leaves, each cast inside the program ($\theta + u$ formed in float32),
+        float32/float64 leaves as they are; or ``"float32"`` / ``"float64"``. A half-precision
+        compute dtype (``"params"`` of a bfloat16 model) is refused: $\theta + u$ would be
+        rounded to the weights' 8 significand bits and the difference be rounding error
+        (:mod:`kernels._precision`). Static.
 
     Returns:
       :class:`SharpnessDecomposition` (``average``, ``trace_term``, ``remainder``, ``sigma``).
@@ -291,7 +307,9 @@ def sharpness_decomposition(
     chunk_size = _check_chunk(chunk_size)
     if not isinstance(mode, str) or mode not in _MODES:
         raise ValueError(f"mode: expected one of {_MODES}, got {mode!r}")
-    prob = _setup(loss_fn, params, batch, key, perturbation)
+    prob = _setup(
+        loss_fn, params, batch, key, perturbation, compute_dtype, "sharpness_decomposition"
+    )
     chunk_size = _sample_chunk(chunk_size, params, prob, hessian=True)
     base, linear = _linearized(prob, jnp.zeros_like(prob.flat))
     products = mode == "products" or (
@@ -364,6 +382,7 @@ def perturbed_hessian_traces(
     num_samples: int,
     num_probes: int,
     chunk_size: int | Literal["auto"] | None = None,
+    compute_dtype: Any = None,
 ) -> PerturbedTraces:
     r"""Hessian traces $\operatorname{tr} H(\theta + u_j)$ at perturbed points, and their mean.
 
@@ -380,7 +399,8 @@ def perturbed_hessian_traces(
 
     Args:
       loss_fn: ``(params, batch) -> scalar`` (twice differentiable). Static (by identity).
-      params: pytree $\theta$ of float32 / float64 arrays.
+      params: pytree $\theta$ of float16 / bfloat16 / float32 / float64 arrays (half precision
+        is worked on in float32: perturbations and sums).
       batch: data passed to ``loss_fn`` (any pytree).
       key: PRNG key; perturbation $j$ uses ``fold_in(key, j)``.
       perturbation: the :class:`Perturbation`.
@@ -391,6 +411,11 @@ def perturbed_hessian_traces(
         :func:`kernels._backend.default_chunk_size` ``("probes", ...)``) whose samples'
         estimated memory stays within 1.3 gradients' temporaries of the loss (at least
         128 MiB; :func:`kernels._memory.memory_budget`). An int is used as given.
+      compute_dtype: the dtype the loss is evaluated in: ``None`` (default) float32 for
+        half-precision leaves, each cast inside the program ($\theta + u$ formed in float32),
+        float32/float64 leaves as they are; ``"params"`` each leaf's own dtype (the perturbed
+        point $\theta + u$ is then rounded to it); or a floating dtype
+        (:mod:`kernels._precision`). Static.
 
     Returns:
       :class:`PerturbedTraces` (``traces``: per perturbation, ``average``: over them).
@@ -414,7 +439,7 @@ def perturbed_hessian_traces(
     num = _check_count(num_samples, "num_samples", minimum=2, why=_KEPT)
     indices = jnp.arange(num, dtype=jnp.uint32)
     means, stderrs = _perturbed_samples(
-        loss_fn, params, batch, key, perturbation, num_probes, chunk_size, indices
+        loss_fn, params, batch, key, perturbation, num_probes, chunk_size, indices, compute_dtype
     )
     return _perturbed_result(means, stderrs, num_probes)
 
@@ -428,11 +453,12 @@ def _perturbed_samples(
     num_probes: int,
     chunk_size: Any,
     indices: jax.Array,
+    compute_dtype: Any = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Trace estimates and their probe stderrs at the perturbations ``indices`` (uint32)."""
     num_probes = check_num_samples(num_probes, "num_probes", minimum=2)
     chunk_size = _check_chunk(chunk_size)
-    prob = _setup(loss_fn, params, batch, key, perturbation)
+    prob = _setup(loss_fn, params, batch, key, perturbation, compute_dtype)
     chunk_size = _sample_chunk(chunk_size, params, prob, hessian=True)
     draw = _sampler(perturbation.kind, perturbation.scale, prob)
     one = _trace_at(prob, draw, key, num_probes)
@@ -473,6 +499,7 @@ def _perturbed_block(
     perturbation: Perturbation,
     num_probes: int,
     chunk_size: int | Literal["auto"] | None = None,
+    compute_dtype: Any = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Perturbations ``start .. start + count - 1`` of :func:`perturbed_hessian_traces`.
 
@@ -481,7 +508,7 @@ def _perturbed_block(
     """
     indices = start + jnp.arange(count, dtype=jnp.uint32)
     return _perturbed_samples(
-        loss_fn, params, batch, key, perturbation, num_probes, chunk_size, indices
+        loss_fn, params, batch, key, perturbation, num_probes, chunk_size, indices, compute_dtype
     )
 
 

@@ -101,6 +101,7 @@ def sigma_search(
     sigma_lower: Any = 1e-6,
     num_steps: int = 20,
     chunk_size: int | Literal["auto"] | None = None,
+    compute_dtype: Any = None,
 ) -> SigmaSearch:
     r"""Largest $\sigma$ with average increase $\mathbb E_u L(\theta+u) - L(\theta)$ <= a target.
 
@@ -118,7 +119,8 @@ def sigma_search(
 
     Args:
       loss_fn: ``(params, batch) -> scalar``. Static (by identity).
-      params: pytree $\theta$ of float32 / float64 arrays.
+      params: pytree $\theta$ of float16 / bfloat16 / float32 / float64 arrays (half precision
+        is worked on in float32: perturbations and sums).
       batch: data passed to ``loss_fn`` (any pytree).
       key: PRNG key (the draws shared by all $\sigma$).
       perturbation: a Gaussian :class:`Perturbation`; its scale is the largest $\sigma$
@@ -132,6 +134,12 @@ def sigma_search(
         :func:`kernels._backend.default_chunk_size` ``("probes", ...)``) whose samples'
         estimated memory stays within 1.3 gradients' temporaries of the loss (at least
         128 MiB; :func:`kernels._memory.memory_budget`). An int is used as given.
+      compute_dtype: the dtype the loss is evaluated in: ``None`` (default) float32 for
+        half-precision leaves, each cast inside the program ($\theta + u$ formed in float32),
+        float32/float64 leaves as they are; or ``"float32"`` / ``"float64"``. A half-precision
+        compute dtype (``"params"`` of a bfloat16 model) is refused: $\theta + u$ would be
+        rounded to the weights' 8 significand bits and the difference be rounding error
+        (:mod:`kernels._precision`). Static.
 
     Returns:
       :class:`SigmaSearch` ``(sigma, increase, bracketed)``.
@@ -162,7 +170,7 @@ def sigma_search(
     num = check_num_samples(num_samples, "num_samples", minimum=2)
     num_steps = _check_count(num_steps, "num_steps")
     chunk_size = _check_chunk(chunk_size)
-    prob = _setup(loss_fn, params, batch, key, perturbation)
+    prob = _setup(loss_fn, params, batch, key, perturbation, compute_dtype, "sigma_search")
     chunk_size = _sample_chunk(chunk_size, params, prob)
     dtype = prob.flat.dtype
     lower = jnp.asarray(sigma_lower, dtype)

@@ -29,6 +29,7 @@ from kernels._jit import compile_once
 from kernels._lanczos import _Basis
 from kernels._memory import hutchinson_chunk, probe_chunk
 from kernels._names import method_count, renamed_kwargs
+from kernels._precision import work_result_type
 from kernels.estimate import Estimate
 from kernels.parallel import (
     check_num_samples,
@@ -98,8 +99,8 @@ def hutchinson_trace(
     Args:
       matvec: ``v -> A v`` on pytrees shaped like ``like`` (A symmetric): a :func:`hvp` /
         :func:`dataset_hvp` operator or any traceable callable.
-      like: pytree of float32/float64 arrays (or int n) fixing probe structure and dtype; for a
-        loss operator, shaped like its ``params``.
+      like: pytree of floating arrays (or int n) fixing probe structure and dtype (float32
+        probes for half-precision leaves); for a loss operator, shaped like its ``params``.
       key: PRNG key (``jax.random.key``).
       num_samples: probes, $2 \le m \le 2^{53}$ (``num_probes`` is its deprecated name). Static.
       chunk_size: probes per vectorised batch, an int >= 1; ``None`` runs probes one at a
@@ -264,7 +265,8 @@ def hutchpp_trace(
     Args:
       matvec: ``v -> A v`` on pytrees shaped like ``like`` (A symmetric); a loss operator is
         linearised once.
-      like: pytree of float32/float64 arrays (or int n) fixing probe structure and dtype.
+      like: pytree of floating arrays (or int n) fixing probe structure and dtype (float32
+        probes for half-precision leaves).
       key: PRNG key.
       num_matvecs: total products m >= 4 (so s >= 1 and g >= 2). Static.
       chunk_size: products per vectorised batch, an int >= 1; ``None`` (default) runs them one
@@ -299,6 +301,7 @@ def hessian_trace(
     method: Literal["hutchinson", "hutchpp"] = "hutchinson",
     chunk_size: int | Literal["auto"] | None = "auto",
     max_memory_bytes: int | None = None,
+    compute_dtype: Any = None,
 ) -> Estimate:
     r"""Estimate $\operatorname{tr}\nabla^2_\theta L(\theta, b)$ of a loss on one batch.
 
@@ -310,7 +313,9 @@ def hessian_trace(
 
     Args:
       loss_fn: ``(params, batch) -> scalar``; keep the same object across calls.
-      params: pytree of float32/float64 arrays.
+      params: pytree of float16/bfloat16/float32/float64 arrays; half precision is worked on
+        in float32 (probes, products and sums), the Hessian that of the loss at the stored
+        values.
       batch: data pytree passed to ``loss_fn`` (``()`` or ``None`` for none).
       key: PRNG key.
       num_samples: Hutchinson probes (>= 2), with ``method="hutchinson"``. Static.
@@ -326,6 +331,10 @@ def hessian_trace(
         as given.
       max_memory_bytes: refuse Hutch++ when its sketch would need more bytes than this (an
         int >= 1; ``None``: no limit). Hutchinson's memory does not grow with ``num_samples``.
+      compute_dtype: the dtype the loss is evaluated in: ``None`` (default) float32 for
+        half-precision leaves (each cast inside the program), float32/float64 as they are;
+        ``"params"`` the model's own dtype (faster; its measured error is on the docs page
+        "Large models"); or a floating dtype (:func:`hvp`). Static.
 
     Returns:
       Estimate of the trace (see the two estimators for its fields).
@@ -333,9 +342,9 @@ def hessian_trace(
     Raises:
       ValueError: for an unknown method, the count of the other method (or both, or neither),
         too few probes or products, a Hutch++ sketch over
-        ``max_memory_bytes``, a non-scalar loss, int/float16/empty ``params``, a bad ``key``
-        or ``chunk_size``; (runtime check) non-finite ``params``, loss at ``params`` or
-        products at the probes.
+        ``max_memory_bytes``, a non-scalar loss, integer or empty ``params``, a bad ``key``,
+        ``chunk_size`` or ``compute_dtype``; (runtime check) non-finite ``params``, loss at
+        ``params`` or products at the probes.
 
     >>> import jax, jax.numpy as jnp
     >>> loss = lambda p, b: 0.5 * jnp.sum(b * p["w"] ** 2)
@@ -356,6 +365,7 @@ def hessian_trace(
         method=method,
         chunk_size=chunk_size,
         max_memory_bytes=max_memory_bytes,
+        compute_dtype=compute_dtype,
     )
 
 
@@ -371,12 +381,13 @@ def _hessian_trace(
     method: str,
     chunk_size: int | Literal["auto"] | None,
     max_memory_bytes: int | None,
+    compute_dtype: Any = None,
 ) -> Estimate:
     """:func:`hessian_trace` once its count is named (``count``: probes or products)."""
     _check_method_count(count, count_name, method)
     if max_memory_bytes is not None:
         check_positive_int(max_memory_bytes, "max_memory_bytes")
-    op = hvp(loss_fn, params, batch)
+    op = hvp(loss_fn, params, batch, compute_dtype=compute_dtype)
     if method == "hutchpp":
         _check_sketch_memory(params, count, max_memory_bytes)
     return operator_trace(op, params, key, method=method, count=count, chunk_size=chunk_size)
@@ -406,8 +417,7 @@ def _check_sketch_memory(params: Any, num_matvecs: int, max_memory_bytes: int | 
         return
     leaves = jax.tree_util.tree_leaves(params)
     size = sum(int(np.prod(jnp.shape(leaf))) for leaf in leaves)
-    itemsize = max(np.dtype(jnp.result_type(leaf)).itemsize for leaf in leaves)
-    need = hutchpp_memory_bytes(num_matvecs, size, f"float{8 * itemsize}")
+    need = hutchpp_memory_bytes(num_matvecs, size, work_result_type(params))
     if need > max_memory_bytes:
         raise ValueError(
             f"max_memory_bytes: Hutch++ with num_matvecs={num_matvecs} on {size} parameters "

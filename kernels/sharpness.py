@@ -49,7 +49,11 @@ the runtime checks off.
 Precision: $L(\theta+u) - L(\theta)$ is a difference of two nearly equal numbers. In float32
 an increase below about $10^{-7} L(\theta)$ is lost to rounding, which the reported standard
 error does not include; use float64 parameters for small $\sigma$. Half-precision parameters
-(float16, bfloat16) are refused.
+(float16, bfloat16) are worked on in float32 by default (``compute_dtype=None``: each leaf cast
+inside the program, $\theta + u$ formed and the loss evaluated in float32, every sum in
+float32); a half-precision ``compute_dtype`` is refused by the kernels of loss differences
+(the perturbed point would be rounded to 8 or 11 significand bits), see
+:mod:`kernels._precision`.
 """
 
 from __future__ import annotations

@@ -32,9 +32,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from kernels._checks import check_positive_int
+from kernels._precision import check_compute_dtype, in_compute, work_params, work_result_type
 from kernels.parallel import map_samples
 
 __all__ = [
@@ -94,11 +94,17 @@ def linearize_model(
 
 
 def _per_example_jacobian(apply_fn: Callable, params: Any, tile: jax.Array) -> jax.Array:
-    """(tile, num_params) matrix of per-example gradients of the scalar output."""
+    """(tile, num_params) matrix of per-example gradients of the scalar output.
+
+    ``params`` are in their working dtypes (:func:`kernels._precision.work_params`), so the
+    rows are too: float32 for half-precision weights.
+    """
+    dtype = work_result_type(params)
 
     def one(x: jax.Array) -> jax.Array:
         grads = jax.grad(lambda p: apply_fn(p, x[None])[0])(params)
-        return jnp.concatenate([jnp.ravel(g) for g in jax.tree_util.tree_leaves(grads)])
+        leaves = jax.tree_util.tree_leaves(grads)
+        return jnp.concatenate([jnp.ravel(g).astype(dtype) for g in leaves])
 
     return jax.vmap(one)(tile)
 
@@ -132,6 +138,7 @@ def empirical_ntk(
     inputs: jax.Array,
     *,
     tile_size: int | None = None,
+    compute_dtype: Any = None,
 ) -> jax.Array:
     r"""Empirical NTK Gram matrix $K = J J^\top$ of a scalar-output model on a data set.
 
@@ -146,15 +153,22 @@ def empirical_ntk(
     Args:
       apply_fn: ``(params, inputs) -> (batch,)`` outputs for a batch of inputs; must be
         traceable. It is called on batches of one example.
-      params: parameters (any pytree of arrays).
+      params: parameters (any pytree of arrays); half-precision leaves are worked on in
+        float32 (the gradients and the Gram matrix are float32).
       inputs: (N, ...) array of examples (leading axis = examples).
       tile_size: examples per tile (static); None puts all N in one tile.
+      compute_dtype: the dtype ``apply_fn`` is evaluated in: ``None`` (default) float32 for
+        half-precision leaves (each cast inside the program), float32/float64 as they are;
+        ``"params"`` each leaf's own dtype; or a floating dtype
+        (:mod:`kernels._precision`). Static.
 
     Returns:
-      (N, N) symmetric positive semi-definite Gram matrix, dtype of the gradients.
+      (N, N) symmetric positive semi-definite Gram matrix, in the parameters' working dtype
+      (float32 for half precision).
 
     Raises:
-      ValueError: if ``tile_size`` is not a positive int, or ``inputs`` has no leading axis.
+      ValueError: if ``tile_size`` is not a positive int, ``inputs`` has no leading axis, or
+        ``compute_dtype`` is not one of the above.
 
     References:
       Jacot et al. 2018, arXiv:1806.07572; Novak et al. 2022, arXiv:2206.08720.
@@ -172,14 +186,16 @@ def empirical_ntk(
     num = inputs.shape[0]
     if tile_size is not None:
         check_positive_int(tile_size, "tile_size")
+    apply = in_compute(apply_fn, params, check_compute_dtype(compute_dtype))
+    params = work_params(params)
     tiles = _tiles(inputs, num if tile_size is None else min(tile_size, num))
     num_tiles = tiles.shape[0]
     rows, cols = np.triu_indices(num_tiles)
     pairs = jnp.asarray(np.stack([rows, cols], axis=1), dtype=jnp.int32)
 
     def block(pair: jax.Array) -> jax.Array:
-        j_a = _per_example_jacobian(apply_fn, params, tiles[pair[0]])
-        j_b = _per_example_jacobian(apply_fn, params, tiles[pair[1]])
+        j_a = _per_example_jacobian(apply, params, tiles[pair[0]])
+        j_b = _per_example_jacobian(apply, params, tiles[pair[1]])
         return j_a @ j_b.T
 
     blocks = map_samples(block, pairs, chunk_size=1)  # (num_pairs, tile, tile)
@@ -192,6 +208,7 @@ def ntk_diagonal(
     inputs: jax.Array,
     *,
     chunk_size: int = 256,
+    compute_dtype: Any = None,
 ) -> jax.Array:
     r"""Diagonal of the empirical NTK: $K_{aa} = \|\nabla_\theta f(\theta; x_a)\|_2^2$ per example.
 
@@ -202,12 +219,13 @@ def ntk_diagonal(
 
     Args:
       apply_fn: ``(params, inputs) -> (batch,)`` scalar outputs; called on batches of one.
-      params: parameters (pytree).
+      params: parameters (pytree); half precision is worked on in float32.
       inputs: (N, ...) examples.
       chunk_size: examples per vectorised chunk, >= 1. Static.
+      compute_dtype: the dtype ``apply_fn`` is evaluated in, as :func:`empirical_ntk`. Static.
 
     Returns:
-      (N,) squared gradient norms.
+      (N,) squared gradient norms, in the parameters' working dtype.
 
     >>> import jax.numpy as jnp
     >>> x = jnp.array([[1.0, 0.0], [1.0, 2.0]])
@@ -215,11 +233,16 @@ def ntk_diagonal(
     Array([1., 5.], dtype=float32)
     """
     check_positive_int(chunk_size, "chunk_size")
-    flat, unravel = ravel_pytree(params)
+    apply = in_compute(apply_fn, params, check_compute_dtype(compute_dtype))
+    params = work_params(params)
+    dtype = work_result_type(params)
 
     def sq_norm(x: jax.Array) -> jax.Array:
-        g = jax.grad(lambda v: apply_fn(unravel(v), x[None])[0])(flat)
-        return jnp.sum(g**2)
+        g = jax.grad(lambda p: apply(p, x[None])[0])(params)
+        flat = jnp.concatenate(
+            [jnp.ravel(leaf).astype(dtype) for leaf in jax.tree_util.tree_leaves(g)]
+        )
+        return jnp.sum(flat**2)
 
     return jax.lax.map(sq_norm, inputs, batch_size=chunk_size)
 
@@ -230,6 +253,7 @@ def ntk_min_eigenvalue(
     inputs: jax.Array,
     *,
     tile_size: int | None = None,
+    compute_dtype: Any = None,
 ) -> jax.Array:
     r"""Smallest eigenvalue $\lambda_{\min}(K)$ of the empirical NTK Gram matrix (exact, dense).
 
@@ -238,11 +262,12 @@ def ntk_min_eigenvalue(
       params: parameters (pytree).
       inputs: (N, ...) examples.
       tile_size: see :func:`empirical_ntk`.
+      compute_dtype: see :func:`empirical_ntk`. Static.
 
     Returns:
       A scalar; 0 up to rounding when N exceeds the number of parameters.
     """
-    gram = empirical_ntk(apply_fn, params, inputs, tile_size=tile_size)
+    gram = empirical_ntk(apply_fn, params, inputs, tile_size=tile_size, compute_dtype=compute_dtype)
     return jnp.linalg.eigvalsh(gram)[0]
 
 

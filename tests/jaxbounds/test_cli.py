@@ -929,17 +929,17 @@ def test_missing_render_package_stops_from_too(tmp_path):
     assert not (tmp_path / "measures-vs-gap").exists()
 
 
-def test_estimate_never_replaces_another_jobs_report(tmp_path):
+def test_estimate_never_replaces_another_jobs_report(toy, tmp_path, capsys):
     """Issue 30: a second estimate with another seed and sections replaced the first report."""
     out = tmp_path / "d"
-    first = _spawn(tmp_path, ["estimate", "--model", "toy", "--out", str(out), "--quiet"])
-    assert first.wait(timeout=300) == 0, first.communicate()
+    base = ["estimate", "--model", "toy", "--out", str(out), "--quiet"]
+    assert main(base) == 0
     report = out / "report_toy.json"
     before = report.read_bytes()
-    argv = ["estimate", "--model", "toy", "--out", str(out), "--seed", "1", "--sections", "first"]
-    second = _spawn(tmp_path, [*argv, "--quiet"])
-    stdout, stderr = second.communicate(timeout=300)
-    assert second.returncode == 2, stderr
+    capsys.readouterr()
+    argv = [*base, "--seed", "1", "--sections", "first"]
+    code, stdout, stderr = _run(argv, capsys)
+    assert code == 2, stderr
     assert stdout == ""
     assert stderr == (
         f"jaxbounds estimate: error: --out {out}: {report} is the finished report of another "
@@ -949,10 +949,8 @@ def test_estimate_never_replaces_another_jobs_report(tmp_path):
     assert report.read_bytes() == before
     assert sorted(p.name for p in out.iterdir()) == ["report_toy.json"]
     # the same job replaces its own report; --fresh replaces another job's
-    again = _spawn(tmp_path, ["estimate", "--model", "toy", "--out", str(out), "--quiet"])
-    assert again.wait(timeout=300) == 0, again.communicate()
-    fresh = _spawn(tmp_path, [*argv, "--quiet", "--fresh"])
-    assert fresh.wait(timeout=300) == 0, fresh.communicate()
+    assert main(base) == 0
+    assert main([*argv, "--fresh"]) == 0
     replaced = _strict_json(report)
     assert (replaced["meta"]["seed"], replaced["sections_done"]) == (1, ["first"])
 
@@ -1037,27 +1035,35 @@ def _reproduce_child(tmp_path, argv, blocked=()):
     )  # fmt: skip
 
 
-def test_reproduce_never_replaces_another_runs_report(tmp_path):
+def test_reproduce_never_replaces_another_runs_report(tmp_path, capsys, monkeypatch):
     """Another scale or other seeds into the same --out replaced the finished report."""
+    toy = Experiment(
+        "toy", "a toy experiment", "Nobody 2024",
+        {"smoke": {"n": [1, 2]}, "cpu": {"n": [1, 2, 3]}},
+        run_unit=lambda unit: {"double": 2 * unit.config["n"] + unit.seed},
+        default_seeds=1, default_scale="smoke",
+    )  # fmt: skip
+    monkeypatch.setattr(experiments_registry, "REGISTRY", ExperimentRegistry([toy]))
     out = tmp_path / "runs"
-    assert _reproduce_child(tmp_path, ["--out", str(out)]).returncode == 0
+    base = ["reproduce", "toy", "--quiet", "--out", str(out)]
+    assert main(base) == 0
     run = out / "toy"
     files = {name: (run / name).read_bytes() for name in ("results.csv", "summary.json")}
+    capsys.readouterr()
     for argv, difference in (
         (["--scale", "cpu"], "scale smoke (now cpu)"),
         (["--seeds", "2"], "seeds [0] (now [0, 1])"),
     ):
-        done = _reproduce_child(tmp_path, ["--out", str(out), *argv])
-        assert done.returncode == 2, done.stderr
-        assert done.stderr == (
+        code, _, stderr = _run([*base, *argv], capsys)
+        assert code == 2, stderr
+        assert stderr == (
             f"jaxbounds reproduce: error: --out {out}: {run} holds the report of another run "
             f"({difference}); --fresh replaces it (finished unit files are kept), or choose "
             "another --out\n"
         )
         assert {name: (run / name).read_bytes() for name in files} == files
-    assert _reproduce_child(tmp_path, ["--out", str(out)]).returncode == 0  # the same run
-    done = _reproduce_child(tmp_path, ["--out", str(out), "--scale", "cpu", "--fresh"])
-    assert done.returncode == 0, done.stderr
+    assert main(base) == 0  # the same run
+    assert main([*base, "--scale", "cpu", "--fresh"]) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert (summary["scale"], summary["num_finished"]) == ("cpu", 3)
     # smoke's units (n = 1, 2) are kept and reused by cpu (same configuration and seed)

@@ -57,6 +57,47 @@ def test_a_block_of_one_sample():
     )
 
 
+def _quadratic_trace_blocks():
+    """Hessian trace of sum(a * w**2) / 2: the Hessian is diag(a), its trace 10."""
+    a = jnp.arange(1.0, 5.0)
+    loss = lambda p, b: 0.5 * jnp.sum(b * p["w"] ** 2)  # noqa: E731
+    return MonteCarloBlocks(kernels.hessian_trace, loss, {"w": jnp.ones(4)}, a, jax.random.key(1))
+
+
+def test_blocks_of_one_probe_through_the_driver():
+    # a driver run of one-probe blocks read the estimate's units from one sample, which no
+    # kernel estimates from (hessian_trace takes two or more): it failed after the first block
+    seen = []
+    got = run_blocks(
+        _quadratic_trace_blocks(), max_samples=5, block_size=1, min_samples=2,
+        callback=seen.append, handle_signals=False,
+    )  # fmt: skip
+    assert (got.reason, got.num_samples) == ("max_samples", 5)
+    assert [p.num_samples for p in seen] == [1, 2, 3, 4, 5]
+    assert math.isnan(seen[0].mean) and seen[0].stderr == math.inf  # one sample: no estimate
+    assert all(math.isfinite(p.mean) and math.isfinite(p.stderr) for p in seen[1:])
+    # Rademacher probes of a diagonal Hessian: every probe gives the trace exactly
+    assert float(got.estimate.mean) == pytest.approx(10.0, rel=1e-12)
+    assert got.mean == pytest.approx(10.0, rel=1e-12)
+
+
+def test_a_run_stopped_after_one_probe_keeps_it(tmp_path):
+    path = tmp_path / "one.json"
+    got = run_blocks(
+        _quadratic_trace_blocks(), max_time=1e-9, block_size=1, checkpoint=path,
+        handle_signals=False,
+    )  # fmt: skip
+    assert (got.reason, got.num_samples, got.estimate) == ("max_time", 1, None)
+    assert math.isnan(got.mean) and math.isnan(got.stderr)
+    assert load_checkpoint(path)["state"].count == 1  # the probe is kept for a resume
+    again = run_blocks(
+        _quadratic_trace_blocks(), max_samples=3, block_size=1, checkpoint=path,
+        handle_signals=False,
+    )  # fmt: skip
+    assert (again.num_samples, again.state.ranges) == (3, ((0, 3),))
+    assert float(again.estimate.mean) == pytest.approx(10.0, rel=1e-12)
+
+
 def test_a_failing_block_saves_what_finished(tmp_path, monkeypatch):
     """A block's error: the checkpoint and the partial run hold every finished block."""
     blocks = _blocks()

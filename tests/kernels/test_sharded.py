@@ -4,10 +4,10 @@
 must be set before jax starts): a 2-layer MLP placed tensor-parallel (``w1`` ``P(None,
 "model")``, ``w2`` ``P("model", None)``) or FSDP-style (the largest axis of each matrix) on a
 ``(8,)`` mesh (every axis holds parameters: samples sequential) and a ``(2, 4)`` mesh
-(``data``, ``model``/``fsdp``, the batch on ``data``, samples on ``data``), each kernel eagerly
-and under ``jax.jit``, against the same kernel on unplaced arrays in the same process. Every
-family runs on the tensor-parallel ``(2, 4)`` mesh; the others run a core set (all with
-``SHARDED_FULL=1``, the slow test).
+(``data``, ``model``/``fsdp``, the batch on ``data``, samples on ``data``), against the same
+kernel on unplaced arrays in the same process. A core set runs on every mesh, eagerly and under
+``jax.jit``; every other family runs eagerly on the tensor-parallel ``(2, 4)`` mesh
+(every family on every mesh, both ways, with ``SHARDED_FULL=1``: the slow test).
 """
 
 from __future__ import annotations
@@ -67,15 +67,15 @@ def close(got, want):
 
 
 CASES = [
-    (config, name)
+    (config, name, mode)
     for config in sharded_checks.ALL_CONFIGS
     for name in sharded_checks.calls()
     if config == sharded_checks.FULL_CONFIG or name in sharded_checks.CORE
+    for mode in sharded_checks.modes(name, full=False)
 ]
 
 
-@pytest.mark.parametrize("mode", ["eager", "jit"])
-@pytest.mark.parametrize(("config", "name"), CASES)
+@pytest.mark.parametrize(("config", "name", "mode"), CASES)
 def test_sharded_equals_unsharded(results, config, name, mode):
     assert results["device_count"] == 8
     close(results["configs"][config][name][mode], results["reference"][name])

@@ -1,8 +1,11 @@
 """Sharded Monte Carlo: 4 forced host devices give the single-device results for the same key.
 
-Each configuration runs in a fresh subprocess (XLA_FLAGS must be set before jax starts).
+The 4-device configuration runs in a fresh subprocess (XLA_FLAGS must be set before jax starts);
+the single-device reference runs the same script in the test's own process.
 """
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -99,9 +102,18 @@ def run_with_devices(num_devices):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def run_in_this_process():
+    """The script on this process's single device (no second JAX start for the reference)."""
+    assert jax.device_count() == 1
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), jax.numpy_dtype_promotion("standard"):
+        exec(compile(SCRIPT, "sharding_script", "exec"), {"__name__": "sharding_script"})
+    return json.loads(out.getvalue().strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def results():
-    return run_with_devices(1), run_with_devices(4)
+    return run_in_this_process(), run_with_devices(4)
 
 
 def test_device_counts(results):

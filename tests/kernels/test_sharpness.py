@@ -783,9 +783,13 @@ def test_bad_inputs_raise_naming_the_argument(name):
     cases = [
         ("key: expected a PRNG key", weighted_sq, theta, batch, 0),
         ("key: expected one PRNG key", weighted_sq, theta, batch, jax.random.split(key, 2)),
-        ("params: expected float32 or float64 leaves, got int", total, jnp.arange(4), (), key),
-        ("params: float16 parameters are refused", total, theta.astype(jnp.float16), (), key),
-        ("params: bfloat16 parameters are refused", total, theta.astype(jnp.bfloat16), (), key),
+        (
+            "params: expected float16, bfloat16, float32 or float64 leaves, got int",
+            total,
+            jnp.arange(4),
+            (),
+            key,
+        ),
         ("params: expected at least one parameter array", total, {}, (), key),
         ("params: expected at least one parameter entry", total, jnp.zeros((0,)), (), key),
         ("params: expected one float dtype", total, (theta, theta.astype(jnp.float32)), (), key),
@@ -794,6 +798,15 @@ def test_bad_inputs_raise_naming_the_argument(name):
     for match, loss_fn, params, data, k in cases:
         with pytest.raises(ValueError, match=match):
             call_kernel(name, loss_fn, params, data, k)
+    for bad in ("float8", jnp.int32, 3, float("nan")):
+        with pytest.raises(ValueError, match="compute_dtype: expected None, 'params'"):
+            call_kernel(name, total, theta, (), key, compute_dtype=bad)
+    # half-precision parameters are accepted (worked on in float32); a loss difference
+    # evaluated in half precision is refused, with the reason
+    for half in (jnp.float16, jnp.bfloat16):
+        if name != "traces":
+            with pytest.raises(ValueError, match=r"compute_dtype: .* evaluates L.θ\+u. - L.θ."):
+                call_kernel(name, total, theta.astype(half), (), key, compute_dtype="params")
     if name == "worst":
         for option in ("num_steps", "num_restarts"):
             with pytest.raises(ValueError, match=option):
