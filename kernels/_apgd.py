@@ -22,7 +22,9 @@ from kernels._perturbation import (
     _check_count,
     _check_samples,
     _loss_at_params,
+    _mask_flags,
     _mask_tree,
+    _mask_values,
     _Problem,
     _setup,
 )
@@ -82,13 +84,14 @@ def _tree_scales(prob: _Problem, params: Any, perturbation: Perturbation) -> lis
     out = []
     for leaf, mask in zip(leaves, masks, strict=True):
         dtype = jnp.result_type(leaf)
-        if not mask.any():
+        some, every, _ = _mask_flags(mask)
+        if not some:
             out.append(0.0)
         elif perturbation.adaptive:
             scale = jnp.abs(leaf)
-            out.append(scale if mask.all() else jnp.asarray(mask, dtype) * scale)
+            out.append(scale if every else _mask_values(mask, dtype) * scale)
         else:
-            out.append(1.0 if mask.all() else jnp.asarray(mask, dtype))
+            out.append(1.0 if every else _mask_values(mask, dtype))
     del prob
     return out
 

@@ -14,7 +14,19 @@ from kernels._checks import (
     check_positive_int,
     check_that,
 )
-from kernels._flat import _check_kept_count, _Flat, _num_bad_rows, _setup
+from kernels._flat import (
+    _check_kept_count,
+    _Flat,
+    _num_bad_rows,
+    _setup,
+    _split,
+    contract,
+    leaf_shardings,
+    place,
+    stacked_sharding,
+    tree_dot,
+    tree_norm2,
+)
 from kernels._hessian import Matvec
 from kernels._jit import compile_once
 
@@ -97,79 +109,145 @@ def _any_in_batch_vmap(axis_size: int, in_batched: list[bool], pred: jax.Array) 
 
 @dataclasses.dataclass(frozen=True)
 class _Basis:
-    """The Lanczos basis: ``rows`` stored in ``dtype``, scaled; rows not yet written are zero.
+    """The Lanczos basis, leaf by leaf: ``rows`` stored in ``dtype``, scaled; unwritten rows zero.
 
-    Row i holds ``scale * v_i``: a unit vector's entries are about ``1/sqrt(n)``, below
-    float16's normal range at 10^8 parameters, so a float16 basis stores them times
-    ``sqrt(n)``. (Holding the basis and the vectors leaf by leaf instead of raveled measured
-    the same temporaries and compiled 35-50% slower.)
+    One array of shape ``(num_rows, *leaf.shape)`` per leaf of the parameters, so row i is the
+    vector ``v_i`` in the parameters' layout; on a mesh each array is placed like its leaf on
+    the trailing axes (``shardings``), so a device holds its share of the basis (off a mesh
+    the vectors are one raveled leaf: :meth:`_Flat.for_bases`). Row i holds
+    ``scale * v_i``: a unit vector's entries are about ``1/sqrt(n)``, below float16's normal
+    range at 10^8 parameters, so a float16 basis stores them times ``sqrt(n)``.
     """
 
-    rows: jax.Array  # (num_rows, n)
+    rows: list  # [(num_rows, *shape_l)] per leaf
     scale: float
     work: Any  # the working dtype
+    shardings: tuple = ()  # per leaf: the stacked leaf's NamedSharding, or None
 
     @staticmethod
-    def create(num_rows: int, size: int, work: Any, dtype: Any) -> _Basis:
-        scale = float(np.sqrt(size)) if np.dtype(dtype) == np.float16 else 1.0
-        return _Basis(jnp.zeros((num_rows, size), dtype), scale, work)
+    def create(
+        num_rows: int,
+        shapes: Any,
+        work: Any,
+        dtype: Any,
+        shardings: Any = None,
+        anchors: Any = None,
+    ) -> _Basis:
+        """A zero basis of ``num_rows`` rows; ``shapes``: the leaves' shapes (an int n: one leaf).
 
-    def set(self, index: Any, v: jax.Array) -> _Basis:
-        """Row ``index`` set to ``v`` (an index past the last row writes nothing)."""
-        stored = (v * jnp.asarray(self.scale, v.dtype)).astype(self.rows.dtype)
-        return dataclasses.replace(self, rows=self.rows.at[index].set(stored, mode="drop"))
-
-    def project_out(self, w: jax.Array, used: Any) -> jax.Array:
-        r"""$w - \sum_{i<used} (v_i^\top w) v_i$ against the stored rows.
-
-        A full-precision basis: classical Gram-Schmidt as two matrix-vector products with
-        the whole basis (rows not yet written are zero and change nothing; a loop over the rows
-        in use, one sliced row at a time, measured 5-20x slower on CPU at 10^6 parameters).
-        A lower-precision basis: block by block (at most 8 blocks, a loop over the blocks in
-        use), each block converted to the working dtype, used and dropped (a product with the
-        whole converted basis would hold it in full precision).
+        ``shardings``: per leaf, the parameter leaf's ``NamedSharding`` (or None); ``anchors``:
+        per leaf, zeros placed like the parameter leaf (:meth:`_Flat.anchors`), broadcast into
+        the rows so that the partitioner splits them like the leaf.
         """
+        shapes = [(int(shapes),)] if isinstance(shapes, int | np.integer) else list(shapes)
+        size = sum(int(np.prod(shape)) for shape in shapes)
+        scale = float(np.sqrt(size)) if np.dtype(dtype) == np.float16 else 1.0
+        stacked = tuple(stacked_sharding(sh) for sh in (shardings or [None] * len(shapes)))
+        if anchors is None:
+            rows = [jnp.zeros((num_rows, *shape), dtype) for shape in shapes]
+        else:
+            rows = [
+                jnp.broadcast_to(z.astype(dtype)[None], (num_rows, *shape))
+                for z, shape in zip(anchors, shapes, strict=True)
+            ]
+        return _Basis(rows, scale, work, stacked).placed()
+
+    def placed(self) -> _Basis:
+        """The rows constrained to their shardings (where known)."""
+        if not any(sh is not None for sh in self.shardings):
+            return self
+        rows = [place(r, sh) for r, sh in zip(self.rows, self.shardings, strict=True)]
+        return dataclasses.replace(self, rows=rows)
+
+    def with_rows(self, rows: list) -> _Basis:
+        return dataclasses.replace(self, rows=list(rows)).placed()
+
+    def row(self, index: Any) -> list[jax.Array]:
+        """Row ``index`` as leaves (stored dtype, scaled)."""
+        return [jax.lax.dynamic_index_in_dim(r, index, keepdims=False) for r in self.rows]
+
+    def set(self, index: Any, v: Any) -> _Basis:
+        """Row ``index`` set to ``v`` (leaves; an index past the last row writes nothing)."""
+        v = _leaves(v)
+        rows = [
+            r.at[index].set((x * jnp.asarray(self.scale, x.dtype)).astype(r.dtype), mode="drop")
+            for r, x in zip(self.rows, v, strict=True)
+        ]
+        return self.with_rows(rows)
+
+    def project_out(self, w: Any, used: Any) -> Any:
+        r"""$w - \sum_{i<used} (v_i^\top w) v_i$ against the stored rows (``w``: leaves).
+
+        A full-precision basis: classical Gram-Schmidt as two contractions per leaf with the
+        whole basis (the coefficients summed over the leaves; rows not yet written are zero and
+        change nothing; a loop over the rows in use, one sliced row at a time, measured 5-20x
+        slower on CPU at 10^6 parameters). A lower-precision basis: block by block (at most 8
+        blocks, a loop over the blocks in use), each block converted to the working dtype, used
+        and dropped (a product with the whole converted basis would hold it in full precision).
+        A flat array ``w`` (one leaf) gives a flat array.
+        """
+        flat = not isinstance(w, list | tuple)
+        w = _leaves(w)
         rows, work = self.rows, self.work
         inv = jnp.asarray(1.0 / self.scale**2, work)
-        if rows.dtype == work:
-            return w - jnp.matmul(jnp.matmul(rows, w) * inv, rows)
-        num = rows.shape[0]
+        if rows[0].dtype == work:
+            out = _subtract(rows, w, inv)
+            return out[0] if flat else out
+        num = rows[0].shape[0]
         block = -(-num // 8)
         pad = -num % block
         if pad:  # whole blocks for the dynamic slices (zero rows change nothing)
-            rows = jnp.concatenate([rows, jnp.zeros((pad, rows.shape[1]), rows.dtype)])
+            rows = [jnp.concatenate([r, jnp.zeros((pad, *r.shape[1:]), r.dtype)]) for r in rows]
+            rows = self.with_rows(rows).rows
 
-        def body(b: jax.Array, w: jax.Array) -> jax.Array:
-            blk = jax.lax.dynamic_slice_in_dim(rows, b * block, block).astype(work)
-            return w - jnp.matmul(jnp.matmul(blk, w) * inv, blk)
+        def body(b: jax.Array, w: list) -> list:
+            blk = [jax.lax.dynamic_slice_in_dim(r, b * block, block).astype(work) for r in rows]
+            return _subtract(blk, w, inv)
 
         used_blocks = (jnp.asarray(used, jnp.int32) + (block - 1)) // block
-        return jax.lax.fori_loop(0, used_blocks, body, w)
+        out = jax.lax.fori_loop(0, used_blocks, body, w)
+        return out[0] if flat else out
 
-    def orthogonalize(self, w: jax.Array, used: Any) -> tuple[jax.Array, jax.Array]:
+    def orthogonalize(self, w: Any, used: Any) -> tuple[Any, jax.Array]:
         """Gram-Schmidt against the rows in use, a second pass only if the first cancelled.
 
         Returns ``(w', ||w'||)``. The second pass (DGKS) runs when ``||w'|| < ||w|| / sqrt(2)``
         (probes vmapped together: when it holds for any, each keeping its own result,
         :func:`_any_in_batch`).
         """
-        before = jnp.linalg.norm(w)
+        before = tree_norm2(_leaves(w))
         w = self.project_out(w, used)
-        after = jnp.linalg.norm(w)
+        after = tree_norm2(_leaves(w))
         needs = after < _DGKS * before
 
-        def again(w: jax.Array) -> tuple[jax.Array, jax.Array]:
+        def again(w: Any) -> tuple[Any, jax.Array]:
             second = self.project_out(w, used)
-            return jnp.where(needs, second, w), jnp.where(needs, jnp.linalg.norm(second), after)
+            kept = jax.tree_util.tree_map(lambda s, x: jnp.where(needs, s, x), second, w)
+            return kept, jnp.where(needs, tree_norm2(_leaves(second)), after)
 
         return jax.lax.cond(_any_in_batch(needs), again, lambda w: (w, after), w)
+
+
+def _leaves(v: Any) -> list[jax.Array]:
+    """A vector as its list of leaves (a flat array is one leaf)."""
+    return list(v) if isinstance(v, list | tuple) else [v]
+
+
+def _subtract(rows: list, w: list, inv: jax.Array) -> list:
+    """``w - rows^T (inv * rows w)`` with the coefficients summed over the leaves."""
+    coef = sum(contract(r, x, x.ndim) for r, x in zip(rows, w, strict=True)) * inv
+    return [x - contract(coef, r, 1, like=x) for r, x in zip(rows, w, strict=True)]
+
+
+def _divided(v: list, c: jax.Array) -> list:
+    return [x / c for x in v]
 
 
 def _lanczos_run(
     flat: _Flat,
     key: jax.Array,
     num_steps: int,
-    v0: jax.Array | None,
+    v0: list | None,
     basis_dtype: Any = None,
 ):
     r"""Lanczos with full reorthogonalisation and random restarts: (alphas, betas, |v0|).
@@ -178,15 +256,27 @@ def _lanczos_run(
     the working dtype), then Gram-Schmidt against the stored $v_0 \dots v_j$ (one pass, a
     second one only when the first cancelled, :meth:`_Basis.orthogonalize`). A $\beta_j$ at the
     rounding level of $\|A\|$ is an invariant subspace: $\beta_j$ is set to 0 and the next
-    vector is a fresh random one orthogonalised against the basis (a restart).
+    vector is a fresh random one orthogonalised against the basis (a restart). Every vector is
+    a list of leaves shaped like the parameters' on a user's mesh (``flat.tree_matvec``; one
+    raveled leaf off a mesh, :meth:`_Flat.for_bases`): dot products are sums of per-leaf
+    contractions, and the basis is placed like the parameters (:class:`_Basis`).
     """
     key_start, key_restart = jax.random.split(key)
+    flat = flat.for_bases()
     dtype = flat.dtype
-    v0 = flat.probe(key_start) if v0 is None else v0.astype(dtype)
-    norm0 = jnp.linalg.norm(v0)
-    v = v0 / norm0
+    matvec = flat.tree_matvec
+    if v0 is None:
+        v0 = flat.probe_leaves(key_start)
+    else:  # a start given as the parameters' leaves, raveled when the basis is one leaf
+        if flat.draw is not None:
+            v0 = [jnp.concatenate([jnp.ravel(a) for a in v0])]
+        v0 = [a.astype(dtype) for a in v0]
+    norm0 = tree_norm2(v0)
+    v = _divided(v0, norm0)
     store = dtype if basis_dtype is None else basis_dtype
-    basis = _Basis.create(num_steps, flat.size, dtype, store).set(0, v)
+    shapes = [tuple(np.shape(a)) for a in v]
+    shardings = leaf_shardings(flat.template)
+    basis = _Basis.create(num_steps, shapes, dtype, store, shardings, flat.anchors()).set(0, v)
     eps = jnp.finfo(dtype).eps
 
     # v_{j-1} for the three-term recurrence: read back from a full-precision basis (a copy
@@ -198,28 +288,30 @@ def _lanczos_run(
     def step(j: jax.Array, carry: tuple[Any, ...]) -> tuple[Any, ...]:
         if carry_prev:
             rows, v, v_prev, beta_prev, alphas, betas, scale = carry
+            basis_j = basis.with_rows(rows)
         else:
             rows, v, beta_prev, alphas, betas, scale = carry
-            v_prev = jax.lax.dynamic_index_in_dim(rows, jnp.maximum(j - 1, 0), keepdims=False)
-        basis_j = dataclasses.replace(basis, rows=rows)
-        w = flat.matvec(v)
-        alpha = jnp.vdot(v, w)
-        w = w - alpha * v - beta_prev * v_prev
+            basis_j = basis.with_rows(rows)
+            v_prev = basis_j.row(jnp.maximum(j - 1, 0))
+        w = matvec(v)
+        alpha = tree_dot(v, w)
+        w = [a - alpha * b - beta_prev * c for a, b, c in zip(w, v, v_prev, strict=True)]
         w, beta = basis_j.orthogonalize(w, j + 1)
         scale = jnp.maximum(scale, jnp.abs(alpha) + beta_prev + beta)
         broke = beta <= _BREAKDOWN * eps * scale
 
-        def restart(w: jax.Array) -> jax.Array:
-            fresh = flat.probe(jax.random.fold_in(key_restart, j))
+        def restart(w: list) -> list:
+            fresh = flat.probe_leaves(jax.random.fold_in(key_restart, j))
             fresh = basis_j.orthogonalize(fresh, j + 1)[0]
-            fresh_norm = jnp.linalg.norm(fresh)
-            return fresh / jnp.where(fresh_norm > 0, fresh_norm, 1.0)
+            fresh_norm = tree_norm2(fresh)
+            return _divided(fresh, jnp.where(fresh_norm > 0, fresh_norm, 1.0))
 
-        def restart_broken(w: jax.Array) -> jax.Array:
-            return jnp.where(broke, restart(w), w / beta)
+        def restart_broken(w: list) -> list:
+            new = restart(w)
+            return [jnp.where(broke, a, b / beta) for a, b in zip(new, w, strict=True)]
 
         # the restart vector only on breakdown: its Gram-Schmidt reads the basis again
-        nxt = jax.lax.cond(_any_in_batch(broke), restart_broken, lambda w: w / beta, w)
+        nxt = jax.lax.cond(_any_in_batch(broke), restart_broken, lambda w: _divided(w, beta), w)
         beta = jnp.where(broke, jnp.zeros_like(beta), beta)
         rows = basis_j.set(j + 1, nxt).rows  # v_k (after the last step) is not kept
         rest = (beta, alphas.at[j].set(alpha), betas.at[j].set(beta), scale)
@@ -227,7 +319,7 @@ def _lanczos_run(
 
     zeros = jnp.zeros((num_steps,), dtype)
     zero = jnp.zeros((), dtype)
-    prev = (jnp.zeros_like(v),) if carry_prev else ()
+    prev = ([jnp.zeros_like(a) for a in v],) if carry_prev else ()
     init = (basis.rows, v, *prev, zero, zeros, zeros, zero)
     out = jax.lax.fori_loop(0, num_steps, step, init)
     alphas, betas = out[-3], out[-2]
@@ -237,6 +329,21 @@ def _lanczos_run(
 def _bad_steps(alphas: jax.Array, betas: jax.Array) -> jax.Array:
     """Number of Lanczos steps whose alpha or (kept) beta is not finite."""
     return _num_bad_rows(alphas, jnp.concatenate([betas, jnp.zeros((1,), betas.dtype)]))
+
+
+def _start_leaves(start: Any, flat: _Flat) -> list[jax.Array]:
+    """``start`` (a flat vector of shape (n,), or a pytree shaped like ``like``) as leaves."""
+    leaves, treedef = jax.tree_util.tree_flatten(flat.template)
+    shapes = [tuple(np.shape(leaf)) for leaf in leaves]
+    given, given_def = jax.tree_util.tree_flatten(start)
+    if given_def == treedef and [tuple(np.shape(a)) for a in given] == shapes:
+        return [jnp.asarray(a) for a in given]
+    if len(given) == 1 and jnp.shape(given[0]) == (flat.size,):
+        return _split(jnp.asarray(given[0]), shapes)
+    raise ValueError(
+        f"start: expected a flat vector of shape ({flat.size},) or a pytree shaped like "
+        f"`like`, got {jax.tree_util.tree_map(jnp.shape, start)}"
+    )
 
 
 def _check_steps(num_steps: int, size: int) -> int:
@@ -253,28 +360,32 @@ def lanczos(
     key: jax.Array,
     *,
     num_steps: int,
-    start: jax.Array | None = None,
+    start: Any = None,
     basis_dtype: Any = None,
     linearize: bool = True,
 ) -> Tridiagonal:
     r"""Lanczos tridiagonalisation with full reorthogonalisation.
 
-    Runs $k$ = ``num_steps`` steps from a random Rademacher start vector (or ``start``, a flat
-    vector): the three-term recurrence, then Gram-Schmidt against all previous vectors (one
+    Runs $k$ = ``num_steps`` steps from a random Rademacher start vector (or ``start``): the
+    three-term recurrence, then Gram-Schmidt against all previous vectors (one
     classical pass, a second only when the first cancelled; module docstring, "Lanczos"). On
     breakdown (an invariant subspace found) it restarts from a fresh random vector orthogonal
     to the basis, so $T$ stays block-diagonal and its eigenvalues
     remain eigenvalues of $A$. Gauss quadrature: $e_1^\top T^p e_1 \|v_0\|^2 = v_0^\top A^p v_0$
     for $p < 2k$ (exact in exact arithmetic). Memory: the basis, $k \times n$ numbers of
-    ``basis_dtype``, beside the operator's (a linearised Hessian keeps its residuals) and about
-    four vectors. Accuracy: a few $\epsilon \|A\|$ absolute (module docstring).
+    ``basis_dtype`` held leaf by leaf in the parameters' layout (on a mesh each device holds its
+    share), beside the operator's (a linearised Hessian keeps its residuals) and about four
+    vectors. Accuracy: a few $\epsilon \|A\|$ absolute (module docstring).
 
     Args:
       matvec: ``v -> A v`` on pytrees shaped like ``like`` (A symmetric).
       like: pytree (or int n).
       key: PRNG key (start and restart vectors).
       num_steps: steps k, 1 <= k <= n. Static.
-      start: optional flat start vector of shape (n,), finite and nonzero.
+      start: optional start vector, finite and nonzero: a pytree shaped like ``like`` (on a
+        mesh, placed like the parameters: the basis is kept leaf by leaf) or a flat vector of
+        shape (n,) in the order of ``jax.flatten_util.ravel_pytree(like)`` (split into the
+        leaves once).
       basis_dtype: dtype the Lanczos basis is stored in: ``None`` (the working dtype, default)
         or a lower precision (``"float32"`` for float64 work, ``"float16"`` / ``"bfloat16"``),
         which divides the basis's memory and the traffic of its Gram-Schmidt; accuracy in the
@@ -291,7 +402,8 @@ def lanczos(
       Tridiagonal(diagonal, off_diagonal, start_norm).
 
     Raises:
-      ValueError: if num_steps is not in [1, n], ``start`` does not have shape (n,), bad
+      ValueError: if num_steps is not in [1, n], ``start`` is neither of shape (n,) nor
+        shaped like ``like``, bad
         ``key`` / ``like``; (runtime check) non-finite inputs, a zero or non-finite ``start``,
         non-finite products (with how many of the k steps).
 
@@ -305,11 +417,8 @@ def lanczos(
     flat = _setup(matvec, like, linearize=linearize)
     _check_steps(num_steps, flat.size)
     if start is not None:
-        if jnp.shape(start) != (flat.size,):
-            raise ValueError(
-                f"start: expected a flat vector of shape ({flat.size},), got {jnp.shape(start)}"
-            )
-        norm = jnp.linalg.norm(jnp.asarray(start))
+        start = _start_leaves(start, flat)
+        norm = tree_norm2(start)
         check_that(
             jnp.logical_and(jnp.isfinite(norm), norm > 0),
             "start: expected a finite nonzero vector",

@@ -210,9 +210,14 @@ def _mask_leaf(value: Any, leaf: Any) -> np.ndarray:
 
 
 def _mask_tree(mask: Any, params: Any) -> list[np.ndarray]:
-    """The 0/1 mask (static) as one bool array per leaf of ``params`` (in leaf order)."""
+    """The 0/1 mask (static) as one bool array per leaf of ``params`` (in leaf order).
+
+    Each is a read-only broadcast of what the mask gave (a scalar ``True`` is one bool seen at
+    every entry): nothing of the parameters' size is allocated on the host
+    (:func:`_mask_compact`).
+    """
     if mask is None:
-        tree = jax.tree_util.tree_map(lambda p: np.ones(jnp.shape(p), bool), params)
+        tree = jax.tree_util.tree_map(lambda p: np.broadcast_to(np.True_, jnp.shape(p)), params)
     elif callable(mask):
         tree = jax.tree_util.tree_map_with_path(
             lambda path, p: _mask_leaf(mask(jax.tree_util.keystr(path), p), p), params
@@ -234,9 +239,25 @@ def _mask_tree(mask: Any, params: Any) -> list[np.ndarray]:
     return list(jax.tree_util.tree_leaves(tree))
 
 
-def _mask_vector(mask: Any, params: Any) -> np.ndarray:
-    """The 0/1 mask (static) as a flat bool vector in the order of ``ravel_pytree(params)``."""
-    return np.concatenate([np.ravel(m) for m in _mask_tree(mask, params)])
+def _mask_compact(mask: np.ndarray) -> np.ndarray:
+    """The entries of a broadcast mask leaf that it repeats: its axes of stride 0 cut to 1."""
+    if mask.size == 0:
+        return mask
+    return mask[tuple(slice(0, 1) if st == 0 else slice(None) for st in mask.strides)]
+
+
+def _mask_flags(mask: np.ndarray) -> tuple[bool, bool, int]:
+    """``(any, all, count of True)`` of a mask leaf, read from :func:`_mask_compact`."""
+    if mask.size == 0:
+        return False, True, 0
+    compact = _mask_compact(mask)
+    count = int(compact.sum()) * (mask.size // compact.size)
+    return count > 0, count == mask.size, count
+
+
+def _mask_values(mask: np.ndarray, dtype: Any) -> jax.Array:
+    """A mask leaf as 0/1 values of ``dtype`` in the program: a constant of its compact form."""
+    return jnp.broadcast_to(jnp.asarray(_mask_compact(mask), dtype), mask.shape)
 
 
 def _setup(
@@ -270,8 +291,9 @@ def _setup(
     scale = perturbation.scale
     if not _is_number(scale) or jnp.shape(scale) != ():
         raise ValueError(f"{perturbation.scale_name}: expected a scalar > 0, got {describe(scale)}")
-    mask = _mask_vector(perturbation.mask, params)
-    if not mask.any():
+    masks = _mask_tree(perturbation.mask, params)
+    flags = [_mask_flags(m) for m in masks]
+    if not any(f[0] for f in flags):
         raise ValueError("perturbation.mask: matches no parameter")
     # the parameters' finiteness leaf by leaf, once, for its check and for the gate: a test of
     # the raveled vector would concatenate the leaves (on a mesh, moving every shard)
@@ -282,7 +304,10 @@ def _setup(
     ok = _valid_scale(scale) if finite is None else jnp.logical_and(finite, _valid_scale(scale))
     # an all-true mask (the default) becomes a broadcast of ones that XLA folds away, not a
     # parameter-sized constant in the program
-    mask_values = jnp.ones(flat.shape, dtype) if mask.all() else jnp.asarray(mask, dtype)
+    if all(f[1] for f in flags):
+        mask_values = jnp.ones(flat.shape, dtype)
+    else:  # leaf by leaf: an all-true or all-false leaf is a broadcast, not a constant
+        mask_values = jnp.concatenate([jnp.ravel(_mask_values(m, dtype)) for m in masks])
     if perturbation.adaptive:
         scales = mask_values * jnp.abs(flat)
         dim = _support_size(scales)
@@ -293,7 +318,7 @@ def _setup(
         ok = jnp.logical_and(ok, dim > 0)
     else:
         scales = mask_values
-        dim = int(mask.sum())
+        dim = sum(f[2] for f in flags)
     # One jitted closure of the displacement's leaves: every use (L(θ), perturbed points,
     # derivatives, flat or leaf by leaf) reuses the jaxpr of a single trace of loss_fn, this
     # shape check included.

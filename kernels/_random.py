@@ -104,10 +104,13 @@ def sign_block(key: jax.Array, start: int, shape: tuple[int, ...], dtype: Any) -
     Shaped ``shape`` (row-major), computed entry by entry from the word indices, so the block of
     a sharded parameter is drawn where its shards live, without the whole vector. Each entry
     derives its group of words again (128 times the hashing of :func:`sign_vector`); for
-    threefry keys (:func:`wordwise`) and ``start + size <= 2**32``.
+    threefry keys (:func:`wordwise`). The block is indexed from the word holding entry
+    ``start``, so ``start`` may lie past ``2**32`` (vectors of up to ``2**37`` entries, whose
+    word indices fit 32 bits) and one block holds up to ``2**32 - 32`` entries.
 
     Raises:
-      ValueError: for a key that is not :func:`wordwise`, or a block past ``2**32`` entries.
+      ValueError: for a key that is not :func:`wordwise`, a negative ``start``, a block of
+        ``2**32 - 31`` entries or more, or one past ``2**37`` entries.
 
     >>> key = jax.random.key(1)
     >>> full = sign_vector(key, 100, jnp.float32)
@@ -117,9 +120,14 @@ def sign_block(key: jax.Array, start: int, shape: tuple[int, ...], dtype: Any) -
     size = int(np.prod(shape))
     if not wordwise(key):
         raise ValueError(f"key: sign blocks need a threefry key, got {jax.random.key_impl(key)}")
-    if start < 0 or start + size > 2**32:
-        raise ValueError(f"start: expected entries within [0, 2**32), got {start} + {size}")
-    index = (jnp.uint32(start) + jax.lax.iota(jnp.uint32, max(1, size)))[:size].reshape(shape)
-    bits = _words_at(key, index // jnp.uint32(WORD_BITS)) >> (index % jnp.uint32(WORD_BITS))
+    first_word, offset = divmod(int(start), WORD_BITS)
+    if start < 0 or offset + size > 2**32 or start + size > WORD_BITS * 2**32:
+        raise ValueError(
+            f"start: expected a block of under 2**32 - 31 entries within [0, 2**37), got "
+            f"{start} + {size}"
+        )
+    local = (jnp.uint32(offset) + jax.lax.iota(jnp.uint32, max(1, size)))[:size].reshape(shape)
+    word = jnp.uint32(first_word) + local // jnp.uint32(WORD_BITS)
+    bits = _words_at(key, word) >> (local % jnp.uint32(WORD_BITS))
     one = jnp.ones((), dtype)
     return jnp.where((bits & jnp.uint32(1)) == jnp.uint32(1), -one, one)

@@ -14,9 +14,19 @@ from kernels._checks import (
     check_key,
     check_positive_int,
 )
-from kernels._flat import _MAX_KEPT, _Flat, _indices, _num_bad_rows, _setup, _setup_forms
+from kernels._flat import (
+    _MAX_KEPT,
+    _Flat,
+    _indices,
+    _num_bad_rows,
+    _setup,
+    _setup_forms,
+    leaf_shardings,
+    tree_dot,
+)
 from kernels._hessian import Matvec, hvp
 from kernels._jit import compile_once
+from kernels._lanczos import _Basis
 from kernels._memory import hutchinson_chunk, probe_chunk
 from kernels._names import method_count, renamed_kwargs
 from kernels._precision import work_result_type
@@ -137,10 +147,11 @@ def hutchinson_trace(
 def hutchpp_memory_bytes(num_matvecs: int, size: int, dtype: Any) -> int:
     r"""Memory of the Hutch++ sketch: $3\,s\,n\,b$ bytes with $s = \min(\lfloor m/3\rfloor, n)$.
 
-    The sketch holds $s$ images $A s_j$ of the parameter size $n$ ($b$ bytes per element), the
-    QR factorisation's working copy and the basis $Q$: at most three $s \times n$ arrays (XLA
-    on CPU reuses one of them: its compiled program measures about $2\,s\,n\,b$). This comes on
-    top of what ``chunk_size`` products need, which Hutchinson needs too.
+    The sketch holds $s$ images $A s_j$ of the parameter size $n$ ($b$ bytes per element) and
+    the orthonormal basis $Q$ built from them by Gram-Schmidt, both leaf by leaf in the
+    parameters' layout; the bound keeps room for a third $s \times n$ array (a working copy,
+    as the QR factorisation of earlier versions needed). This comes on top of what
+    ``chunk_size`` products need, which Hutchinson needs too.
 
     Args:
       num_matvecs: the budget m of :func:`hutchpp_trace`.
@@ -158,21 +169,39 @@ def hutchpp_memory_bytes(num_matvecs: int, size: int, dtype: Any) -> int:
 
 
 def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int):
-    """Orthonormal basis Q of A S (S Rademacher, row j from fold_in(key, j)) and tr(Q'AQ) terms."""
+    """Orthonormal basis Q of A S (S Rademacher, row j from fold_in(key, j)) and tr(Q'AQ) terms.
+
+    Q is held leaf by leaf in the parameters' layout (a Lanczos :class:`_Basis`): column j is
+    the image ``A s_j`` orthogonalised against columns ``0 .. j-1`` by Gram-Schmidt with a
+    second pass where the first cancelled, and normalised (an image with nothing left is a
+    zero column, which adds nothing to either term).
+    """
+    flat = flat.for_bases()
     images = map_samples(
-        lambda j: flat.matvec(flat.probe(sample_key(key, j))),
+        lambda j: flat.tree_matvec(flat.probe_leaves(sample_key(key, j))),
         _indices(num_sketch),
         chunk_size=chunk,
         key=key,  # an rbg key's draws change under vmap: such a map runs one at a time
-    )  # (s, n): rows A s_j
-    basis = jnp.linalg.qr(images.T)[0]  # (n, s)
+    )  # per leaf (s, *shape): rows A s_j
+    shapes = [a.shape[1:] for a in images]
+    dtype = flat.dtype
+    shardings = leaf_shardings(flat.template)
+    basis = _Basis.create(num_sketch, shapes, dtype, dtype, shardings, flat.anchors())
+
+    def orthonormal(j: jax.Array, rows: list) -> list:
+        current = basis.with_rows(rows)
+        y = [jax.lax.dynamic_index_in_dim(a, j, keepdims=False) for a in images]
+        w, norm = current.orthogonalize(y, j)
+        return current.set(j, [a / jnp.where(norm > 0, norm, 1.0) for a in w]).rows
+
+    basis = basis.with_rows(jax.lax.fori_loop(0, num_sketch, orthonormal, basis.rows))
 
     def column(j: jax.Array) -> jax.Array:
-        q = basis[:, j]
-        return jnp.vdot(q, flat.matvec(q))
+        q = basis.row(j)
+        return tree_dot(q, flat.tree_matvec(q))
 
     quad = map_samples(column, _indices(num_sketch), chunk_size=chunk)
-    return basis, quad, _num_bad_rows(images) + _num_bad_rows(quad)
+    return basis, quad, _num_bad_rows(*images) + _num_bad_rows(quad)
 
 
 def _hutchpp(matvec: Any, like: Any, key: Any, num_matvecs: int, chunk_size: Any) -> Estimate:
@@ -195,10 +224,11 @@ def _hutchpp(matvec: Any, like: Any, key: Any, num_matvecs: int, chunk_size: Any
     # the kernel's one placement (all devices, or the parameters' mesh)
     basis, quad, bad = _sketch_basis(flat, key_sketch, num_sketch, chunk)
 
+    space = flat.for_bases()
+
     def one(k: jax.Array) -> jax.Array:
-        g = flat.probe(k)
-        g = g - basis @ (basis.T @ g)
-        return jnp.vdot(g, flat.matvec(g))
+        g = basis.project_out(space.probe_leaves(k), num_sketch)
+        return tree_dot(g, space.tree_matvec(g))
 
     stats = sample_statistics(one, key_hutch, num_samples=num_hutch, chunk_size=chunk)
     flat.check_products(bad + stats.num_nonfinite, num_matvecs, "products")
@@ -228,8 +258,9 @@ def hutchpp_trace(
 
     Memory: unlike Hutchinson, Hutch++ holds its sketch by design: about
     :func:`hutchpp_memory_bytes` $= 3\,s\,n\,b$ bytes ($n$ parameters of $b$ bytes: the $s$
-    images $AS$, the QR's working copy and $Q$), i.e. $m/3$ vectors of the parameter size per
-    copy, beside the memory of ``chunk_size`` products. The residual probes are streamed.
+    images $AS$ and $Q$, held leaf by leaf, and room for a working copy), i.e. $m/3$ vectors
+    of the parameter size per copy, beside the memory of ``chunk_size`` products. The residual
+    probes are streamed.
 
     Args:
       matvec: ``v -> A v`` on pytrees shaped like ``like`` (A symmetric); a loss operator is

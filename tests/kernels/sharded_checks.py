@@ -309,6 +309,11 @@ def main(only: list[str] | None = None) -> dict:
     if not MULTI:
         out["errors"] = errors(params, x, labels, key)
         out["gathers"] = gathers()
+        out["explicit"] = explicit_lanczos(params, x, key, full)
+        if full:  # every family, on the MLP and on the tiny decoder
+            out["fsdp_gathers"] = {m: fsdp_gathers(m) for m in ("mlp", "decoder")}
+        else:
+            out["fsdp_gathers"] = {"mlp": fsdp_gathers("mlp", FSDP_FAST)}
     return out
 
 
@@ -393,6 +398,179 @@ def gathers():
         )
         text = probe.lower(params, xs, jax.random.key(0)).compile().as_text()
         out[f"probe_chunk{chunk}"] = all_gathers(text)
+    return out
+
+
+# the families of the default run's all-gather check (each compile takes seconds): Lanczos and
+# Hutch++, whose flat bases gathered every leaf (Hutch++: its whole flat sketch) before they
+# were kept leaf by leaf; the slow run compiles every family
+FSDP_FAST = ("top_eigenvalues", "hutchpp")
+# the families that perturb the parameters: their perturbation is still drawn as one flat
+# vector and split into the leaves, which may gather a leaf's slice of it (never more)
+FSDP_FLAT_PERTURBATION = ("average_sharpness", "worst_case_sharpness", "perturbed_hessian_traces")
+
+
+def fsdp_kernels(loss, apply, split):
+    """name -> (params, batch, key) -> result: one call of every kernel family (issue 40).
+
+    ``split``: batch -> the ``(inputs, targets)`` of the Gauss-Newton kernels.
+    """
+    gauss = sharpness.Perturbation("gaussian", 0.05)
+    ball = sharpness.Perturbation("l2_ball", 0.2)
+
+    def stacked(b):
+        return jax.tree_util.tree_map(lambda a: a.reshape(2, -1, *a.shape[1:]), b)
+
+    return {
+        "hutchinson_rademacher": lambda p, b, k: curvature.hessian_trace(
+            loss, p, b, k, num_samples=2
+        ),
+        "hutchinson_gaussian": lambda p, b, k: curvature.hutchinson_trace(
+            curvature.hvp(loss, p, b), p, k, num_samples=2, probe="gaussian"
+        ),
+        "hutchpp": lambda p, b, k: curvature.hessian_trace(
+            loss, p, b, k, num_matvecs=6, method="hutchpp"
+        ),
+        "top_eigenvalues": lambda p, b, k: curvature.top_eigenvalues(
+            curvature.hvp(loss, p, b), p, k, k=1, num_steps=3
+        ),
+        "slq": lambda p, b, k: curvature.slq_nodes(
+            curvature.hvp(loss, p, b), p, k, num_samples=2, num_steps=3
+        ),
+        "ggn_trace": lambda p, b, k: gauss_newton.ggn_trace(
+            apply, p, split(b), k, loss="cross_entropy", num_samples=2
+        ),
+        "dataset_hutchinson": lambda p, b, k: curvature.hutchinson_trace(
+            curvature.dataset_hvp(loss, p, stacked(b)), p, k, num_samples=2
+        ),
+        "average_sharpness": lambda p, b, k: sharpness.average_sharpness(
+            loss, p, b, k, perturbation=gauss, num_samples=2
+        ),
+        "worst_case_sharpness": lambda p, b, k: sharpness.worst_case_sharpness(
+            loss, p, b, k, perturbation=ball, num_steps=2
+        ),
+        "perturbed_hessian_traces": lambda p, b, k: sharpness.perturbed_hessian_traces(
+            loss, p, b, k, perturbation=gauss, num_samples=2, num_probes=2
+        ),
+    }
+
+
+def _fsdp_mlp(mesh):
+    """A float32 tanh MLP (16 -> 64 -> 8) split 8 ways FSDP-style, its loss, apply and batch."""
+    rng = np.random.default_rng(1)
+    specs = {"w1": P(None, "fsdp"), "b1": P("fsdp"), "w2": P("fsdp", None)}
+    shapes = {"w1": (16, 64), "b1": (64,), "w2": (64, 8)}
+    params = {
+        k: jax.device_put(
+            (0.3 * rng.normal(size=shape)).astype(np.float32), NamedSharding(mesh, specs[k])
+        )
+        for k, shape in shapes.items()
+    }
+    x = jax.device_put(rng.normal(size=(16, 16)).astype(np.float32), NamedSharding(mesh, P()))
+    labels = jax.device_put(rng.integers(0, 8, size=(16,)), NamedSharding(mesh, P()))
+    return params, (x, labels), loss, apply, lambda b: b
+
+
+def _fsdp_decoder(mesh):
+    """The tiny decoder in float32 placed by ``decoder_shardings``, its loss, apply and tokens."""
+    from flax import nnx
+
+    from jaxbounds.models import (
+        Decoder,
+        as_pure,
+        decoder_batch_sharding,
+        decoder_config,
+        decoder_shardings,
+        next_token_loss,
+    )
+
+    config = decoder_config("tiny", param_dtype=jnp.float32)
+    apply_fn, params = as_pure(Decoder(config, rngs=nnx.Rngs(0)))
+    params = jax.device_put(params, decoder_shardings(params, mesh))
+    tokens = np.random.default_rng(0).integers(0, config.vocab_size, size=(8, 9))
+    tokens = jax.device_put(jnp.asarray(tokens, jnp.int32), decoder_batch_sharding(mesh))
+
+    def last_logits(p, xs):  # the Gauss-Newton kernels: the next token after each sequence
+        return apply_fn(p, xs)[:, -1, :]
+
+    def split(t):
+        return t[:, :-1], t[:, -1]
+
+    return params, tokens, next_token_loss(apply_fn), last_logits, split
+
+
+def fsdp_gathers(model="mlp", only=None):
+    """All-gathers of every kernel family compiled on an 8-way FSDP mesh (issue 40, point 3).
+
+    ``model``: ``"mlp"`` (a small MLP, every leaf split) or ``"decoder"`` (the tiny decoder
+    placed by ``decoder_shardings``, scanned and rematerialised layers). Each kernel is
+    compiled (not run) under ``jax.jit`` from the placed arguments. Returns the largest leaf's
+    size, the number of parameters, and the result shapes of the all-gathers of the gradient's
+    program and of each kernel's (or the error a kernel raised).
+    """
+    mesh = Mesh(np.asarray(jax.devices()[:8]), ("fsdp",))
+    build = _fsdp_mlp if model == "mlp" else _fsdp_decoder
+    params, batch, model_loss, model_apply, split = build(mesh)
+    key = jax.random.key(0)
+    sizes = [int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(params)]
+    grad = jax.jit(jax.grad(model_loss)).lower(params, batch).compile().as_text()
+    out = {
+        "largest_leaf": max(sizes),
+        "smallest_leaf": min(sizes),
+        "num_params": sum(sizes),
+        "grad": all_gathers(grad),
+    }
+    for name, fn in fsdp_kernels(model_loss, model_apply, split).items():
+        if only is not None and name not in only:
+            continue
+        try:
+            text = jax.jit(fn).lower(params, batch, key).compile().as_text()
+            out[name] = all_gathers(text)
+        except Exception as err:
+            out[name] = f"{type(err).__name__}: {str(err)[:400]}"
+    return out
+
+
+def explicit_lanczos(params, x, key, full=False):
+    """Lanczos and Hutch++ on Explicit mesh axes (sharding in types), eagerly and under jit.
+
+    A tanh model whose loss contracts no sharded axis (``w1`` split on its output axis, ``v``
+    alike), on an 8-way Explicit ``("fsdp",)`` mesh: the bases and probes are placed with
+    ``reshard`` and their contractions name their outputs' sharding. Returns, per kernel, the
+    unplaced reference and the two placed results (Hutch++ with ``full`` only).
+    """
+    from jax.sharding import AxisType
+
+    mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(AxisType.Explicit,))
+    plain = {"w1": jnp.asarray(params["w1"]), "v": jnp.asarray(params["b1"])}
+    xs = jnp.asarray(x)
+
+    def tanh_loss(p, b):
+        return jnp.mean((jnp.tanh(b @ p["w1"]) * p["v"]) ** 2)
+
+    table = {
+        "top_eigenvalues": lambda p: curvature.top_eigenvalues(
+            curvature.hvp(tanh_loss, p, xs), p, key, k=2, num_steps=6
+        ),
+        "hutchpp": lambda p: (
+            curvature.hessian_trace(tanh_loss, p, xs, key, num_matvecs=9, method="hutchpp").mean
+        ),
+    }
+    if not full:
+        del table["hutchpp"]
+    out = {name: {"reference": leaves(fn(plain))} for name, fn in table.items()}
+    use = jax.sharding.use_mesh if hasattr(jax.sharding, "use_mesh") else jax.set_mesh
+    with use(mesh):
+        placed = {
+            "w1": jax.device_put(plain["w1"], NamedSharding(mesh, P(None, "fsdp"))),
+            "v": jax.device_put(plain["v"], NamedSharding(mesh, P("fsdp"))),
+        }
+        for name, fn in table.items():
+            for mode, call in (("eager", fn), ("jit", jax.jit(fn))):
+                try:
+                    out[name][mode] = leaves(call(placed))
+                except Exception as err:
+                    out[name][mode] = f"{type(err).__name__}: {str(err)[:400]}"
     return out
 
 

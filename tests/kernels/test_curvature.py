@@ -1094,7 +1094,7 @@ def test_lanczos_gram_schmidt_against_the_rows_in_use():
     _, norm = full.orthogonalize(w, 1)
     np.testing.assert_allclose(norm, np.sqrt(4 + 9 + 16 + 25))
     low = _Basis.create(6, 5, jnp.float64, jnp.float16).set(0, jnp.eye(5)[0])
-    low = _Basis(low.rows.at[3:].set(jnp.nan), low.scale, low.work)
+    low = _Basis([low.rows[0].at[3:].set(jnp.nan)], low.scale, low.work)
     # the stored row is sqrt(5) e_0 rounded to float16: exact to float16's unit roundoff
     np.testing.assert_allclose(low.project_out(w, 1), [0.0, 2.0, 3.0, 4.0, 5.0], atol=2.0**-11)
     assert np.isnan(np.asarray(low.project_out(w, 4))).all()  # row 3 is read at used=4
@@ -1363,3 +1363,143 @@ def test_counts_past_2_to_the_31_are_traced_or_refused_clearly():
         hutchpp_trace(lambda v: v, 2**34, key, num_matvecs=3 * 2**31)
     est = jax.eval_shape(lambda k: hutchpp_trace(lambda v: d * v, 4, k, num_matvecs=2**40), key)
     assert est.num_evaluations == 2**40
+
+
+# --------------------------------------------------------------------------- vectors as leaves
+
+
+def _leafy_operator():
+    """A symmetric 25 x 25 operator as a matvec on a pytree of three leaves and on flat vectors."""
+    rng = np.random.default_rng(12)
+    like = {
+        "a": jnp.zeros((3, 4), jnp.float64),
+        "b": jnp.zeros((5,), jnp.float64),
+        "c": jnp.zeros((2, 2, 2), jnp.float64),
+    }
+    m = rng.normal(size=(25, 25))
+    dense = jnp.asarray(m + m.T + np.diag(np.arange(25.0)))
+    unravel = ravel_pytree(like)[1]
+
+    def on_tree(v):
+        return unravel(dense @ ravel_pytree(v)[0])
+
+    def on_flat(v):
+        return dense @ v
+
+    return like, unravel, dense, on_tree, on_flat
+
+
+def test_lanczos_on_leaves_equals_the_raveled_operator():
+    # the basis is kept leaf by leaf: the same recurrence as on the raveled vectors (the same
+    # start, its leaves cut from the flat probe), to rounding; a start given as a pytree or
+    # as a flat vector is the same start
+    like, unravel, dense, on_tree, on_flat = _leafy_operator()
+    key = jax.random.key(5)
+    tree = lanczos(on_tree, like, key, num_steps=12)
+    flat = lanczos(on_flat, 25, key, num_steps=12)
+    np.testing.assert_allclose(tree.diagonal, flat.diagonal, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tree.off_diagonal, flat.off_diagonal, rtol=1e-12, atol=1e-12)
+    start = jnp.asarray(np.random.default_rng(3).normal(size=25))
+    from_flat = lanczos(on_tree, like, key, num_steps=8, start=start)
+    from_tree = lanczos(on_tree, like, key, num_steps=8, start=unravel(start))
+    np.testing.assert_allclose(from_flat.diagonal, from_tree.diagonal, rtol=1e-13)
+    np.testing.assert_allclose(from_flat.start_norm, np.linalg.norm(start), rtol=1e-13)
+    top = top_eigenvalues(on_tree, like, key, k=3, num_steps=25)
+    np.testing.assert_allclose(top, np.linalg.eigvalsh(dense)[::-1][:3], rtol=1e-10)
+    with pytest.raises(ValueError, match=r"^start: expected a flat vector of shape \(25,\) or a"):
+        lanczos(on_tree, like, key, num_steps=4, start=jnp.ones(24))
+
+
+def test_lanczos_basis_leaf_by_leaf_equals_the_raveled_basis():
+    # on a mesh the basis is one (num_steps, *leaf.shape) array per leaf (off a mesh one
+    # raveled leaf): the same recurrence, the same start (the leaves' blocks of the flat
+    # probe), to rounding; here the mesh's layout is set by hand on one device
+    from jax.sharding import Mesh
+
+    from kernels._devices import SampleLayout, tracing_layout
+    from kernels._flat import _setup
+    from kernels._lanczos import _lanczos_run
+
+    like, _, _, on_tree, _ = _leafy_operator()
+    key = jax.random.key(5)
+    flat = _setup(on_tree, like)
+    raveled = _lanczos_run(flat, key, 12, None)
+    with tracing_layout(SampleLayout(Mesh(jax.devices()[:1], ("model",)), ())):
+        assert flat.for_bases() is flat  # leaves
+        leaves = _lanczos_run(flat, key, 12, None)
+        low = _lanczos_run(flat, key, 12, None, jnp.float32)
+    for a, b in zip(leaves, raveled, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    # a float32 basis for float64 work, read block by block leaf by leaf: the Ritz values move
+    # by at most 0.1 u ||A|| (u = 2**-24, as the module docstring states)
+    like, _, dense, _, _ = _leafy_operator()
+    norm = float(np.max(np.abs(np.linalg.eigvalsh(dense))))
+
+    def ritz(run):
+        return np.linalg.eigvalsh(Tridiagonal(run[0], run[1], run[2]).matrix())
+
+    np.testing.assert_allclose(ritz(low), ritz(raveled), atol=0.1 * 2.0**-24 * norm)
+
+
+def test_hutchpp_on_leaves_is_exact_with_a_full_sketch():
+    # s = n: the Gram-Schmidt basis of the sketch spans everything, so the estimate is the trace
+    like, _, dense, on_tree, _ = _leafy_operator()
+    est = hutchpp_trace(on_tree, like, jax.random.key(2), num_matvecs=77)
+    np.testing.assert_allclose(est.mean, np.trace(dense), rtol=1e-10)
+
+
+def test_gaussian_probes_are_drawn_leaf_by_leaf():
+    # probe i's leaf l is normal(fold_in(fold_in(key, i), l)), on a mesh or not: the estimate
+    # is the mean of v_i^T A v_i over those probes
+    like, _, dense, on_tree, _ = _leafy_operator()
+    key = jax.random.key(9)
+    est = hutchinson_trace(on_tree, like, key, num_samples=4, probe="gaussian")
+    leaves, treedef = jax.tree_util.tree_flatten(like)
+    values = []
+    for i in range(4):
+        k = jax.random.fold_in(key, i)
+        v = [
+            jax.random.normal(jax.random.fold_in(k, j), a.shape, a.dtype)
+            for j, a in enumerate(leaves)
+        ]
+        x = ravel_pytree(jax.tree_util.tree_unflatten(treedef, v))[0]
+        values.append(float(x @ dense @ x))
+    np.testing.assert_allclose(est.mean, np.mean(values), rtol=1e-12)
+    np.testing.assert_allclose(est.stderr, np.std(values, ddof=1) / 2, rtol=1e-10)
+
+
+def test_rbg_rademacher_probes_are_drawn_leaf_by_leaf():
+    # keys whose draws are not word by word ("rbg"): leaf l of probe i holds the signs of
+    # fold_in(fold_in(key, i), l), on a mesh or not
+    like, _, dense, on_tree, _ = _leafy_operator()
+    key = jax.random.key(9, impl="rbg")
+    est = hutchinson_trace(on_tree, like, key, num_samples=3)
+    leaves, treedef = jax.tree_util.tree_flatten(like)
+    values = []
+    for i in range(3):
+        k = jax.random.fold_in(key, i)
+        v = [
+            sign_vector(jax.random.fold_in(k, j), a.size, a.dtype).reshape(a.shape)
+            for j, a in enumerate(leaves)
+        ]
+        x = ravel_pytree(jax.tree_util.tree_unflatten(treedef, v))[0]
+        values.append(float(x @ dense @ x))
+    np.testing.assert_allclose(est.mean, np.mean(values), rtol=1e-12)
+
+
+def test_sign_blocks_past_two_to_the_32():
+    # a leaf's block of a threefry key's signs starts anywhere below 2**37: entry i is bit
+    # i % 32 of word i // 32, word w entry w % 4 of the bits of fold_in(key, w // 4)
+    from kernels._random import sign_block
+
+    key = jax.random.key(4)
+    for start in (2**32 - 40, 2**32 + 3, 2**36 + 77):
+        block = np.asarray(sign_block(key, start, (3, 30), jnp.float32)).ravel()
+        want = []
+        for i in range(start, start + 90):
+            word, bit = divmod(i, 32)
+            group = jax.random.bits(jax.random.fold_in(key, word // 4), (4,), jnp.uint32)
+            want.append(-1.0 if (int(group[word % 4]) >> bit) & 1 else 1.0)
+        np.testing.assert_array_equal(block, want)
+    with pytest.raises(ValueError, match=r"^start: expected a block of under 2\*\*32 - 31"):
+        sign_block(key, 2**37 - 10, (20,), jnp.float32)

@@ -109,9 +109,14 @@ def test_samples_axis_errors(results):
         assert errors[case].startswith("samples: axis 'model' holds parameters"), errors[case]
 
 
+@pytest.fixture(scope="module")
+def full_results():
+    return run_checks(8, full=True)
+
+
 @pytest.mark.slow
-def test_every_family_on_every_mesh():
-    full = run_checks(8, full=True)
+def test_every_family_on_every_mesh(full_results):
+    full = full_results
     for _config, record in full["configs"].items():
         for name in sharded_checks.calls():
             for mode in ("eager", "jit"):
@@ -145,6 +150,21 @@ def test_two_processes_equal_one_process(results, multi, config):
         )
 
 
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_lanczos_on_explicit_axes(results, mode):
+    # sharding in types (an Explicit mesh from jax.make_mesh): the basis and probes leaf by leaf
+    # are placed with reshard, and each contraction names its output's layout
+    record = results["explicit"]["top_eigenvalues"]
+    close(record[mode], record["reference"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_hutchpp_on_explicit_axes(full_results, mode):
+    record = full_results["explicit"]["hutchpp"]
+    close(record[mode], record["reference"])
+
+
 def _elements(shape: str) -> int:
     dims = shape[shape.index("[") + 1 : -1]
     return int(np.prod([int(d) for d in dims.split(",") if d])) if dims else 1
@@ -159,3 +179,43 @@ def test_probe_gathers_no_parameter(results):
     for chunk in ("probe_chunk1", "probe_chunk2"):
         big = sorted(s for s in found[chunk] if _elements(s) >= smallest)
         assert all(big.count(s) <= allowed.count(s) for s in big), (chunk, big, allowed)
+
+
+def _no_gather_beyond_a_leaf(record: dict, families) -> None:
+    """No all-gather of a compiled kernel holds more elements than the largest parameter leaf."""
+    largest = record["largest_leaf"]
+    assert largest < record["num_params"]  # a gather of the flat vector would be caught
+    for name in families:
+        found = record[name]
+        assert isinstance(found, list), (name, found)  # an error message otherwise
+        big = [s for s in found if _elements(s) > largest]
+        assert not big, (name, big, largest)
+
+
+def _no_leaf_gathered(record: dict, families) -> None:
+    """No all-gather of a leaf's size (the smallest leaf's) or more beyond the gradient's own."""
+    smallest = record["smallest_leaf"]
+    allowed = sorted(s for s in record["grad"] if _elements(s) >= smallest)
+    for name in families:
+        big = sorted(s for s in record[name] if _elements(s) >= smallest)
+        assert all(big.count(s) <= allowed.count(s) for s in big), (name, big, allowed)
+
+
+def test_fsdp_lanczos_and_hutchpp_gather_no_parameter(results):
+    # 8-way FSDP (every leaf split): the Lanczos basis and the Hutch++ sketch are held leaf by
+    # leaf where the parameters live; the compiled programs gather no leaf (the flat bases
+    # gathered each leaf, Hutch++ its whole sketch: f32[1600,2])
+    record = results["fsdp_gathers"]["mlp"]
+    _no_gather_beyond_a_leaf(record, sharded_checks.FSDP_FAST)
+    _no_leaf_gathered(record, sharded_checks.FSDP_FAST)
+
+
+@pytest.mark.slow  # every family compiled for the MLP and the tiny decoder: minutes on 2 cores
+@pytest.mark.parametrize("model", ["mlp", "decoder"])
+def test_fsdp_every_family_gathers_no_more_than_a_leaf(full_results, model):
+    families = list(sharded_checks.fsdp_kernels(None, None, None))
+    record = full_results["fsdp_gathers"][model]
+    _no_gather_beyond_a_leaf(record, families)
+    if model == "mlp":  # whose gradient gathers nothing: the curvature kernels gather no leaf
+        flat = sharded_checks.FSDP_FLAT_PERTURBATION
+        _no_leaf_gathered(record, [f for f in families if f not in flat])

@@ -1181,3 +1181,25 @@ def test_antithetic_pair_of_the_leaves_equals_the_flat_vectors_pair():
         pair, 0.5 * ((ref_plus - ref_base) + (ref_minus - ref_base)), rtol=1e-12
     )
     np.testing.assert_allclose(one, ref_plus - ref_base, rtol=1e-12)
+
+
+def test_masks_are_kept_per_leaf_without_a_parameter_sized_host_array():
+    # the mask is a list of per-leaf broadcast views: None, a bool per leaf or a callable's
+    # scalar answer repeat one bool (no host array of the leaf's size, 8e9 bools at 8B), and
+    # their counts, all/any flags and program values follow the broadcast
+    from kernels._perturbation import Perturbation, _mask_flags, _mask_tree, _mask_values
+
+    params = {"a": jnp.zeros((300, 200)), "b": jnp.zeros((7,)), "c": jnp.zeros((4, 5))}
+    for mask in (None, {"a": True, "b": False, "c": True}, lambda path, leaf: "a" in path):
+        spec = Perturbation("gaussian", 0.1, mask=mask)
+        for leaf in _mask_tree(spec.mask, params):
+            assert all(stride == 0 for stride in leaf.strides), leaf.strides
+    row = np.array([[True, False, True, True, False]])  # broadcast over c's rows
+    spec = Perturbation("gaussian", 0.1, mask={"a": False, "b": True, "c": row})
+    masks = _mask_tree(spec.mask, params)
+    assert [_mask_flags(m) for m in masks] == [
+        (False, False, 0),
+        (True, True, 7),
+        (True, False, 12),
+    ]
+    np.testing.assert_array_equal(_mask_values(masks[2], jnp.float64), np.repeat(row, 4, axis=0))
