@@ -23,6 +23,7 @@ from kernels._flat import (
     _setup_forms,
     leaf_shardings,
     tree_dot,
+    tree_norm2,
 )
 from kernels._hessian import Matvec, hvp
 from kernels._jit import compile_once
@@ -173,8 +174,10 @@ def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int):
 
     Q is held leaf by leaf in the parameters' layout (a Lanczos :class:`_Basis`): column j is
     the image ``A s_j`` orthogonalised against columns ``0 .. j-1`` by Gram-Schmidt with a
-    second pass where the first cancelled, and normalised (an image with nothing left is a
-    zero column, which adds nothing to either term).
+    second pass where the first cancelled, and normalised. An image with less than sqrt(eps)
+    of its norm left (in the span of the columns before it) is replaced by a Gaussian direction
+    orthogonal to them (sample ``num_sketch + j`` of ``key``): Q stays orthonormal and spans
+    the whole space when ``num_sketch`` is its dimension, as Householder QR's Q does.
     """
     flat = flat.for_bases()
     images = map_samples(
@@ -188,11 +191,25 @@ def _sketch_basis(flat: _Flat, key: jax.Array, num_sketch: int, chunk: int):
     shardings = leaf_shardings(flat.template)
     basis = _Basis.create(num_sketch, shapes, dtype, dtype, shardings, flat.anchors())
 
+    tol = float(np.sqrt(np.finfo(dtype).eps))
+
+    def unit(current: _Basis, y: list, j: jax.Array) -> tuple[list, jax.Array]:
+        """``y`` orthogonalised and normalised, and whether it held a direction of its own."""
+        w, norm = current.orthogonalize(y, j)
+        keep = norm > tol * tree_norm2(y)
+        return [jnp.where(keep, a / jnp.where(keep, norm, 1.0), 0) for a in w], keep
+
     def orthonormal(j: jax.Array, rows: list) -> list:
         current = basis.with_rows(rows)
         y = [jax.lax.dynamic_index_in_dim(a, j, keepdims=False) for a in images]
-        w, norm = current.orthogonalize(y, j)
-        return current.set(j, [a / jnp.where(norm > 0, norm, 1.0) for a in w]).rows
+        # an image in the span of the columns before it (a repeated or opposite sign vector)
+        # leaves only rounding, which normalised would be a column far from orthogonal: a
+        # Gaussian direction orthogonal to the columns takes its place (as Householder QR
+        # completes a basis), so a sketch of n vectors still spans the whole space
+        q, keep = unit(current, y, j)
+        gauss = flat.probe_leaves(jax.random.fold_in(key, num_sketch + j), "gaussian")
+        fresh, _ = unit(current, gauss, j)  # independent of the columns almost surely
+        return current.set(j, [jnp.where(keep, a, b) for a, b in zip(q, fresh, strict=True)]).rows
 
     basis = basis.with_rows(jax.lax.fori_loop(0, num_sketch, orthonormal, basis.rows))
 
