@@ -306,12 +306,17 @@ def main(only: list[str] | None = None) -> dict:
                         }
                 except Exception as err:
                     entry[mode] = f"{type(err).__name__}: {str(err)[:600]}"
+        if full:  # every family on every mesh: hundreds of 8-device programs, each holding
+            jax.clear_caches()  # its memory mappings; past ~65k mappings LLVM cannot allocate
     if not MULTI:
         out["errors"] = errors(params, x, labels, key)
         out["gathers"] = gathers()
         out["explicit"] = explicit_lanczos(params, x, key, full)
         if full:  # every family, on the MLP and on the tiny decoder
-            out["fsdp_gathers"] = {m: fsdp_gathers(m) for m in ("mlp", "decoder")}
+            out["fsdp_gathers"] = {}
+            for m in ("mlp", "decoder"):
+                jax.clear_caches()
+                out["fsdp_gathers"][m] = fsdp_gathers(m)
         else:
             out["fsdp_gathers"] = {"mlp": fsdp_gathers("mlp", FSDP_FAST)}
     return out
