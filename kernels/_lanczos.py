@@ -243,6 +243,18 @@ def _divided(v: list, c: jax.Array) -> list:
     return [x / c for x in v]
 
 
+def _first_vector(flat: _Flat, key: jax.Array, v0: list | None) -> list:
+    """The start vector as the basis's leaves, in the working dtype.
+
+    A random probe, or the given leaves (raveled into one when the basis is one raveled leaf).
+    """
+    if v0 is None:
+        return flat.probe_leaves(key)
+    if flat.draw is not None:
+        v0 = [jnp.concatenate([jnp.ravel(a) for a in v0])]
+    return [a.astype(flat.dtype) for a in v0]
+
+
 def _lanczos_run(
     flat: _Flat,
     key: jax.Array,
@@ -265,12 +277,7 @@ def _lanczos_run(
     flat = flat.for_bases()
     dtype = flat.dtype
     matvec = flat.tree_matvec
-    if v0 is None:
-        v0 = flat.probe_leaves(key_start)
-    else:  # a start given as the parameters' leaves, raveled when the basis is one leaf
-        if flat.draw is not None:
-            v0 = [jnp.concatenate([jnp.ravel(a) for a in v0])]
-        v0 = [a.astype(dtype) for a in v0]
+    v0 = _first_vector(flat, key_start, v0)
     norm0 = tree_norm2(v0)
     v = _divided(v0, norm0)
     store = dtype if basis_dtype is None else basis_dtype

@@ -287,7 +287,6 @@ def _setup(
     flat, unravel = _ravel_params(params)
     if difference is not None:
         check_difference_dtype(params, compute_dtype, difference)
-    dtype = flat.dtype
     scale = perturbation.scale
     if not _is_number(scale) or jnp.shape(scale) != ():
         raise ValueError(f"{perturbation.scale_name}: expected a scalar > 0, got {describe(scale)}")
@@ -302,23 +301,7 @@ def _setup(
         check_that(finite, finite_message("params"))
     check_positive(scale, perturbation.scale_name)
     ok = _valid_scale(scale) if finite is None else jnp.logical_and(finite, _valid_scale(scale))
-    # an all-true mask (the default) becomes a broadcast of ones that XLA folds away, not a
-    # parameter-sized constant in the program
-    if all(f[1] for f in flags):
-        mask_values = jnp.ones(flat.shape, dtype)
-    else:  # leaf by leaf: an all-true or all-false leaf is a broadcast, not a constant
-        mask_values = jnp.concatenate([jnp.ravel(_mask_values(m, dtype)) for m in masks])
-    if perturbation.adaptive:
-        scales = mask_values * jnp.abs(flat)
-        dim = _support_size(scales)
-        check_that(
-            jnp.logical_or(jnp.logical_not(ok), dim > 0),
-            "perturbation: adaptive scales |θ| are zero on every masked parameter",
-        )
-        ok = jnp.logical_and(ok, dim > 0)
-    else:
-        scales = mask_values
-        dim = sum(f[2] for f in flags)
+    scales, dim, ok = _scales(perturbation.adaptive, masks, flags, flat, ok)
     # One jitted closure of the displacement's leaves: every use (L(θ), perturbed points,
     # derivatives, flat or leaf by leaf) reuses the jaxpr of a single trace of loss_fn, this
     # shape check included.
@@ -337,6 +320,32 @@ def _setup(
 
     _check_loss_value(jax.eval_shape(loss, flat))
     return _Problem(flat, unravel, loss, scales, dim, ok, shifted)
+
+
+def _scales(
+    adaptive: bool, masks: list, flags: list, flat: jax.Array, ok: jax.Array
+) -> tuple[jax.Array, Any, jax.Array]:
+    r"""The flat per-parameter scales, the perturbed dimension, and the gate ``ok`` updated.
+
+    Scales are the mask (times $|\theta|$ when ``adaptive``); an adaptive perturbation with
+    every masked $\theta$ zero is refused at run time.
+    """
+    dtype = flat.dtype
+    # an all-true mask (the default) becomes a broadcast of ones that XLA folds away, not a
+    # parameter-sized constant in the program
+    if all(f[1] for f in flags):
+        mask_values = jnp.ones(flat.shape, dtype)
+    else:  # leaf by leaf: an all-true or all-false leaf is a broadcast, not a constant
+        mask_values = jnp.concatenate([jnp.ravel(_mask_values(m, dtype)) for m in masks])
+    if not adaptive:
+        return mask_values, sum(f[2] for f in flags), ok
+    scales = mask_values * jnp.abs(flat)
+    dim = _support_size(scales)
+    check_that(
+        jnp.logical_or(jnp.logical_not(ok), dim > 0),
+        "perturbation: adaptive scales |θ| are zero on every masked parameter",
+    )
+    return scales, dim, jnp.logical_and(ok, dim > 0)
 
 
 def _support_size(scales: jax.Array) -> jax.Array:
