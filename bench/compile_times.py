@@ -53,34 +53,13 @@ def measure(name: str, program: str, lanczos_steps: int, cache: str | None) -> d
     """Lower and compile one program of one decoder in this process; its record."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import Mesh
 
-    from jaxbounds.models import (
-        abstract_decoder,
-        decoder_batch_sharding,
-        decoder_config,
-        decoder_num_params,
-        decoder_shardings,
-        next_token_loss,
-    )
-
-    config = decoder_config(name)
-    apply_fn, shapes = abstract_decoder(config)
-    loss = next_token_loss(apply_fn)
-    mesh = Mesh(np.asarray(jax.devices()[: llm_plan.NUM_DEVICES]), ("fsdp",))
-    shardings = decoder_shardings(shapes, mesh)
-    params = jax.tree_util.tree_map(
-        lambda s, sh: jax.ShapeDtypeStruct(s.shape, jnp.bfloat16, sharding=sh), shapes, shardings
-    )
-    seq = llm_plan.SEQ if name != "tiny" else 32
-    batch = jax.ShapeDtypeStruct(
-        (llm_plan.BATCH, seq + 1), jnp.int32, sharding=decoder_batch_sharding(mesh)
-    )
+    n, loss, mesh, shardings, args, batch, seq = llm_plan.placed_decoder(name)
+    params = args(jnp.bfloat16)
     fn = llm_plan.programs(loss, lanczos_steps, shardings)[program]
     record = {
         "decoder": name,
-        "num_params": decoder_num_params(config),
+        "num_params": n,
         "program": program,
         "variant": "f32_in_program",
         "mesh": dict(mesh.shape),

@@ -129,9 +129,13 @@ def _to_f32(params):
     return jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), params)
 
 
-def measure(
-    name: str, only: list[str], lanczos_steps: int, f32_args: bool, cache: str | None = None
-) -> list[dict]:
+def placed_decoder(name: str):
+    """The abstract decoder ``name`` placed FSDP on the first ``NUM_DEVICES`` devices.
+
+    Returns ``(num_params, loss, mesh, shardings, args, batch, seq)``: ``args(dtype)`` gives the
+    parameters as ``jax.ShapeDtypeStruct`` leaves of ``dtype`` carrying their shardings, and
+    ``batch`` the token batch (``BATCH`` x ``seq + 1``, ``seq`` 32 for the tiny decoder).
+    """
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -148,7 +152,6 @@ def measure(
 
     config = decoder_config(name)
     apply_fn, shapes = abstract_decoder(config)
-    loss = next_token_loss(apply_fn)
     mesh = Mesh(np.asarray(jax.devices()[:NUM_DEVICES]), ("fsdp",))
     shardings = decoder_shardings(shapes, mesh)
 
@@ -159,6 +162,17 @@ def measure(
 
     seq = SEQ if name != "tiny" else 32
     batch = jax.ShapeDtypeStruct((BATCH, seq + 1), jnp.int32, sharding=decoder_batch_sharding(mesh))
+    loss = next_token_loss(apply_fn)
+    return decoder_num_params(config), loss, mesh, shardings, args, batch, seq
+
+
+def measure(
+    name: str, only: list[str], lanczos_steps: int, f32_args: bool, cache: str | None = None
+) -> list[dict]:
+    import jax
+    import jax.numpy as jnp
+
+    n, loss, mesh, shardings, args, batch, seq = placed_decoder(name)
     key = jax.random.key(0)
     fns = programs(loss, lanczos_steps, shardings)
     plan = []
@@ -173,7 +187,6 @@ def measure(
         if f32_args:
             plan.append((program, "f32_args", jnp.float32, fn))
     records = []
-    n = decoder_num_params(config)
     for program, variant, dtype, fn in plan:
         record = {
             "decoder": name,
