@@ -22,13 +22,12 @@ from kernels._perturbation import (
     _check_count,
     _check_samples,
     _loss_at_params,
-    _mask_flags,
-    _mask_tree,
-    _mask_values,
     _Problem,
+    _scaled,
     _setup,
+    draw_leaves,
+    scaled_norm,
 )
-from kernels._precision import work_params
 from kernels.parallel import (
     sample_key,
 )
@@ -72,42 +71,13 @@ class _Ascent(NamedTuple):
     num_bad: jax.Array  # non-finite evaluations so far
 
 
-def _tree_scales(prob: _Problem, params: Any, perturbation: Perturbation) -> list[Any]:
-    r"""Per leaf of ``params``: the scale $s$ of $u = s \odot \eta$ on that leaf.
-
-    A Python 1.0 for an unmasked leaf of a plain perturbation, 0.0 for a leaf the mask leaves
-    out (so no parameter-sized constant enters the program), else the leaf's mask times
-    $|\theta|$ (adaptive) or the mask.
-    """
-    leaves = jax.tree_util.tree_leaves(work_params(params))
-    masks = _mask_tree(perturbation.mask, params)
-    out = []
-    for leaf, mask in zip(leaves, masks, strict=True):
-        dtype = jnp.result_type(leaf)
-        some, every, _ = _mask_flags(mask)
-        if not some:
-            out.append(0.0)
-        elif perturbation.adaptive:
-            scale = jnp.abs(leaf)
-            out.append(scale if every else _mask_values(mask, dtype) * scale)
-        else:
-            out.append(1.0 if every else _mask_values(mask, dtype))
-    del prob
-    return out
-
-
-def _scaled(scale: Any, eta: jax.Array) -> jax.Array:
-    """``scale * eta`` on one leaf (a plain leaf, scale 1.0, is ``eta`` itself)."""
-    return eta if isinstance(scale, float) and scale == 1.0 else scale * eta
-
-
 def _leaves_norm(x: list[jax.Array]) -> jax.Array:
     """2-norm of all entries of the leaves ``x``: one fused pass per leaf.
 
     A plain sum of squares: the iterates lie within a few radii of 0. (A scaled norm per leaf
     made the ascent's program 3x larger.)
     """
-    return jnp.sqrt(sum(jnp.sum(a * a) for a in x))
+    return scaled_norm(x)
 
 
 def _direction(g: list[jax.Array]) -> list[jax.Array]:
@@ -131,27 +101,15 @@ def _tree_project(x: list[jax.Array], p: float, radius: jax.Array) -> list[jax.A
     return [a * factor for a in x]
 
 
-def _apgd_start(
-    prob: _Problem, scales: list[Any], p: float, radius: jax.Array, k: jax.Array
-) -> list[jax.Array]:
-    """A random start at half the radius, on the support of the scales (leaves of eta).
+def _apgd_start(prob: _Problem, p: float, radius: jax.Array, k: jax.Array) -> list[jax.Array]:
+    r"""A random start at half the radius, on the support of the scales (leaves of eta).
 
-    Drawn as one flat vector (the draws of every earlier version) and split into leaves once,
-    before the ascent.
+    Drawn leaf by leaf (:func:`kernels._perturbation.draw_leaves`: leaf ``i`` from
+    ``fold_in(k, i)``): Gaussian directions for the $\ell_2$ ball, uniform for $\ell_\infty$.
     """
-    dtype, size = prob.flat.dtype, prob.flat.shape[0]
+    leaves = draw_leaves(prob, k, "gaussian" if p == 2 else "uniform")
     if p == 2:
-        z = jax.random.normal(k, (size,), dtype)
-    else:
-        z = jax.random.uniform(k, (size,), dtype, -1.0, 1.0)
-    leaves = jax.tree_util.tree_leaves(prob.unravel(z))
-    zero = jnp.zeros((), dtype)
-    leaves = [
-        a if isinstance(s, float) and s == 1.0 else jnp.where(jnp.asarray(s) != 0, a, zero)
-        for a, s in zip(leaves, scales, strict=True)
-    ]
-    if p == 2:
-        factor = 0.5 * radius / jnp.maximum(_leaves_norm(leaves), jnp.finfo(dtype).tiny)
+        factor = 0.5 * radius / jnp.maximum(_leaves_norm(leaves), jnp.finfo(prob.dtype).tiny)
     else:
         factor = 0.5 * radius
     return [a * factor for a in leaves]
@@ -191,7 +149,6 @@ def _apgd_update(state: _Ascent, x_new: list, f_new: jax.Array, g_new: list) -> 
 
 def _apgd_restart(
     prob: _Problem,
-    scales: list[Any],
     p: float,
     radius: jax.Array,
     alpha0: jax.Array,
@@ -204,12 +161,12 @@ def _apgd_restart(
     """
 
     def loss(eta: list) -> jax.Array:
-        return prob.shifted([_scaled(s, e) for s, e in zip(scales, eta, strict=True)])
+        return prob.shifted([_scaled(s, e) for s, e in zip(prob.scales, eta, strict=True)])
 
     value_grad = jax.value_and_grad(loss)
 
     def run(k: jax.Array) -> tuple[jax.Array, list, jax.Array]:
-        eta0 = _apgd_start(prob, scales, p, radius, k)
+        eta0 = _apgd_start(prob, p, radius, k)
 
         def body(i: jax.Array, state: _Ascent) -> _Ascent:
             # iteration 0 evaluates the start (the state's x), which the update accepts (every
@@ -315,12 +272,11 @@ def worst_case_sharpness(
         check_positive(step_size, "step_size")
     prob = _setup(loss_fn, params, batch, key, perturbation, compute_dtype, "worst_case_sharpness")
     base, ok = _loss_at_params(prob)
-    dtype = prob.flat.dtype
+    dtype = prob.dtype
     radius = jnp.asarray(perturbation.scale, dtype)
     alpha0 = 2 * radius if step_size is None else jnp.asarray(step_size, dtype)
     p = 2 if perturbation.kind == "l2_ball" else math.inf
-    scales = _tree_scales(prob, params, perturbation)
-    restart = _apgd_restart(prob, scales, p, radius, alpha0, num_steps)
+    restart = _apgd_restart(prob, p, radius, alpha0, num_steps)
     value, eta, bad = restart(sample_key(key, 0))
 
     def better(r: jax.Array, carry: tuple) -> tuple:
@@ -335,7 +291,6 @@ def worst_case_sharpness(
         value, eta, bad = jax.lax.fori_loop(1, num_restarts, better, (value, eta, bad))
     total = num_restarts * (num_steps + 1)
     _check_samples(bad, ok, f"{total} ascent points")
-    treedef = jax.tree_util.tree_structure(params)
-    u = [_scaled(s, e) for s, e in zip(scales, eta, strict=True)]
-    u = keep_sharding(jax.tree_util.tree_unflatten(treedef, u), params)
+    u = [_scaled(s, e) for s, e in zip(prob.scales, eta, strict=True)]
+    u = keep_sharding(prob.tree(u), params)
     return WorstCase(value=value - base, u=u)

@@ -27,7 +27,7 @@ from kernels._operators import (
     _LossOperator,
 )
 from kernels._precision import is_template, work_dtype, work_like
-from kernels._random import sign_block, sign_vector, wordwise
+from kernels._random import leaf_draw, sign_block, sign_vector, wordwise
 from kernels.parallel import (
     sample_layout,
     splits_user_mesh,
@@ -150,14 +150,7 @@ class _Flat:
                     start += math.prod(shape)
                 return out
             return _split(sign_vector(key, self.size, dtype), shapes)
-        out = []
-        for i, shape in enumerate(shapes):
-            k = jax.random.fold_in(key, i)
-            if kind == "rademacher":
-                out.append(sign_vector(k, math.prod(shape), dtype).reshape(shape))
-            else:
-                out.append(jax.random.normal(k, shape, dtype=dtype))
-        return out
+        return [leaf_draw(key, i, shape, dtype, kind) for i, shape in enumerate(shapes)]
 
     def probe(self, key: jax.Array, kind: str = "rademacher") -> jax.Array:
         """The flat probe of ``key``: the leaves of :meth:`probe_leaves`, raveled in order."""

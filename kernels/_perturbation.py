@@ -1,4 +1,4 @@
-"""Perturbations of the parameters: the spec, the flat problem, samplers, the loss increase."""
+"""Perturbations of the parameters: the spec, the problem on the leaves, samplers, increases."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from kernels._checks import (
     all_finite,
@@ -23,7 +22,7 @@ from kernels._checks import (
     finite_message,
     is_concrete,
 )
-from kernels._flat import check_bounded_count
+from kernels._flat import check_bounded_count, leaf_shardings, place
 from kernels._memory import perturbation_chunk, products_fit
 from kernels._precision import (
     check_compute_dtype,
@@ -33,7 +32,7 @@ from kernels._precision import (
     work_like,
     work_params,
 )
-from kernels.norms import tree_norm
+from kernels._random import leaf_draw
 
 _KINDS = ("gaussian", "l2_ball", "linf_ball")
 _INT32_MAX = 2**31 - 1
@@ -154,24 +153,42 @@ class Perturbation:
 
 @dataclasses.dataclass(frozen=True)
 class _Problem:
-    flat: jax.Array  # theta, raveled
-    unravel: Callable[[jax.Array], Any]
-    # flat displacement d -> L(theta + d), traced once (jitted closure). theta + d is formed
-    # leaf by leaf from the unraveled d, so no raveled perturbed vector is ever materialised.
-    loss: Callable[[jax.Array], jax.Array]
-    scales: jax.Array  # s = mask * (|theta| or 1)
+    """The perturbed loss on the parameters' leaves: nothing of every parameter is raveled.
+
+    Every parameter-sized vector (a perturbation, a gradient, a probe) is a list of leaves
+    shaped like the parameters' leaves, in the working dtype, drawn, scaled and applied leaf by
+    leaf (each in its leaf's layout on a mesh).
+    """
+
+    leaves: list  # theta's leaves in the working dtype
+    treedef: Any
+    dtype: Any  # the working dtype of every leaf
+    # displacement leaves [d_1, ...] -> L(theta + d), traced once (a jitted closure): every use
+    # (L(theta), perturbed points, derivatives) reuses the jaxpr of one trace of loss_fn
+    shifted: Callable[[list], jax.Array]
+    # per leaf, the scale s of u = s * eta: a Python 1.0 (an unmasked leaf of a plain
+    # perturbation), 0.0 (a leaf the mask leaves out: nothing is drawn for it), else an array
+    # (the leaf's mask, times |theta| when adaptive)
+    scales: list
     dim: Any  # number of perturbed coordinates (support of s)
     ok: jax.Array  # params finite and scale valid: later checks report only their own failure
-    # displacement leaves [d_1, ...] (shaped like the parameters' leaves) -> L(theta + d)
-    shifted: Callable[[list], jax.Array]
+    shardings: list  # per leaf: its sharding where known while tracing, else None
+
+    def zeros(self) -> list:
+        """The zero displacement, leaf by leaf."""
+        return [jnp.zeros_like(w) for w in self.leaves]
+
+    def tree(self, leaves: list) -> Any:
+        """Leaves shaped like the parameters' as the parameters' pytree."""
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
 
 
-def _ravel_params(params: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
-    """Static checks of the parameters' dtypes and sizes, then ``ravel_pytree``.
+def _work_leaves(params: Any) -> tuple[list, Any, Any]:
+    """Static checks of the parameters' dtypes and sizes; their working leaves, treedef, dtype.
 
-    Half-precision leaves are worked on in float32 (:mod:`kernels._precision`): the raveled
-    parameters, the perturbations and every sum are float32; the leaves' working dtypes must
-    agree (bfloat16 with float32 does, float32 with float64 does not).
+    Half-precision leaves are worked on in float32 (:mod:`kernels._precision`): each is cast
+    inside the program, and the perturbations and every sum are float32; the leaves' working
+    dtypes must agree (bfloat16 with float32 does, float32 with float64 does not).
     """
     check_array_leaves(params, "params")
     leaves = jax.tree_util.tree_leaves(params)
@@ -183,12 +200,15 @@ def _ravel_params(params: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
             raise ValueError(
                 f"params: expected float16, bfloat16, float32 or float64 leaves, got {dtype}"
             )
-    if len({work_dtype(d) for d in dtypes}) > 1:
+    work = {work_dtype(d) for d in dtypes}
+    if len(work) > 1:
         names = sorted(map(str, dtypes))
         raise ValueError(f"params: expected one float dtype for all leaves, got {names}")
     if sum(math.prod(jnp.shape(leaf)) for leaf in leaves) == 0:
         raise ValueError("params: expected at least one parameter entry, got only empty arrays")
-    return ravel_pytree(work_params(params))
+    work_leaves, treedef = jax.tree_util.tree_flatten(work_params(params))
+    work_leaves = [jnp.asarray(w) for w in work_leaves]
+    return work_leaves, treedef, work.pop()
 
 
 def _mask_leaf(value: Any, leaf: Any) -> np.ndarray:
@@ -269,7 +289,7 @@ def _setup(
     compute_dtype: Any = None,
     difference: str | None = None,
 ) -> _Problem:
-    """Static checks, the runtime checks on params and scale, and the raveled problem.
+    """Static checks, the runtime checks on params and scale, and the problem on the leaves.
 
     The problem works in the parameters' working dtype (float32 for half precision) and
     evaluates ``loss_fn`` with each leaf cast to its compute dtype (``compute_dtype``,
@@ -284,7 +304,7 @@ def _setup(
         raise ValueError(f"loss_fn: expected a callable (params, batch) -> scalar, got {loss_fn!r}")
     check_key(key)
     compute_dtype = check_compute_dtype(compute_dtype)
-    flat, unravel = _ravel_params(params)
+    leaves, treedef, dtype = _work_leaves(params)
     if difference is not None:
         check_difference_dtype(params, compute_dtype, difference)
     scale = perturbation.scale
@@ -294,19 +314,14 @@ def _setup(
     flags = [_mask_flags(m) for m in masks]
     if not any(f[0] for f in flags):
         raise ValueError("perturbation.mask: matches no parameter")
-    # the parameters' finiteness leaf by leaf, once, for its check and for the gate: a test of
-    # the raveled vector would concatenate the leaves (on a mesh, moving every shard)
+    # the parameters' finiteness leaf by leaf, once, for its check and for the gate
     finite = all_finite(params, "params")
     if finite is not None:
         check_that(finite, finite_message("params"))
     check_positive(scale, perturbation.scale_name)
     ok = _valid_scale(scale) if finite is None else jnp.logical_and(finite, _valid_scale(scale))
-    scales, dim, ok = _scales(perturbation.adaptive, masks, flags, flat, ok)
-    # One jitted closure of the displacement's leaves: every use (L(θ), perturbed points,
-    # derivatives, flat or leaf by leaf) reuses the jaxpr of a single trace of loss_fn, this
-    # shape check included.
-    # θ + d in the working dtype, then each leaf cast to its compute dtype for loss_fn
-    leaves, treedef = jax.tree_util.tree_flatten(work_params(params))
+    scales, dim, ok = _scales(perturbation.adaptive, masks, flags, leaves, ok)
+    # theta + d leaf by leaf in the working dtype, then each leaf cast to its compute dtype
     evaluate = in_compute(loss_fn, params, compute_dtype)
     shifted = jax.jit(
         lambda d: evaluate(
@@ -314,33 +329,35 @@ def _setup(
             batch,
         )
     )
-
-    def loss(d: jax.Array) -> jax.Array:
-        return shifted(jax.tree_util.tree_leaves(unravel(d)))
-
-    _check_loss_value(jax.eval_shape(loss, flat))
-    return _Problem(flat, unravel, loss, scales, dim, ok, shifted)
+    zeros = [jax.ShapeDtypeStruct(jnp.shape(w), dtype) for w in leaves]
+    _check_loss_value(jax.eval_shape(shifted, zeros))
+    shardings = leaf_shardings(params)
+    return _Problem(leaves, treedef, dtype, shifted, scales, dim, ok, shardings)
 
 
 def _scales(
-    adaptive: bool, masks: list, flags: list, flat: jax.Array, ok: jax.Array
-) -> tuple[jax.Array, Any, jax.Array]:
-    r"""The flat per-parameter scales, the perturbed dimension, and the gate ``ok`` updated.
+    adaptive: bool, masks: list, flags: list, leaves: list, ok: jax.Array
+) -> tuple[list, Any, jax.Array]:
+    r"""The per-leaf scales, the perturbed dimension, and the gate ``ok`` updated.
 
-    Scales are the mask (times $|\theta|$ when ``adaptive``); an adaptive perturbation with
-    every masked $\theta$ zero is refused at run time.
+    Scales are the mask (times $|\theta|$ when ``adaptive``): a Python 1.0 for an unmasked
+    leaf of a plain perturbation and 0.0 for a leaf the mask leaves out (no parameter-sized
+    constant enters the program), else an array of the leaf's shape. An adaptive perturbation
+    with every masked $\theta$ zero is refused at run time.
     """
-    dtype = flat.dtype
-    # an all-true mask (the default) becomes a broadcast of ones that XLA folds away, not a
-    # parameter-sized constant in the program
-    if all(f[1] for f in flags):
-        mask_values = jnp.ones(flat.shape, dtype)
-    else:  # leaf by leaf: an all-true or all-false leaf is a broadcast, not a constant
-        mask_values = jnp.concatenate([jnp.ravel(_mask_values(m, dtype)) for m in masks])
+    scales: list = []
+    for leaf, mask, (some, every, _) in zip(leaves, masks, flags, strict=True):
+        dtype = jnp.result_type(leaf)
+        if not some:
+            scales.append(0.0)
+        elif adaptive:
+            scale = jnp.abs(leaf)
+            scales.append(scale if every else _mask_values(mask, dtype) * scale)
+        else:
+            scales.append(1.0 if every else _mask_values(mask, dtype))
     if not adaptive:
-        return mask_values, sum(f[2] for f in flags), ok
-    scales = mask_values * jnp.abs(flat)
-    dim = _support_size(scales)
+        return scales, sum(f[2] for f in flags), ok
+    dim = sum(_support_size(s) for s in scales if not isinstance(s, float))
     check_that(
         jnp.logical_or(jnp.logical_not(ok), dim > 0),
         "perturbation: adaptive scales |θ| are zero on every masked parameter",
@@ -383,36 +400,33 @@ def _checked_base(prob: _Problem, base: jax.Array) -> jax.Array:
 
 def _loss_at_params(prob: _Problem) -> tuple[jax.Array, jax.Array]:
     """L(theta) (checked) and the updated check gate."""
-    base = prob.loss(jnp.zeros_like(prob.flat))
+    base = prob.shifted(prob.zeros())
     return base, _checked_base(prob, base)
 
 
-def _hessian_at(
-    prob: _Problem, shift: jax.Array
-) -> tuple[jax.Array, Callable[[jax.Array], jax.Array]]:
-    """L at theta + ``shift`` and ``v -> H v`` there, from one linearisation of the gradient."""
+def _hessian_at(prob: _Problem, shift: list) -> tuple[jax.Array, Callable[[list], list]]:
+    """L at theta + ``shift`` and ``v -> H v`` there (leaves), from one linearisation."""
     value, linear = _linearized(prob, shift)
     return value, lambda v: linear(v)[1]
 
 
-def _linearized(prob: _Problem, shift: jax.Array) -> tuple[jax.Array, Any]:
+def _linearized(prob: _Problem, shift: list) -> tuple[jax.Array, Any]:
     """L at theta + ``shift`` and the linearised value-and-gradient there (a Partial)."""
-    (value, _), linear = jax.linearize(jax.value_and_grad(prob.loss), shift)
+    (value, _), linear = jax.linearize(jax.value_and_grad(prob.shifted), shift)
     return value, linear
 
 
-def _quadratic_form(prob: _Problem) -> Callable[[jax.Array], jax.Array]:
-    r"""``x -> x^T H(theta) x``: the second derivative of $t \mapsto L(\theta + t x)$ at 0.
+def _quadratic_form(prob: _Problem) -> Callable[[list], jax.Array]:
+    r"""``x -> x^T H(theta) x`` (leaves): the second derivative of $t \mapsto L(\theta + t x)$.
 
     Forward over forward mode (two nested ``jax.jvp``): no backward pass, no linearisation.
     """
-    zero = jnp.zeros_like(prob.flat)
 
-    def form(x: jax.Array) -> jax.Array:
-        def slope(d: jax.Array) -> jax.Array:
-            return jax.jvp(prob.loss, (d,), (x,))[1]
+    def form(x: list) -> jax.Array:
+        def slope(d: list) -> jax.Array:
+            return jax.jvp(prob.shifted, (d,), (x,))[1]
 
-        return jax.jvp(slope, (zero,), (x,))[1]
+        return jax.jvp(slope, (prob.zeros(),), (x,))[1]
 
     return form
 
@@ -446,12 +460,12 @@ def _sample_chunk(
 ) -> int | None:
     """``chunk_size`` (checked by :func:`_check_chunk`) with ``"auto"`` resolved.
 
-    :func:`kernels._memory.perturbation_chunk` of the problem's jitted loss (``prob.loss``: its
-    jaxpr is reused, ``loss_fn`` is not traced again); a sample is a perturbed-loss
+    :func:`kernels._memory.perturbation_chunk` of the problem's jitted loss (``prob.shifted``:
+    its jaxpr is reused, ``loss_fn`` is not traced again); a sample is a perturbed-loss
     evaluation, plus (``hessian``) a Hutchinson quadratic form of the Hessian.
     """
     form = _quadratic_form(prob) if hessian else None
-    return perturbation_chunk(chunk_size, work_like(params), prob.loss, prob.flat, form)
+    return perturbation_chunk(chunk_size, work_like(params), prob.shifted, prob.zeros(), form)
 
 
 def _products_fit(prob: _Problem, linear: Any) -> bool:
@@ -461,8 +475,8 @@ def _products_fit(prob: _Problem, linear: Any) -> bool:
     the unperturbed point) under the sharpness budget (1.3 gradients, at least 128 MiB). On a
     4.2M-parameter decoder the products planned 4.5 gradients, quadratic forms 1.26.
     """
-    zero = jnp.zeros_like(prob.flat)
-    return products_fit("sharpness", linear, zero, zero, prob.loss)
+    zero = prob.zeros()
+    return products_fit("sharpness", linear, zero, zero, prob.shifted)
 
 
 def _check_bool(value: Any, name: str) -> bool:
@@ -471,46 +485,95 @@ def _check_bool(value: Any, name: str) -> bool:
     return value
 
 
-def _sampler(kind: str, scale: Any, prob: _Problem) -> Callable[[jax.Array], jax.Array]:
-    r"""``key -> u``: one perturbation vector $u = s \odot \eta$ of the given kind."""
-    scales = prob.scales
-    dtype, size = scales.dtype, scales.shape[0]
+def _scaled(scale: Any, eta: jax.Array) -> jax.Array:
+    """``scale * eta`` on one leaf (a plain leaf, scale 1.0, is ``eta`` itself)."""
+    return eta if isinstance(scale, float) and scale == 1.0 else scale * eta
+
+
+def _placed(prob: _Problem, index: int, x: jax.Array) -> jax.Array:
+    """Leaf ``index`` of a drawn vector laid out like the parameter leaf (where known)."""
+    return place(x, prob.shardings[index])
+
+
+def draw_leaves(
+    prob: _Problem, key: jax.Array, kind: str, *, support: bool = True
+) -> list[jax.Array]:
+    """Standard draws of ``kind`` leaf by leaf (:func:`kernels._random.leaf_draw`).
+
+    Leaf ``i`` from ``fold_in(key, i)``, in its leaf's layout. A leaf the mask leaves out
+    (scale 0.0) is zeros, nothing drawn; with ``support``, entries whose scale is 0 are zero.
+    """
+    out = []
+    for i, (w, s) in enumerate(zip(prob.leaves, prob.scales, strict=True)):
+        if isinstance(s, float) and s == 0.0:
+            out.append(jnp.zeros_like(w))
+            continue
+        z = _placed(prob, i, leaf_draw(key, i, jnp.shape(w), prob.dtype, kind))
+        if support and not isinstance(s, float):
+            z = jnp.where(s != 0, z, jnp.zeros((), prob.dtype))
+        out.append(z)
+    return out
+
+
+def scaled_norm(x: list[jax.Array]) -> jax.Array:
+    """2-norm of all entries of the leaves ``x``: one fused pass per leaf."""
+    return jnp.sqrt(sum(jnp.sum(a * a) for a in x))
+
+
+def _sampler(kind: str, scale: Any, prob: _Problem) -> Callable[[jax.Array], list]:
+    r"""``key -> u``: one perturbation $u = s \odot \eta$ of the given kind, leaf by leaf.
+
+    $\eta$'s leaf ``i`` is drawn from ``fold_in(key, i)`` (Gaussian, uniform on
+    $[-1, 1)$ for the $\ell_\infty$ ball); for the $\ell_2$ ball the direction is drawn so
+    from ``split(key)[0]`` on the scales' support and the radius
+    $\rho\,U^{1/\dim}$ from ``split(key)[1]``.
+    """
+    dtype = prob.dtype
     scale = jnp.asarray(scale, dtype)
-    if kind == "gaussian":
-        return lambda k: scale * scales * jax.random.normal(k, (size,), dtype)
-    if kind == "linf_ball":
-        return lambda k: scale * scales * jax.random.uniform(k, (size,), dtype, -1.0, 1.0)
-    support = (scales != 0).astype(dtype)
+    if kind in ("gaussian", "linf_ball"):
+        draw = "gaussian" if kind == "gaussian" else "uniform"
+
+        def box(k: jax.Array) -> list:
+            eta = draw_leaves(prob, k, draw, support=False)
+            return [_scaled(s, scale * z) for s, z in zip(prob.scales, eta, strict=True)]
+
+        return box
     dim = jnp.asarray(prob.dim, dtype)  # uniform in the l2 ball of the support's dimension
 
-    def l2(k: jax.Array) -> jax.Array:
+    def l2(k: jax.Array) -> list:
         k_dir, k_rad = jax.random.split(k)
-        z = support * jax.random.normal(k_dir, (size,), dtype)
+        z = draw_leaves(prob, k_dir, "gaussian")
         radius = scale * jax.random.uniform(k_rad, (), dtype) ** (1 / dim)
-        return radius * scales * z / tree_norm(z)
+        factor = radius / scaled_norm(z)
+        return [_scaled(s, factor * a) for s, a in zip(prob.scales, z, strict=True)]
 
     return l2
 
 
-def _increase(prob: _Problem, base: jax.Array, u: jax.Array, antithetic: bool) -> jax.Array:
-    r"""$\frac12(f(u) + f(-u))$ (one after the other) or $f(u)$; $f = L(\theta+.) - L(\theta)$."""
+def _increase(
+    prob: _Problem, base: jax.Array, u: Callable[[], list], antithetic: bool
+) -> jax.Array:
+    r"""$\frac12(f(u) + f(-u))$ (one after the other) or $f(u)$; $f = L(\theta+.) - L(\theta)$.
+
+    ``u``: a function giving the perturbation's leaves, called where they are used (inside the
+    pair's loop for a drawn perturbation: the draw fuses with $\theta + u$, and no
+    perturbation is held across the two evaluations).
+    """
     if not antithetic:
-        return prob.loss(u) - base
-    # one evaluation after the other over the sign of u: never two perturbed vectors at once.
-    # u is split into the parameters' leaves once, outside the loop (its body holds one trace
-    # of the loss and no flat vector); the sign flip is exact, so the values are unchanged.
-    leaves = jax.tree_util.tree_leaves(prob.unravel(u))
+        return prob.shifted(u()) - base
+    # one evaluation after the other over the sign of u: never two perturbed points at once,
+    # one trace of the loss in the loop's body; the sign flip is exact
     values = jax.lax.map(
-        lambda sign: prob.shifted([sign * x for x in leaves]), jnp.array([1, -1], u.dtype)
+        lambda sign: prob.shifted([sign * x for x in u()]), jnp.array([1, -1], prob.dtype)
     )
     return 0.5 * ((values[0] - base) + (values[1] - base))
 
 
 def _increase_fn(
-    prob: _Problem, base: jax.Array, draw: Callable[[jax.Array], jax.Array], antithetic: bool
+    prob: _Problem, base: jax.Array, draw: Callable[[jax.Array], list], antithetic: bool
 ) -> Callable[[jax.Array], jax.Array]:
-    """``key -> sample`` of :func:`_increase` at a drawn perturbation vector."""
-    return lambda k: _increase(prob, base, draw(k), antithetic)
+    """``key -> sample`` of :func:`_increase` at a drawn perturbation."""
+    return lambda k: _increase(prob, base, lambda: draw(k), antithetic)
 
 
 def _pairs_text(num: int, antithetic: bool = True) -> str:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
+from kernels._flat import place, tree_dot
 from kernels._jit import compile_once
 from kernels._perturbation import (
     Perturbation,
@@ -28,9 +29,11 @@ from kernels._perturbation import (
     _quadratic_form,
     _sample_chunk,
     _sampler,
+    _scaled,
     _setup,
+    draw_leaves,
 )
-from kernels._random import sign_vector
+from kernels._random import leaf_draw
 from kernels.estimate import Estimate, estimate_from_samples
 from kernels.parallel import (
     SampleStats,
@@ -192,7 +195,7 @@ def _decomposition_pair(
 
     def one(k: jax.Array) -> jax.Array:
         u = draw(k)
-        pair = _increase(prob, base, u, antithetic=True)
+        pair = _increase(prob, base, lambda: u, antithetic=True)
         half = (0.5 * quad(u)).astype(pair.dtype)
         return jnp.stack([pair, pair - half])
 
@@ -311,22 +314,23 @@ def sharpness_decomposition(
         loss_fn, params, batch, key, perturbation, compute_dtype, "sharpness_decomposition"
     )
     chunk_size = _sample_chunk(chunk_size, params, prob, hessian=True)
-    base, linear = _linearized(prob, jnp.zeros_like(prob.flat))
+    base, linear = _linearized(prob, prob.zeros())
     products = mode == "products" or (
         mode == "auto" and chunk_size in (None, 1) and _products_fit(prob, linear)
     )
     if products:
 
-        def quad(x: jax.Array) -> jax.Array:
-            return jnp.vdot(x, linear(x)[1])
+        def quad(x: list) -> jax.Array:
+            return tree_dot(x, linear(x)[1])
     else:
         quad = _quadratic_form(prob)
     ok = _checked_base(prob, base)
-    sigma = jnp.asarray(perturbation.scale, prob.flat.dtype)
+    sigma = jnp.asarray(perturbation.scale, prob.dtype)
     key_pairs, key_probes = jax.random.split(key)
 
     def probe(k: jax.Array) -> jax.Array:
-        return quad(prob.scales * sign_vector(k, prob.scales.shape[0], prob.scales.dtype))
+        v = draw_leaves(prob, k, "rademacher", support=False)
+        return quad([_scaled(s, a) for s, a in zip(prob.scales, v, strict=True)])
 
     pair_fn = _decomposition_pair(prob, base, sigma, quad)
     pairs = sample_statistics(pair_fn, key_pairs, num_samples=num, chunk_size=chunk_size)
@@ -347,8 +351,16 @@ def sharpness_decomposition(
 # traces at perturbed points
 
 
+def _probe_leaves(prob: _Problem, key: jax.Array) -> list:
+    """A Rademacher probe of every parameter, leaf by leaf (leaf ``i`` from ``fold_in(key, i)``)."""
+    return [
+        place(leaf_draw(key, i, jnp.shape(w), prob.dtype, "rademacher"), sh)
+        for i, (w, sh) in enumerate(zip(prob.leaves, prob.shardings, strict=True))
+    ]
+
+
 def _trace_at(
-    prob: _Problem, draw: Callable[[jax.Array], jax.Array], key: jax.Array, num_probes: int
+    prob: _Problem, draw: Callable[[jax.Array], list], key: jax.Array, num_probes: int
 ) -> Callable[[jax.Array], tuple[jax.Array, ...]]:
     r"""``index -> (trace estimate, its stderr, non-finite?)`` at $\theta + u_j$."""
 
@@ -357,8 +369,8 @@ def _trace_at(
         value, hvp = _hessian_at(prob, draw(k_u))
 
         def probe(kp: jax.Array) -> jax.Array:
-            v = sign_vector(kp, prob.flat.shape[0], prob.flat.dtype)
-            return jnp.vdot(v, hvp(v))
+            v = _probe_leaves(prob, kp)
+            return tree_dot(v, hvp(v))
 
         # probes of one perturbation run one at a time on its device (perturbations shard)
         stats = sample_statistics(

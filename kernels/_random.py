@@ -131,3 +131,29 @@ def sign_block(key: jax.Array, start: int, shape: tuple[int, ...], dtype: Any) -
     bits = _words_at(key, word) >> (local % jnp.uint32(WORD_BITS))
     one = jnp.ones((), dtype)
     return jnp.where((bits & jnp.uint32(1)) == jnp.uint32(1), -one, one)
+
+
+def leaf_draw(
+    key: jax.Array, index: int, shape: tuple[int, ...], dtype: Any, kind: str
+) -> jax.Array:
+    """Leaf ``index`` of a vector drawn leaf by leaf: from ``jax.random.fold_in(key, index)``.
+
+    ``kind``: ``"rademacher"`` (the leaf's :func:`sign_vector`, reshaped), ``"gaussian"``
+    (standard normals) or ``"uniform"`` (uniform on ``[-1, 1)``). Each leaf is one draw of its
+    own shape, so on a mesh it is computed where the leaf's shards live (partitionable threefry)
+    and no vector of every parameter exists. The curvature kernels' Gaussian / rbg probes and
+    the sharpness kernels' perturbations use it.
+
+    >>> key = jax.random.key(0)
+    >>> a = leaf_draw(key, 1, (2, 3), jnp.float32, "gaussian")
+    >>> bool(jnp.all(a == jax.random.normal(jax.random.fold_in(key, 1), (2, 3))))
+    True
+    """
+    k = jax.random.fold_in(key, index)
+    if kind == "rademacher":
+        return sign_vector(k, int(np.prod(shape)), dtype).reshape(shape)
+    if kind == "gaussian":
+        return jax.random.normal(k, shape, dtype)
+    if kind == "uniform":
+        return jax.random.uniform(k, shape, dtype, -1.0, 1.0)
+    raise ValueError(f"kind: expected 'rademacher', 'gaussian' or 'uniform', got {kind!r}")

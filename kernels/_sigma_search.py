@@ -172,7 +172,7 @@ def sigma_search(
     chunk_size = _check_chunk(chunk_size)
     prob = _setup(loss_fn, params, batch, key, perturbation, compute_dtype, "sigma_search")
     chunk_size = _sample_chunk(chunk_size, params, prob)
-    dtype = prob.flat.dtype
+    dtype = prob.dtype
     lower = jnp.asarray(sigma_lower, dtype)
     upper = jnp.asarray(perturbation.scale, dtype)
     check_that(

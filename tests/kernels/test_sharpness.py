@@ -997,12 +997,21 @@ def test_pytree_ascent_equals_the_flat_reference_step_by_step(kind, adaptive):
     )
     s = np.abs(theta) if adaptive else np.ones(6)
     p = 2 if kind == "l2_ball" else np.inf
-    k0 = jax.random.fold_in(key, 0)  # restart 0's key
+    k0 = jax.random.fold_in(key, 0)  # restart 0's key; leaf i of the start from fold_in(k0, i)
+    shapes = [(2,), (2, 2)]
     if p == 2:
-        z = np.asarray(jax.random.normal(k0, (6,), jnp.float64))
+        z = [
+            jax.random.normal(jax.random.fold_in(k0, i), sh, jnp.float64)
+            for i, sh in enumerate(shapes)
+        ]
+        z = np.concatenate([np.asarray(a).ravel() for a in z])
         eta0 = 0.5 * radius * z / np.linalg.norm(z)
     else:
-        eta0 = 0.5 * radius * np.asarray(jax.random.uniform(k0, (6,), jnp.float64, -1.0, 1.0))
+        z = [
+            jax.random.uniform(jax.random.fold_in(k0, i), sh, jnp.float64, -1.0, 1.0)
+            for i, sh in enumerate(shapes)
+        ]
+        eta0 = 0.5 * radius * np.concatenate([np.asarray(a).ravel() for a in z])
     f = lambda eta: 0.5 * (theta + s * eta) @ a @ (theta + s * eta) + b @ (theta + s * eta)  # noqa: E731
     grad = lambda eta: s * (a @ (theta + s * eta) + b)  # noqa: E731
     best_f, best_eta = apgd_reference(f, grad, eta0, radius, 2 * radius, num_steps, p)
@@ -1159,9 +1168,9 @@ def test_adaptive_dimension_count_does_not_wrap_with_x64_off():
     assert int(old) < 0  # what the int32 count gave
 
 
-def test_antithetic_pair_of_the_leaves_equals_the_flat_vectors_pair():
-    # the pair's loop takes u's leaves (split once, outside the loop); its value is that of
-    # L(theta + u) and L(theta - u) evaluated on the flat u, one call each (float64)
+def test_antithetic_pair_of_the_leaves_equals_the_losses_at_plus_and_minus_u():
+    # the pair's loop evaluates the perturbation's leaves at +u and -u, one after the other;
+    # its value is that of L(theta + u) and L(theta - u) evaluated directly (float64)
     from kernels._perturbation import _increase, _setup
 
     params = {"a": jnp.arange(3.0, dtype=jnp.float64), "b": jnp.ones((2, 2), jnp.float64)}
@@ -1170,12 +1179,16 @@ def test_antithetic_pair_of_the_leaves_equals_the_flat_vectors_pair():
         return jnp.sum(jnp.sin(p["a"] * batch)) * jnp.sum(p["b"] ** 3)
 
     prob = _setup(loss, params, 1.5, jax.random.key(0), Perturbation("gaussian", 0.1))
-    u = 0.1 * jax.random.normal(jax.random.key(1), prob.flat.shape, jnp.float64)
-    base = prob.loss(jnp.zeros_like(prob.flat))
-    pair = _increase(prob, base, u, antithetic=True)
-    one = _increase(prob, base, u, antithetic=False)
-    ref_plus = loss(jax.tree_util.tree_map(jnp.add, params, prob.unravel(u)), 1.5)
-    ref_minus = loss(jax.tree_util.tree_map(jnp.subtract, params, prob.unravel(u)), 1.5)
+    u = {
+        "a": 0.1 * jax.random.normal(jax.random.key(1), (3,), jnp.float64),
+        "b": 0.1 * jax.random.normal(jax.random.key(2), (2, 2), jnp.float64),
+    }
+    leaves = jax.tree_util.tree_leaves(u)
+    base = prob.shifted(prob.zeros())
+    pair = _increase(prob, base, lambda: leaves, antithetic=True)
+    one = _increase(prob, base, lambda: leaves, antithetic=False)
+    ref_plus = loss(jax.tree_util.tree_map(jnp.add, params, u), 1.5)
+    ref_minus = loss(jax.tree_util.tree_map(jnp.subtract, params, u), 1.5)
     ref_base = loss(params, 1.5)
     np.testing.assert_allclose(
         pair, 0.5 * ((ref_plus - ref_base) + (ref_minus - ref_base)), rtol=1e-12
