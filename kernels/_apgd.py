@@ -60,11 +60,14 @@ class _Ascent(NamedTuple):
     The iterate is always the best point so far: a step is accepted exactly when it raises the
     loss above the best value (the current value *is* the best one, by induction from the
     start), and a rejected step returns to the iterate. So the best point, its value and its
-    gradient need no copies of their own: three parameter-sized trees in all.
+    gradient need no copies of their own: three parameter-sized trees in all. The momentum
+    term is kept as the last move ``x - x_prev`` (0 after a rejected step), the same numbers
+    as the previous iterate's difference, so the loop never moves a tree from one slot of its
+    state to another (which XLA's while loop pays with a copy of the tree).
     """
 
     x: Any  # current iterate eta = the best point so far
-    x_prev: Any  # the iterate before it (momentum)
+    move: Any  # x minus the iterate before it (momentum)
     g: Any  # gradient at x
     f: jax.Array  # loss at x
     alpha: jax.Array  # step size
@@ -124,8 +127,8 @@ def _apgd_candidate(state: _Ascent, step: jax.Array, p: float, radius: jax.Array
     )
     mom = jnp.where(step == 0, 1.0, _MOMENTUM).astype(g[0].dtype)
     moved = [
-        x + mom * (zz - x) + (1 - mom) * (x - xp)
-        for x, zz, xp in zip(state.x, z, state.x_prev, strict=True)
+        x + mom * (zz - x) + (1 - mom) * dx
+        for x, zz, dx in zip(state.x, z, state.move, strict=True)
     ]
     return _tree_project(moved, p, radius)
 
@@ -137,9 +140,10 @@ def _apgd_update(state: _Ascent, x_new: list, f_new: jax.Array, g_new: list) -> 
     def pick(a: list, b: list) -> list:
         return [jnp.where(ok, u, v) for u, v in zip(a, b, strict=True)]
 
+    zero = jnp.zeros((), state.f.dtype)
     return _Ascent(
         x=pick(x_new, state.x),
-        x_prev=state.x,
+        move=[jnp.where(ok, u - v, zero) for u, v in zip(x_new, state.x, strict=True)],
         g=pick(g_new, state.g),
         f=jnp.where(ok, f_new, state.f),
         alpha=jnp.where(ok, state.alpha, 0.5 * state.alpha),
@@ -181,7 +185,7 @@ def _apgd_restart(
         f0 = jax.eval_shape(loss, eta0)
         lowest = jnp.full(f0.shape, -jnp.inf, f0.dtype)
         zero_g = [jnp.zeros_like(a) for a in eta0]
-        init = _Ascent(eta0, eta0, zero_g, lowest, alpha0, jnp.zeros((), jnp.int32))
+        init = _Ascent(eta0, zero_g, zero_g, lowest, alpha0, jnp.zeros((), jnp.int32))
         state = jax.lax.fori_loop(0, num_steps + 1, body, init)
         # no finite value anywhere (possible only with the runtime checks off): NaN, not -inf
         best_f = jnp.where(jnp.isneginf(state.f), jnp.nan, state.f)

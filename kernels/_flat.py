@@ -27,7 +27,7 @@ from kernels._operators import (
     _LossOperator,
 )
 from kernels._precision import is_template, work_dtype, work_like
-from kernels._random import leaf_draw, sign_block, sign_vector, wordwise
+from kernels._random import draw_leaf, leaf_keys, sign_block, sign_vector, wordwise
 from kernels.parallel import (
     sample_layout,
     splits_user_mesh,
@@ -150,7 +150,8 @@ class _Flat:
                     start += math.prod(shape)
                 return out
             return _split(sign_vector(key, self.size, dtype), shapes)
-        return [leaf_draw(key, i, shape, dtype, kind) for i, shape in enumerate(shapes)]
+        keys = leaf_keys(key, len(shapes))
+        return [draw_leaf(k, shape, dtype, kind) for k, shape in zip(keys, shapes, strict=True)]
 
     def probe(self, key: jax.Array, kind: str = "rademacher") -> jax.Array:
         """The flat probe of ``key``: the leaves of :meth:`probe_leaves`, raveled in order."""

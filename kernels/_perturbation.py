@@ -32,7 +32,7 @@ from kernels._precision import (
     work_like,
     work_params,
 )
-from kernels._random import leaf_draw
+from kernels._random import draw_leaf, leaf_keys
 
 _KINDS = ("gaussian", "l2_ball", "linf_ball")
 _INT32_MAX = 2**31 - 1
@@ -498,17 +498,18 @@ def _placed(prob: _Problem, index: int, x: jax.Array) -> jax.Array:
 def draw_leaves(
     prob: _Problem, key: jax.Array, kind: str, *, support: bool = True
 ) -> list[jax.Array]:
-    """Standard draws of ``kind`` leaf by leaf (:func:`kernels._random.leaf_draw`).
+    """Standard draws of ``kind`` leaf by leaf (:func:`kernels._random.draw_leaf`).
 
     Leaf ``i`` from ``fold_in(key, i)``, in its leaf's layout. A leaf the mask leaves out
     (scale 0.0) is zeros, nothing drawn; with ``support``, entries whose scale is 0 are zero.
     """
     out = []
-    for i, (w, s) in enumerate(zip(prob.leaves, prob.scales, strict=True)):
+    keys = leaf_keys(key, len(prob.leaves))
+    for i, (w, s, k) in enumerate(zip(prob.leaves, prob.scales, keys, strict=True)):
         if isinstance(s, float) and s == 0.0:
             out.append(jnp.zeros_like(w))
             continue
-        z = _placed(prob, i, leaf_draw(key, i, jnp.shape(w), prob.dtype, kind))
+        z = _placed(prob, i, draw_leaf(k, jnp.shape(w), prob.dtype, kind))
         if support and not isinstance(s, float):
             z = jnp.where(s != 0, z, jnp.zeros((), prob.dtype))
         out.append(z)
@@ -531,10 +532,10 @@ def _sampler(kind: str, scale: Any, prob: _Problem) -> Callable[[jax.Array], lis
     dtype = prob.dtype
     scale = jnp.asarray(scale, dtype)
     if kind in ("gaussian", "linf_ball"):
-        draw = "gaussian" if kind == "gaussian" else "uniform"
+        name = "gaussian" if kind == "gaussian" else "uniform"
 
         def box(k: jax.Array) -> list:
-            eta = draw_leaves(prob, k, draw, support=False)
+            eta = draw_leaves(prob, k, name, support=False)
             return [_scaled(s, scale * z) for s, z in zip(prob.scales, eta, strict=True)]
 
         return box

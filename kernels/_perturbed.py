@@ -33,7 +33,7 @@ from kernels._perturbation import (
     _setup,
     draw_leaves,
 )
-from kernels._random import leaf_draw
+from kernels._random import draw_leaf, leaf_keys
 from kernels.estimate import Estimate, estimate_from_samples
 from kernels.parallel import (
     SampleStats,
@@ -353,9 +353,10 @@ def sharpness_decomposition(
 
 def _probe_leaves(prob: _Problem, key: jax.Array) -> list:
     """A Rademacher probe of every parameter, leaf by leaf (leaf ``i`` from ``fold_in(key, i)``)."""
+    keys = leaf_keys(key, len(prob.leaves))
     return [
-        place(leaf_draw(key, i, jnp.shape(w), prob.dtype, "rademacher"), sh)
-        for i, (w, sh) in enumerate(zip(prob.leaves, prob.shardings, strict=True))
+        place(draw_leaf(k, jnp.shape(w), prob.dtype, "rademacher"), sh)
+        for k, w, sh in zip(keys, prob.leaves, prob.shardings, strict=True)
     ]
 
 

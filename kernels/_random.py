@@ -133,27 +133,36 @@ def sign_block(key: jax.Array, start: int, shape: tuple[int, ...], dtype: Any) -
     return jnp.where((bits & jnp.uint32(1)) == jnp.uint32(1), -one, one)
 
 
-def leaf_draw(
-    key: jax.Array, index: int, shape: tuple[int, ...], dtype: Any, kind: str
-) -> jax.Array:
-    """Leaf ``index`` of a vector drawn leaf by leaf: from ``jax.random.fold_in(key, index)``.
+def leaf_keys(key: jax.Array, count: int) -> list[jax.Array]:
+    """``[fold_in(key, 0), ..., fold_in(key, count - 1)]``: the keys of a vector's leaves.
+
+    For a threefry key (:func:`wordwise`) one vectorised fold (the same keys: threefry is
+    elementwise), so a program draws its leaves' keys in one hash loop, not one per leaf.
+    """
+    if not wordwise(key) or count == 1:
+        return [jax.random.fold_in(key, i) for i in range(count)]
+    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(count, dtype=jnp.uint32))
+    return [keys[i] for i in range(count)]
+
+
+def draw_leaf(key: jax.Array, shape: tuple[int, ...], dtype: Any, kind: str) -> jax.Array:
+    """One leaf's standard draw of ``kind`` from its own key (:func:`leaf_keys`).
 
     ``kind``: ``"rademacher"`` (the leaf's :func:`sign_vector`, reshaped), ``"gaussian"``
     (standard normals) or ``"uniform"`` (uniform on ``[-1, 1)``). Each leaf is one draw of its
     own shape, so on a mesh it is computed where the leaf's shards live (partitionable threefry)
     and no vector of every parameter exists. The curvature kernels' Gaussian / rbg probes and
-    the sharpness kernels' perturbations use it.
+    the sharpness kernels' perturbations are drawn so.
 
     >>> key = jax.random.key(0)
-    >>> a = leaf_draw(key, 1, (2, 3), jnp.float32, "gaussian")
+    >>> a = draw_leaf(leaf_keys(key, 2)[1], (2, 3), jnp.float32, "gaussian")
     >>> bool(jnp.all(a == jax.random.normal(jax.random.fold_in(key, 1), (2, 3))))
     True
     """
-    k = jax.random.fold_in(key, index)
     if kind == "rademacher":
-        return sign_vector(k, int(np.prod(shape)), dtype).reshape(shape)
+        return sign_vector(key, int(np.prod(shape)), dtype).reshape(shape)
     if kind == "gaussian":
-        return jax.random.normal(k, shape, dtype)
+        return jax.random.normal(key, shape, dtype)
     if kind == "uniform":
-        return jax.random.uniform(k, shape, dtype, -1.0, 1.0)
+        return jax.random.uniform(key, shape, dtype, -1.0, 1.0)
     raise ValueError(f"kind: expected 'rademacher', 'gaussian' or 'uniform', got {kind!r}")
