@@ -175,8 +175,8 @@ class _Problem:
     shardings: list  # per leaf: its sharding where known while tracing, else None
 
     def zeros(self) -> list:
-        """The zero displacement, leaf by leaf."""
-        return [jnp.zeros_like(w) for w in self.leaves]
+        """The zero displacement, leaf by leaf (no sharding of its own: valid in a share)."""
+        return [jnp.zeros(jnp.shape(w), self.dtype) for w in self.leaves]
 
     def tree(self, leaves: list) -> Any:
         """Leaves shaped like the parameters' as the parameters' pytree."""
@@ -491,7 +491,14 @@ def _scaled(scale: Any, eta: jax.Array) -> jax.Array:
 
 
 def _placed(prob: _Problem, index: int, x: jax.Array) -> jax.Array:
-    """Leaf ``index`` of a drawn vector laid out like the parameter leaf (where known)."""
+    """Leaf ``index`` of a drawn vector laid out like the parameter leaf (where known).
+
+    Left to the partitioner inside a share of the samples (manual mesh axes), as
+    :func:`kernels._flat.leaf_shardings` leaves the curvature kernels' probes there.
+    """
+    context = jax.sharding.get_abstract_mesh()
+    if not context.empty and context.manual_axes:
+        return x
     return place(x, prob.shardings[index])
 
 
@@ -507,7 +514,7 @@ def draw_leaves(
     keys = leaf_keys(key, len(prob.leaves))
     for i, (w, s, k) in enumerate(zip(prob.leaves, prob.scales, keys, strict=True)):
         if isinstance(s, float) and s == 0.0:
-            out.append(jnp.zeros_like(w))
+            out.append(jnp.zeros(jnp.shape(w), prob.dtype))
             continue
         z = _placed(prob, i, draw_leaf(k, jnp.shape(w), prob.dtype, kind))
         if support and not isinstance(s, float):

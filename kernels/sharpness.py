@@ -32,7 +32,11 @@ iterations (ascent steps, bisection steps); ``chunk_size`` is samples per vector
 
 Monte Carlo means run through :func:`kernels.parallel.sample_statistics`: sample $i$ uses the key
 ``fold_in(key, i)``, memory is that of one chunk whatever ``num_samples`` is, the result does not
-depend on ``chunk_size`` or the device count, and draws shard over ``jax.devices()``.
+depend on ``chunk_size`` or the device count, and draws shard over ``jax.devices()``. A
+perturbation (and a probe) is drawn, scaled and applied leaf by leaf: leaf $j$ of the
+parameters' pytree from ``fold_in(k, j)`` of its sample's key ``k``
+(:func:`kernels._random.leaf_keys`), each in its leaf's layout on a mesh, so no vector of
+every parameter is formed.
 
 Compilation: every kernel is compiled once per (``loss_fn`` object, static options, shapes and
 dtypes) (:func:`kernels._jit.compile_once`): pass data through ``batch`` rather than closing over

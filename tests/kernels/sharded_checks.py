@@ -408,11 +408,13 @@ def gathers():
 
 # the families of the default run's all-gather check (each compile takes seconds): Lanczos and
 # Hutch++, whose flat bases gathered every leaf (Hutch++: its whole flat sketch) before they
-# were kept leaf by leaf; the slow run compiles every family
-FSDP_FAST = ("top_eigenvalues", "hutchpp")
-# the families that perturb the parameters: their perturbation is still drawn as one flat
-# vector and split into the leaves, which may gather a leaf's slice of it (never more)
-FSDP_FLAT_PERTURBATION = ("average_sharpness", "worst_case_sharpness", "perturbed_hessian_traces")
+# were kept leaf by leaf, and average and worst-case sharpness, whose perturbations were one
+# flat vector split into the leaves before they were drawn leaf by leaf; the slow run compiles
+# every family
+FSDP_FAST = ("top_eigenvalues", "hutchpp", "average_sharpness", "worst_case_sharpness")
+# the families whose Rademacher probes unpack each leaf's signs from its words (a leaf's
+# sign_vector, reshaped): the unpacking may gather one leaf's signs (never more)
+FSDP_UNPACKED_SIGNS = ("perturbed_hessian_traces",)
 
 
 def fsdp_kernels(loss, apply, split):

@@ -201,10 +201,11 @@ def _no_leaf_gathered(record: dict, families) -> None:
         assert all(big.count(s) <= allowed.count(s) for s in big), (name, big, allowed)
 
 
-def test_fsdp_lanczos_and_hutchpp_gather_no_parameter(results):
-    # 8-way FSDP (every leaf split): the Lanczos basis and the Hutch++ sketch are held leaf by
-    # leaf where the parameters live; the compiled programs gather no leaf (the flat bases
-    # gathered each leaf, Hutch++ its whole sketch: f32[1600,2])
+def test_fsdp_bases_and_perturbations_gather_no_parameter(results):
+    # 8-way FSDP (every leaf split): the Lanczos basis and the Hutch++ sketch are held, and
+    # average and worst-case sharpness's perturbations drawn, leaf by leaf where the parameters
+    # live; the compiled programs gather no leaf (the flat bases gathered each leaf, Hutch++ its
+    # whole sketch: f32[1600,2])
     record = results["fsdp_gathers"]["mlp"]
     _no_gather_beyond_a_leaf(record, sharded_checks.FSDP_FAST)
     _no_leaf_gathered(record, sharded_checks.FSDP_FAST)
@@ -217,5 +218,5 @@ def test_fsdp_every_family_gathers_no_more_than_a_leaf(full_results, model):
     record = full_results["fsdp_gathers"][model]
     _no_gather_beyond_a_leaf(record, families)
     if model == "mlp":  # whose gradient gathers nothing: the curvature kernels gather no leaf
-        flat = sharded_checks.FSDP_FLAT_PERTURBATION
+        flat = sharded_checks.FSDP_UNPACKED_SIGNS
         _no_leaf_gathered(record, [f for f in families if f not in flat])
