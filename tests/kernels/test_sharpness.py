@@ -1216,3 +1216,47 @@ def test_masks_are_kept_per_leaf_without_a_parameter_sized_host_array():
         (True, False, 12),
     ]
     np.testing.assert_array_equal(_mask_values(masks[2], jnp.float64), np.repeat(row, 4, axis=0))
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "l2_ball", "linf_ball"])
+def test_perturbations_are_drawn_leaf_by_leaf_from_the_sample_key(kind):
+    # sample i's perturbation: leaf j of eta from fold_in(fold_in(key, i), j) (the l2 ball's
+    # direction from the first of split(fold_in(key, i)), its radius from the second), scaled
+    # by the mask times |theta| (adaptive) leaf by leaf; the mean of the antithetic pairs
+    # recomputed from those draws (float64)
+    params = {"a": jnp.linspace(-1.0, 2.0, 3), "b": jnp.linspace(0.5, -0.5, 4).reshape(2, 2)}
+    mask = {"a": True, "b": np.array([[True, False]])}
+
+    def loss(p, batch):
+        return jnp.sum(jnp.sin(p["a"] * batch)) * jnp.sum(p["b"] ** 3) + jnp.sum(p["b"] ** 2)
+
+    key, scale, num = jax.random.key(61), 0.2, 3
+    pert = Perturbation(kind, scale, adaptive=True, mask=mask)
+    est = average_sharpness(loss, params, 1.5, key, perturbation=pert, num_samples=num)
+    s = {"a": np.abs(np.asarray(params["a"])), "b": np.abs(np.asarray(params["b"])) * mask["b"]}
+    names, dim = ["a", "b"], 3 + 2  # the support: every entry of a, one column of b
+    pairs = []
+    for i in range(num):
+        k = jax.random.fold_in(key, i)
+        if kind == "l2_ball":
+            k_dir, k_rad = jax.random.split(k)
+            z = {
+                n: np.asarray(jax.random.normal(jax.random.fold_in(k_dir, j), s[n].shape))
+                * (s[n] != 0)
+                for j, n in enumerate(names)
+            }
+            norm = np.sqrt(sum(np.sum(v**2) for v in z.values()))
+            radius = scale * float(jax.random.uniform(k_rad, ())) ** (1 / dim)
+            u = {n: radius * s[n] * z[n] / norm for n in names}
+        else:
+            draw = jax.random.normal if kind == "gaussian" else jax.random.uniform
+            extra = () if kind == "gaussian" else (jnp.float64, -1.0, 1.0)
+            u = {
+                n: scale * s[n] * np.asarray(draw(jax.random.fold_in(k, j), s[n].shape, *extra))
+                for j, n in enumerate(names)
+            }
+        plus = {n: params[n] + u[n] for n in names}
+        minus = {n: params[n] - u[n] for n in names}
+        base = loss(params, 1.5)
+        pairs.append(0.5 * ((loss(plus, 1.5) - base) + (loss(minus, 1.5) - base)))
+    np.testing.assert_allclose(float(est.mean), np.mean(pairs), rtol=1e-10, atol=1e-15)
