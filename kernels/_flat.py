@@ -340,7 +340,7 @@ def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> 
     ``form``: ``x -> x^T A x``, either by forward over forward mode (a loss operator whose
     loss has forward-mode derivatives: no linearisation, no Hessian-vector product) or as
     ``x . (A x)`` from the products of :func:`_setup` (the operator linearised once). Which
-    one: ``mode`` (``"auto"``: :func:`_auto_uses_products`).
+    one: ``mode`` (``"auto"``: :func:`kernels._memory.products_fit`).
     """
     # on a user's mesh, quadratic forms on the parameters' leaves (products would flatten
     # them: gathers), and any products are recomputed inside the shard_maps of the samples
@@ -354,8 +354,10 @@ def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> 
         like = _template(like)
         _check_like(matvec, like)
         product, valid = matvec.linearize()
-        if products_fit("hutchinson", product, like, matvec.params, matvec.scalar_loss()):
+        loss = matvec.scalar_loss()
+        if products_fit("hutchinson", product, like, matvec.params, loss, matvec.form):
             return _with_product_forms(_setup(matvec, like, (product, valid, "loss_fn")))
+        valid = None  # quadratic forms: the loss comes with them
     if not _forward_mode_ok(form, matvec.params):  # e.g. a custom_vjp in the loss
         return _with_product_forms(_setup(matvec, like, linearize=inside))
     like = _template(like)
