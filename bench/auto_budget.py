@@ -145,7 +145,7 @@ def markdown(records: list[dict]) -> str:
         " bfloat16 weights cast to float32 inside the program, FSDP over 8 forced CPU devices,"
         " batch 8 x 1024, compiled without running. Estimates: global bytes, traced only;"
         " plans: XLA's temporaries per device; both as multiples of the gradient's. \"rule:"
-        " products?\" is `products_fit` (the choice of `mode=\"auto\"` off a mesh; on a mesh"
+        ' products?" is `products_fit` (the choice of `mode="auto"` off a mesh; on a mesh'
         " it takes quadratic forms).",
         "",
         "| decoder | gradient est. (GiB) | forms est. | products est. | budget (GiB) |"

@@ -41,7 +41,8 @@ def test_the_recorded_choice_at_scale_follows_the_rule_and_xla_s_plans(decoder):
     records = {r["decoder"]: r for r in json.loads(RECORD.read_text())}
     r = records[decoder]
     est, plans = r["estimates"], r["plans"]
-    assert r["mesh"] == {"fsdp": 8} and r["batch"] == [8, 1024]
+    assert r["mesh"] == {"fsdp": 8}
+    assert r["batch"] == [8, 1024]
     # the rule, applied to what it estimated, gives the choice the kernel made: forms
     assert rule(est) is est["products_fit"] is False
     # XLA's plans agree: the product would take more than the margin over the quadratic form
@@ -55,7 +56,8 @@ def test_the_recorded_choice_at_scale_follows_the_rule_and_xla_s_plans(decoder):
     assert est["products_bytes"] / grad_est >= products / grad_plan
     # neither fits the budget, capped at the device's chunk budget (1 GiB on a CPU): one probe
     # at a time on an accelerator too
-    assert est["budget_bytes"] == 2**30 and est["accelerator_chunk"] == 1
+    assert est["budget_bytes"] == 2**30
+    assert est["accelerator_chunk"] == 1
 
 
 def test_a_smoke_run_on_the_tiny_decoder_records_estimates_and_plans(tmp_path):
@@ -66,7 +68,8 @@ def test_a_smoke_run_on_the_tiny_decoder_records_estimates_and_plans(tmp_path):
            "--out", str(out)]  # fmt: skip
     subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=600)
     (r,) = json.loads(out.read_text())
-    assert r["decoder"] == "tiny" and r["mesh"] == {"fsdp": 8}
+    assert r["decoder"] == "tiny"
+    assert r["mesh"] == {"fsdp": 8}
     assert set(r["plans"]) == {"gradient", "forms", "products"}
     assert all(p["temp_gib"] > 0 for p in r["plans"].values())
     # a tiny model sits under the 128 MiB floor: the product, and 16 probes on an accelerator
