@@ -140,8 +140,9 @@ def sign_block(key: jax.Array, start: int, shape: tuple[int, ...], dtype: Any) -
 
     Shaped ``shape`` (row-major), computed entry by entry from the word indices, so the block of
     a sharded parameter is drawn where its shards live, without the whole vector. Each entry
-    derives its group of words again (128 times the hashing of :func:`sign_vector`); for
-    threefry keys (:func:`wordwise`). The block is indexed from the word holding entry
+    hashes its own word again (two Threefry hashes an entry, :func:`_words_at`: 51 times the
+    hashing of :func:`sign_vector`, in elementwise code that XLA fuses with the block's use);
+    for threefry keys (:func:`wordwise`). The block is indexed from the word holding entry
     ``start``, so ``start`` may lie past ``2**32`` (vectors of up to ``2**37`` entries, whose
     word indices fit 32 bits) and one block holds up to ``2**32 - 32`` entries.
 
