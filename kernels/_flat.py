@@ -31,6 +31,7 @@ from kernels._random import draw_leaf, leaf_keys, sign_block, sign_vector, wordw
 from kernels.parallel import (
     sample_layout,
     splits_user_mesh,
+    window_cache_key,
 )
 
 # --------------------------------------------------------------------------- flat problem
@@ -60,6 +61,20 @@ class _Flat:
     tree_matvec: Callable[[list], list] | None = None
     # (key, kind) -> the probe's leaves, in place of drawing them for ``template`` (raveled)
     draw: Callable[[jax.Array, str], list] | None = None
+    # set when ``form`` and ``tree_form`` return ``[x^T A x, loss at params]`` (``valid`` is
+    # then None): the loss -> the input verdict, with its runtime checks (:meth:`checked`)
+    verdict: Callable[[jax.Array], jax.Array] | None = None
+
+    def checked(self, stats: Any) -> tuple[_Flat, Any]:
+        """The input verdict from the samples' loss, and the statistics of the forms alone.
+
+        Samples ``[x^T A x, loss at params]`` (``verdict`` set): the loss is the same in every
+        sample, so its mean is that loss exactly. Otherwise both are returned as they are.
+        """
+        if self.verdict is None:
+            return self, stats
+        flat = dataclasses.replace(self, valid=self.verdict(stats.mean[1]), verdict=None)
+        return flat, dataclasses.replace(stats, mean=stats.mean[0], m2=stats.m2[0])
 
     def for_bases(self) -> _Flat:
         """The vectors a kernel's basis is kept in: leaves on a user's mesh, else one raveled leaf.
@@ -319,7 +334,7 @@ def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> 
     ``form``: ``x -> x^T A x``, either by forward over forward mode (a loss operator whose
     loss has forward-mode derivatives: no linearisation, no Hessian-vector product) or as
     ``x . (A x)`` from the products of :func:`_setup` (the operator linearised once). Which
-    one: ``mode`` (``"auto"``: :func:`_auto_uses_products`).
+    one: ``mode`` (``"auto"``: :func:`kernels._memory.products_fit`).
     """
     # on a user's mesh, quadratic forms on the parameters' leaves (products would flatten
     # them: gathers), and any products are recomputed inside the shard_maps of the samples
@@ -333,14 +348,29 @@ def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> 
         like = _template(like)
         _check_like(matvec, like)
         product, valid = matvec.linearize()
-        if products_fit("hutchinson", product, like, matvec.params, matvec.scalar_loss()):
+        loss = matvec.scalar_loss()
+        if products_fit("hutchinson", product, like, matvec.params, loss, matvec.form):
             return _with_product_forms(_setup(matvec, like, (product, valid, "loss_fn")))
+        valid = None  # quadratic forms: the loss comes with them
     if not _forward_mode_ok(form, matvec.params):  # e.g. a custom_vjp in the loss
         return _with_product_forms(_setup(matvec, like, linearize=inside))
     like = _template(like)
     _check_like(matvec, like)
-    valid = matvec.check_inputs() if valid is None else valid
     size, dtype, unravel = _flat_space(like)
+    if valid is None and isinstance(matvec, HessianOperator) and window_cache_key() is None:
+        # each sample gives the loss at params beside its form: no forward pass for the checks
+        # (not in a block of the stream, kernels.blocks, whose samples stay the forms alone)
+        with_loss = jax.jit(matvec.form_and_loss)
+
+        def flat_form(x: jax.Array) -> jax.Array:
+            return tree_form(unravel(x))
+
+        def tree_form(tree: Any) -> jax.Array:
+            return jnp.stack([a.astype(dtype) for a in with_loss(tree)])
+
+        return _Flat(size, dtype, None, None, "loss_fn", flat_form, tree_form, matvec.params,
+                     verdict=matvec.check_loss)  # fmt: skip
+    valid = matvec.check_inputs() if valid is None else valid
 
     def flat_form(x: jax.Array) -> jax.Array:
         return form(unravel(x)).astype(dtype)

@@ -96,13 +96,27 @@ class HessianOperator(_LossOperator):
         backward pass, so no activations are kept (memory of about one forward pass with two
         tangents).
         """
+        return self.form_and_loss(v)[0]
+
+    def form_and_loss(self, v: Any) -> tuple[jax.Array, jax.Array]:
+        r"""The quadratic form of :meth:`form` and the loss at ``params``, in one program.
+
+        The loss is the value the nested ``jax.jvp`` computes on the way (an auxiliary output),
+        so the kernels check it without a forward pass of its own.
+        """
         value = self._value()
         v = work_params(v)
 
-        def slope(p: Any) -> jax.Array:
-            return jax.jvp(lambda q: value(q)[0], (p,), (v,))[1]
+        def slope(p: Any) -> tuple[jax.Array, jax.Array]:
+            _, tangent, loss = jax.jvp(value, (p,), (v,), has_aux=True)
+            return tangent, loss
 
-        return jax.jvp(slope, (self.primal(),), (v,))[1]
+        _, second, loss = jax.jvp(slope, (self.primal(),), (v,), has_aux=True)
+        return second, loss
+
+    def check_loss(self, loss: jax.Array) -> jax.Array:
+        """The runtime checks of :meth:`check_inputs` given the loss at ``params`` (no pass)."""
+        return _check_loss_at(self.params, loss)
 
     def check_inputs(self) -> jax.Array:
         """The runtime checks of :meth:`linearize` (one forward pass for the loss at ``params``)."""

@@ -14,7 +14,7 @@ under a user's ``jit`` alike.
 - What a kernel may plan: :func:`memory_budget` and :func:`budgeted_chunk_size`.
 - The kernels' rules: :func:`probe_chunk` and :func:`hutchinson_chunk` (Hutchinson's probes),
   :func:`perturbation_chunk` (the sharpness kernels' samples) and :func:`products_fit`
-  (whether a linearised product fits).
+  (whether ``mode="auto"`` takes a linearised product).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from kernels._operators import _LossOperator
 
 __all__ = [
     "GRADIENT_MULTIPLES",
+    "PRODUCT_MEMORY_MARGIN",
     "PRODUCT_RESIDUAL_BYTES",
     "UNCONSTRAINED_BYTES",
     "budgeted_chunk_size",
@@ -68,6 +69,19 @@ __all__ = [
 # (forms probe and sample: a chunk's plan per added sample, one at a time for the reference
 # model's forms; product: probes one at a time, the whole plan; the decoder is
 # bench/scale.py's build_jax(Config(4096, 256, 4, 1024, 4, 128, 4, 1)).)
+#
+# At scale (bench/auto_budget.py: the reference decoders, bfloat16 weights cast to float32,
+# FSDP over 8 CPU devices, batch 8 x 1024), in gradients (estimates: global bytes; XLA's plans:
+# temporaries per device):
+#
+#   decoder (parameters)   gradient est. / XLA       forms probe        linearised product
+#                          GiB         GiB/device    est. / XLA         est. / XLA
+#   1B (1,235,814,400)     6.08 / 4.03               7.55x / 1.89x      23.5x / 4.42x
+#   8B (8,030,261,248)     8.29 / 8.54               6.15x / 2.69x      45.8x / 6.53x
+#
+# Neither mode fits the budget (capped at the device's 1 GiB chunk budget) and the product
+# plans 2.3-2.4 times the quadratic form: mode="auto" takes quadratic forms (its residuals
+# also pass PRODUCT_RESIDUAL_BYTES), chunk_size="auto" one probe at a time.
 
 GRADIENT_MULTIPLES: dict[str, float] = {
     # Hutchinson: hessian_trace, ggn_trace and the Gauss-Newton / Fisher operators,
@@ -366,14 +380,30 @@ def perturbation_chunk(
     return budgeted_chunk_size(None, per_sample=per_sample, budget=budget, cap=cap, fixed=fixed)
 
 
-def products_fit(
-    kind: str, linear: Callable, tangent: Any, primal: Any, loss: Callable[[Any], Any]
-) -> bool:
-    """Whether a linearised product, probes one at a time, fits a kernel's memory budget.
+# Where neither mode fits the budget (the 54k reference model at batch 256 x 32: its quadratic
+# form plans 3.47 gradients' temporaries, its linearised product 3.71 and runs 8% faster), the
+# product is kept unless its estimate exceeds the quadratic form's by more than this factor: a
+# small memory saving is not worth the slower probes
+PRODUCT_MEMORY_MARGIN = 1.3
 
-    Its residuals (:func:`linear_residual_bytes`) within :data:`PRODUCT_RESIDUAL_BYTES`, and
-    their estimated memory (:func:`sample_bytes` ``("products", ...)``) within
-    ``memory_budget(kind, gradient_bytes(loss, primal))``.
+
+def products_fit(
+    kind: str,
+    linear: Callable,
+    tangent: Any,
+    primal: Any,
+    loss: Callable[[Any], Any],
+    form: Callable[[Any], Any] | None = None,
+) -> bool:
+    """Whether ``mode="auto"`` takes a linearised product, probes one at a time.
+
+    Never when its residuals (:func:`linear_residual_bytes`) pass
+    :data:`PRODUCT_RESIDUAL_BYTES`. Otherwise when their estimated memory
+    (:func:`sample_bytes` ``("products", ...)``) fits ``memory_budget(kind,
+    gradient_bytes(loss, primal))``. With ``form`` given (the quadratic form the kernel would
+    use instead), also when neither fits: when the quadratic form's estimate
+    (``"forms"``) is over the budget too and the product's is at most
+    :data:`PRODUCT_MEMORY_MARGIN` times it (the faster mode, for a small memory cost).
 
     Args:
       kind: ``"hutchinson"`` or ``"sharpness"`` (:data:`GRADIENT_MULTIPLES`).
@@ -381,9 +411,20 @@ def products_fit(
       tangent: an argument of ``linear`` (shapes and dtypes only).
       primal: the point the budget's gradient is taken at.
       loss: ``p -> scalar``, whose gradient the budget is stated in.
+      form: ``v -> v^T A v`` at ``primal`` (traced only), or None.
     """
     residuals = linear_residual_bytes(linear, tangent)
     if residuals > PRODUCT_RESIDUAL_BYTES:
         return False
     need = sample_bytes("products", params=primal, residuals=residuals)
-    return need <= memory_budget(kind, gradient_bytes(loss, primal))
+    budget = memory_budget(kind, gradient_bytes(loss, primal))
+    if need <= budget:
+        return True
+    if form is None:
+        return False
+    try:
+        program = program_bytes(form, primal)
+    except (TypeError, NotImplementedError):  # no forward-mode derivatives: no quadratic form
+        return True
+    forms = sample_bytes("forms", params=primal, program=program)
+    return forms > budget and need <= PRODUCT_MEMORY_MARGIN * forms

@@ -70,6 +70,7 @@ def _hutchinson(
         return flat.form(flat.probe(k, probe))
 
     stats = sample_statistics(one, key, num_samples=num_samples, chunk_size=chunk)
+    flat, stats = flat.checked(stats)
     flat.check_products(stats.num_nonfinite, num_samples, "probes")
     return stats.estimate()
 

@@ -53,7 +53,7 @@ def test_ratios_and_goals():
 
 def test_smoke_run_on_the_tiny_decoder(tmp_path):
     env = dict(os.environ)
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
     proc = subprocess.run(

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_quick_mode_writes_its_records(tmp_path):
     env = dict(os.environ)
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2"
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
     script = [sys.executable, str(ROOT / "bench" / "sharded.py"), "--quick", "--ways", "1,2"]

@@ -189,7 +189,10 @@ def sigint_default():
 
 def _cli(tmp_path, *extra):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    env.pop("XLA_FLAGS", None)
+    # no forced device count from the caller; the run's compile flags (root conftest) stay
+    env["XLA_FLAGS"] = " ".join(
+        f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f
+    )
     argv = [sys.executable, "-m", "jaxbounds.cli", "rademacher", "X.npy", "--norm", "2",
             "--radius", "1", "--quiet", *extra]  # fmt: skip
     return subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,

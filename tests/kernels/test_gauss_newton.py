@@ -907,7 +907,7 @@ def test_sharded_equals_single_device():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4",
         "JAX_PLATFORMS": "cpu",
     }
     proc = subprocess.run(

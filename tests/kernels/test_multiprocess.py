@@ -111,6 +111,9 @@ def _base_env() -> dict[str, str]:
     """This environment without process-layout settings (ours, JAX's, cluster launchers')."""
     drop = ("JAXBOUNDS_", "MP_", "JAX_COORDINATOR", "SLURM_", "OMPI_", "PMI", "XLA_FLAGS")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    # no forced device count from the caller; the run's compile flags (root conftest) stay
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    env["XLA_FLAGS"] = " ".join(f for f in flags if "device_count" not in f)
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
     return env

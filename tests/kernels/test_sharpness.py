@@ -924,7 +924,8 @@ def test_sharded_equals_single_device():
         + _SHARDED
         + "\nprint(json.dumps(compute()))\n"
     )
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    flags = os.environ.get("XLA_FLAGS", "")
+    env = {**os.environ, "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count=2".strip()}
     env["JAX_PLATFORMS"] = "cpu"
     out = subprocess.run(
         [sys.executable, "-c", script],
