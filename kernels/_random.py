@@ -174,12 +174,21 @@ def sign_block(key: jax.Array, start: int, shape: tuple[int, ...], dtype: Any) -
 def leaf_keys(key: jax.Array, count: int) -> list[jax.Array]:
     """``[fold_in(key, 0), ..., fold_in(key, count - 1)]``: the keys of a vector's leaves.
 
-    For a threefry key (:func:`wordwise`) one vectorised fold (the same keys: threefry is
-    elementwise), so a program draws its leaves' keys in one hash loop, not one per leaf.
+    For a threefry key (:func:`wordwise`) the hash of the counts ``(0, i)`` written out
+    (:func:`_threefry`: the same keys), so a program derives its leaves' keys without a hash
+    loop per leaf.
     """
     if not wordwise(key) or count == 1:
         return [jax.random.fold_in(key, i) for i in range(count)]
-    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(count, dtype=jnp.uint32))
+    # fold_in of a threefry key is the hash of the count (0, i) (:func:`_threefry`)
+    k1, k2 = _key_words(key)
+    index = jnp.arange(count, dtype=jnp.uint32)
+    a, b = _threefry(k1, k2, jnp.zeros_like(index), index)
+    data = jnp.stack([a, b], axis=-1)
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        keys = jax.random.wrap_key_data(data, impl=jax.random.key_impl(key))
+    else:
+        keys = data
     return [keys[i] for i in range(count)]
 
 
@@ -190,7 +199,9 @@ def draw_leaf(key: jax.Array, shape: tuple[int, ...], dtype: Any, kind: str) -> 
     (standard normals) or ``"uniform"`` (uniform on ``[-1, 1)``). Each leaf is one draw of its
     own shape, so on a mesh it is computed where the leaf's shards live (partitionable threefry)
     and no vector of every parameter exists. The curvature kernels' Gaussian / rbg probes and
-    the sharpness kernels' perturbations are drawn so.
+    the sharpness kernels' perturbations are drawn so. Float32 Gaussian and uniform draws of a
+    threefry key under ``jax_threefry_partitionable`` are computed with the hash written out
+    (:func:`_float_draw`: ``jax.random``'s numbers, without a loop per leaf in the program).
 
     >>> key = jax.random.key(0)
     >>> a = draw_leaf(leaf_keys(key, 2)[1], (2, 3), jnp.float32, "gaussian")
@@ -199,8 +210,53 @@ def draw_leaf(key: jax.Array, shape: tuple[int, ...], dtype: Any, kind: str) -> 
     """
     if kind == "rademacher":
         return sign_vector(key, int(np.prod(shape)), dtype).reshape(shape)
+    if kind not in ("gaussian", "uniform"):
+        raise ValueError(f"kind: expected 'rademacher', 'gaussian' or 'uniform', got {kind!r}")
+    if _elementwise(key, shape, dtype):
+        return _float_draw(key, shape, kind)
     if kind == "gaussian":
         return jax.random.normal(key, shape, dtype)
+    return jax.random.uniform(key, shape, dtype, -1.0, 1.0)
+
+
+def _elementwise(key: jax.Array, shape: tuple[int, ...], dtype: Any) -> bool:
+    """Whether :func:`_float_draw` gives ``jax.random``'s float32 draw of ``key`` and ``shape``.
+
+    A threefry key under ``jax_threefry_partitionable`` (entry ``i``'s bits hash the count
+    ``(0, i)``), float32, and fewer than ``2**32`` entries.
+    """
+    return (
+        wordwise(key)
+        and bool(jax.config.jax_threefry_partitionable)
+        and np.dtype(dtype) == np.float32
+        and 0 < int(np.prod(shape)) < 2**32
+    )
+
+
+def _float_draw(key: jax.Array, shape: tuple[int, ...], kind: str) -> jax.Array:
+    """``jax.random.normal`` or ``jax.random.uniform(..., -1, 1)`` of ``key`` (float32).
+
+    The hash is written out (:func:`_threefry`): the same numbers, fused into the kernel that
+    uses them instead of one loop per call. The count of each entry is built from one iota per
+    axis, so a sharded leaf's draw is computed where its shards live.
+    """
+    index = jnp.zeros(shape, jnp.uint32)
+    stride = 1
+    for axis in range(len(shape) - 1, -1, -1):
+        index = index + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * jnp.uint32(stride)
+        stride *= shape[axis]
+    k1, k2 = _key_words(key)
+    a, b = _threefry(k1, k2, jnp.zeros_like(index), index)
+    bits = a ^ b
+    # jax.random's float32 uniform: 23 random mantissa bits under the exponent of 1.0
+    unit = jax.lax.bitcast_convert_type(
+        (bits >> jnp.uint32(WORD_BITS - 23)) | jnp.uint32(0x3F800000), jnp.float32
+    ) - jnp.float32(1.0)
     if kind == "uniform":
-        return jax.random.uniform(key, shape, dtype, -1.0, 1.0)
-    raise ValueError(f"kind: expected 'rademacher', 'gaussian' or 'uniform', got {kind!r}")
+        lo, hi = np.float32(-1.0), np.float32(1.0)
+    else:  # jax.random.normal: sqrt(2) erfinv of a uniform draw on (-1, 1)
+        lo, hi = np.nextafter(np.float32(-1.0), np.float32(0.0)), np.float32(1.0)
+    u = jnp.maximum(lo, unit * (hi - lo) + lo)
+    if kind == "uniform":
+        return u
+    return np.float32(np.sqrt(2)) * jax.lax.erf_inv(u)
