@@ -184,14 +184,27 @@ def main() -> None:
         parser.error(f"--programs: unknown {unknown}; expected some of {llm_plan.PROGRAMS}")
     if args.repeats < 1:
         parser.error(f"--repeats: expected an int >= 1, got {args.repeats}")
+    if args.lanczos_steps < 1:
+        parser.error(f"--lanczos-steps: expected an int >= 1, got {args.lanczos_steps}")
+    unknown = sorted(set(configs) - set(CONFIGS))
+    if unknown or not configs:
+        parser.error(f"--configs: unknown {unknown or configs}; expected some of {list(CONFIGS)}")
     if args.child:
         cache = llm_plan._setup()
         print("RECORD " + json.dumps(measure(configs[0], programs[0], args.lanczos_steps, cache)))
         return
     out = Path(args.out)
+    if out.is_dir() or out.suffix != ".json":
+        parser.error(f"--out: expected a .json file (the table goes beside it), got {out}")
     if args.render:
+        if not out.is_file():
+            parser.error(f"--out: no records to render at {out}")
         out.with_suffix(".md").write_text(markdown(json.loads(out.read_text())))
         return
+    try:  # the folder before the compiles, not after them
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        parser.error(f"--out: cannot create the folder {out.parent} ({err.strerror})")
     records = []
     if out.exists():  # keep the records of other decoders and programs
         records = [r for r in json.loads(out.read_text())

@@ -72,3 +72,29 @@ def test_smoke_run_on_the_tiny_decoder(tmp_path):
         assert r["hlo_fusion"] > 0
         assert r["compile_cache"] is None
     assert "| tiny (20,640) | average_sharpness |" in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--out", "{tmp}"], "--out: expected a .json file"),
+        (["--out", "{tmp}/records.txt"], "--out: expected a .json file"),
+        (["--out", "{tmp}/none.json", "--render"], "--out: no records to render"),
+        (["--out", "{tmp}/file.json/sub/records.json"], "--out: cannot create the folder"),
+        (["--configs", "3b"], "--configs: unknown ['3b']"),
+        (["--configs", ","], "--configs: unknown"),
+        (["--programs", "gradient,nope"], "--programs: unknown ['nope']"),
+        (["--repeats", "0"], "--repeats: expected an int >= 1, got 0"),
+        (["--lanczos-steps", "-1"], "--lanczos-steps: expected an int >= 1, got -1"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_flag_before_any_compile(tmp_path, monkeypatch, capsys,
+                                                             argv, message):  # fmt: skip
+    (tmp_path / "file.json").write_text("[]")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    monkeypatch.setattr(sys, "argv", ["compile_times.py", *argv])
+    monkeypatch.setattr(compile_times, "_child", pytest.fail)  # no compile may start
+    with pytest.raises(SystemExit) as exit_info:
+        compile_times.main()
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
