@@ -8,7 +8,9 @@ One command (8 forced CPU devices; nothing parameter-sized is allocated)::
 
 The programs are :func:`bench.llm_plan.programs` (the gradient, ``hessian_trace`` with 2
 Hutchinson probes, ``top_eigenvalues`` with ``--lanczos-steps`` Lanczos steps,
-``average_sharpness`` with 2 Gaussian pairs, ``worst_case_sharpness`` with 2 ascent steps), on
+``average_sharpness`` with 2 Gaussian pairs, ``worst_case_sharpness`` with 2 ascent steps; and
+``hessian_trace_rbg``, the same ``hessian_trace`` with a ``jax.random.key(0, impl="rbg")`` key:
+every other program gets a threefry key, whose hash JAX lowers on a CPU as a loop per call), on
 the decoder of :func:`jaxbounds.models.decoder_config` with bfloat16 weights placed by
 :func:`jaxbounds.models.decoder_shardings` on an ``("fsdp",)`` mesh of 8 devices, each shard cast
 to float32 inside the program (the ``f32_in_program`` variant of ``bench/llm_plan.py``). Each
@@ -46,6 +48,11 @@ from bench import llm_plan  # noqa: E402
 
 OUT = ROOT / "bench" / "results"
 CONFIGS = ("124m", "1b")
+DECODERS = ("tiny", "124m", "1b", "8b")  # the names of jaxbounds.models.decoder_config
+# hessian_trace with a jax.random "rbg" key: its Rademacher probe drawn by XLA's RngBitGenerator,
+# where a threefry key's is JAX's Threefry hash, which JAX lowers on a CPU as a loop per call
+KEY_IMPLS = {"hessian_trace_rbg": ("hessian_trace", "rbg")}
+PROGRAMS = (*llm_plan.PROGRAMS, *KEY_IMPLS)
 GOAL = 2.0
 
 
@@ -56,7 +63,8 @@ def measure(name: str, program: str, lanczos_steps: int, cache: str | None) -> d
 
     n, loss, mesh, shardings, args, batch, seq = llm_plan.placed_decoder(name)
     params = args(jnp.bfloat16)
-    fn = llm_plan.programs(loss, lanczos_steps, shardings)[program]
+    base, impl = KEY_IMPLS.get(program, (program, "threefry2x32"))
+    fn = llm_plan.programs(loss, lanczos_steps, shardings)[base]
     record = {
         "decoder": name,
         "num_params": n,
@@ -67,13 +75,14 @@ def measure(name: str, program: str, lanczos_steps: int, cache: str | None) -> d
         "platform": jax.devices()[0].platform,
         "cpu_count": os.cpu_count(),
         "compile_cache": cache,
+        "key_impl": impl,
         "load_start": [round(x, 2) for x in os.getloadavg()],
     }
     if program == "top_eigenvalues":
         record["num_steps"] = lanczos_steps
     start = time.perf_counter()
     lowered = jax.jit(lambda p, b, k: fn(llm_plan._to_f32(p), b, k)).lower(
-        params, batch, jax.random.key(0)
+        params, batch, jax.random.key(0, impl=impl)
     )
     record["lower_wall_s"] = round(time.perf_counter() - start, 2)
     cpu, wall = time.process_time(), time.perf_counter()
@@ -170,7 +179,7 @@ def markdown(records: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--programs", default=",".join(llm_plan.PROGRAMS))
+    parser.add_argument("--programs", default=",".join(PROGRAMS))
     parser.add_argument("--lanczos-steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", default=str(OUT / "compile_times.json"))
@@ -179,19 +188,32 @@ def main() -> None:
     args = parser.parse_args()
     configs = [c for c in args.configs.split(",") if c]
     programs = [p for p in args.programs.split(",") if p]
-    unknown = sorted(set(programs) - set(llm_plan.PROGRAMS))
+    unknown = sorted(set(programs) - set(PROGRAMS))
     if unknown:
-        parser.error(f"--programs: unknown {unknown}; expected some of {llm_plan.PROGRAMS}")
+        parser.error(f"--programs: unknown {unknown}; expected some of {PROGRAMS}")
     if args.repeats < 1:
         parser.error(f"--repeats: expected an int >= 1, got {args.repeats}")
+    if args.lanczos_steps < 1:
+        parser.error(f"--lanczos-steps: expected an int >= 1, got {args.lanczos_steps}")
+    unknown = sorted(set(configs) - set(DECODERS))
+    if unknown or not configs:
+        parser.error(f"--configs: unknown {unknown or configs}; expected some of {list(DECODERS)}")
     if args.child:
         cache = llm_plan._setup()
         print("RECORD " + json.dumps(measure(configs[0], programs[0], args.lanczos_steps, cache)))
         return
     out = Path(args.out)
+    if out.is_dir() or out.suffix != ".json":
+        parser.error(f"--out: expected a .json file (the table goes beside it), got {out}")
     if args.render:
+        if not out.is_file():
+            parser.error(f"--out: no records to render at {out}")
         out.with_suffix(".md").write_text(markdown(json.loads(out.read_text())))
         return
+    try:  # the folder before the compiles, not after them
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        parser.error(f"--out: cannot create the folder {out.parent} ({err.strerror})")
     records = []
     if out.exists():  # keep the records of other decoders and programs
         records = [r for r in json.loads(out.read_text())

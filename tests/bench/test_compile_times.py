@@ -2,8 +2,8 @@
 
 ``summarize`` is checked on hand-made records (exact arithmetic: the minimum over repeats, the
 ratio to the gradient's, the 2x goal); the smoke run compiles the tiny decoder's gradient and
-average sharpness in child processes on 8 forced CPU devices and checks that each record carries
-XLA's numbers (no time value is asserted: they live in the record).
+Hutchinson trace with an rbg key in child processes on 8 forced CPU devices and checks that each
+record carries XLA's numbers (no time value is asserted: they live in the record).
 """
 
 from __future__ import annotations
@@ -59,16 +59,43 @@ def test_smoke_run_on_the_tiny_decoder(tmp_path):
     out = tmp_path / "compile_times.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "compile_times.py"), "--configs", "tiny",
-         "--programs", "gradient,average_sharpness", "--out", str(out)],
+         "--programs", "gradient,hessian_trace_rbg", "--out", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     records = json.loads(out.read_text())
-    assert [r["program"] for r in records] == ["gradient", "average_sharpness"]
+    assert [r["program"] for r in records] == ["gradient", "hessian_trace_rbg"]
+    assert [r["key_impl"] for r in records] == ["threefry2x32", "rbg"]
     for r in records:
         assert r["mesh"] == {"fsdp": 8}
         assert r["num_params"] == 20640
         assert r["compile_cpu_s"] > 0
         assert r["hlo_fusion"] > 0
         assert r["compile_cache"] is None
-    assert "| tiny (20,640) | average_sharpness |" in out.with_suffix(".md").read_text()
+    assert "| tiny (20,640) | hessian_trace_rbg |" in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--out", "{tmp}"], "--out: expected a .json file"),
+        (["--out", "{tmp}/records.txt"], "--out: expected a .json file"),
+        (["--out", "{tmp}/none.json", "--render"], "--out: no records to render"),
+        (["--out", "{tmp}/file.json/sub/records.json"], "--out: cannot create the folder"),
+        (["--configs", "3b"], "--configs: unknown ['3b']"),
+        (["--configs", ","], "--configs: unknown"),
+        (["--programs", "gradient,nope"], "--programs: unknown ['nope']"),
+        (["--repeats", "0"], "--repeats: expected an int >= 1, got 0"),
+        (["--lanczos-steps", "-1"], "--lanczos-steps: expected an int >= 1, got -1"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_flag_before_any_compile(tmp_path, monkeypatch, capsys,
+                                                             argv, message):  # fmt: skip
+    (tmp_path / "file.json").write_text("[]")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    monkeypatch.setattr(sys, "argv", ["compile_times.py", *argv])
+    monkeypatch.setattr(compile_times, "_child", pytest.fail)  # no compile may start
+    with pytest.raises(SystemExit) as exit_info:
+        compile_times.main()
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

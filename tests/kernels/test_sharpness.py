@@ -1262,32 +1262,3 @@ def test_perturbations_are_drawn_leaf_by_leaf_from_the_sample_key(kind):
         pairs.append(0.5 * ((loss(plus, 1.5) - base) + (loss(minus, 1.5) - base)))
     np.testing.assert_allclose(float(est.mean), np.mean(pairs), rtol=1e-10, atol=1e-15)
 
-
-@pytest.mark.parametrize("partitionable", [True, False])
-def test_float32_leaf_draws_are_jax_randoms_numbers(partitionable):
-    # float32 Gaussian and uniform leaves (the hash written out where JAX's partitionable
-    # threefry allows it, else jax.random itself) and the leaves' keys: jax.random's own numbers
-    from kernels._random import draw_leaf, leaf_keys
-
-    before = jax.config.jax_threefry_partitionable
-    jax.config.update("jax_threefry_partitionable", partitionable)
-    try:
-        for key in (jax.random.key(3), jax.random.PRNGKey(5)):
-            keys = jax.jit(lambda k: leaf_keys(k, 3))(key)
-            for i, (k, shape) in enumerate(zip(keys, [(7,), (3, 129), (2, 5, 33)], strict=True)):
-                ref_key = jax.random.fold_in(key, i)
-                np.testing.assert_array_equal(
-                    jax.random.key_data(k) if jnp.issubdtype(k.dtype, jax.dtypes.prng_key) else k,
-                    jax.random.key_data(ref_key)
-                    if jnp.issubdtype(ref_key.dtype, jax.dtypes.prng_key)
-                    else ref_key,
-                )
-                normal = jax.jit(lambda k, s=shape: draw_leaf(k, s, jnp.float32, "gaussian"))(k)
-                want = jax.random.normal(ref_key, shape, jnp.float32)
-                np.testing.assert_array_equal(normal, want)
-                uniform = jax.jit(lambda k, s=shape: draw_leaf(k, s, jnp.float32, "uniform"))(k)
-                np.testing.assert_array_equal(
-                    uniform, jax.random.uniform(ref_key, shape, jnp.float32, -1.0, 1.0)
-                )
-    finally:
-        jax.config.update("jax_threefry_partitionable", before)
