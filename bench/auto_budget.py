@@ -173,8 +173,9 @@ def main() -> None:
     parser.add_argument("--render", action="store_true", help="rewrite the table from --out")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    configs = [c for c in args.configs.split(",") if c]
+    configs = llm_plan.decoder_names(parser, args.configs)
     out = Path(args.out)
+    llm_plan.records_file(parser, out, args.render)
     if args.render:
         out.with_suffix(".md").write_text(markdown(json.loads(out.read_text())))
         return
@@ -196,10 +197,7 @@ def main() -> None:
         records.append(record)
     order = {n: i for i, n in enumerate(("tiny", "124m", "1b", "8b"))}
     records.sort(key=lambda r: order.get(r["decoder"], 9))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(records, indent=1) + "\n")
-    out.with_suffix(".md").write_text(markdown(records))
-    print(markdown(records))
+    llm_plan.write_records(out, records, markdown(records))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,6 @@ from bench import llm_plan  # noqa: E402
 
 OUT = ROOT / "bench" / "results"
 CONFIGS = ("124m", "1b")
-DECODERS = ("tiny", "124m", "1b", "8b")  # the names of jaxbounds.models.decoder_config
 # hessian_trace with a jax.random "rbg" key: its Rademacher probe drawn by XLA's RngBitGenerator,
 # where a threefry key's is JAX's Threefry hash, which JAX lowers on a CPU as a loop per call
 KEY_IMPLS = {"hessian_trace_rbg": ("hessian_trace", "rbg")}
@@ -186,7 +185,7 @@ def main() -> None:
     parser.add_argument("--render", action="store_true", help="rewrite the table from --out")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    configs = [c for c in args.configs.split(",") if c]
+    configs = llm_plan.decoder_names(parser, args.configs)
     programs = [p for p in args.programs.split(",") if p]
     unknown = sorted(set(programs) - set(PROGRAMS))
     if unknown:
@@ -195,25 +194,15 @@ def main() -> None:
         parser.error(f"--repeats: expected an int >= 1, got {args.repeats}")
     if args.lanczos_steps < 1:
         parser.error(f"--lanczos-steps: expected an int >= 1, got {args.lanczos_steps}")
-    unknown = sorted(set(configs) - set(DECODERS))
-    if unknown or not configs:
-        parser.error(f"--configs: unknown {unknown or configs}; expected some of {list(DECODERS)}")
     if args.child:
         cache = llm_plan._setup()
         print("RECORD " + json.dumps(measure(configs[0], programs[0], args.lanczos_steps, cache)))
         return
     out = Path(args.out)
-    if out.is_dir() or out.suffix != ".json":
-        parser.error(f"--out: expected a .json file (the table goes beside it), got {out}")
+    llm_plan.records_file(parser, out, args.render)
     if args.render:
-        if not out.is_file():
-            parser.error(f"--out: no records to render at {out}")
         out.with_suffix(".md").write_text(markdown(json.loads(out.read_text())))
         return
-    try:  # the folder before the compiles, not after them
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        parser.error(f"--out: cannot create the folder {out.parent} ({err.strerror})")
     records = []
     if out.exists():  # keep the records of other decoders and programs
         records = [r for r in json.loads(out.read_text())
@@ -224,10 +213,7 @@ def main() -> None:
                 record = _child(name, program, args)
                 print(json.dumps(record), flush=True)
                 records.append(record)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(records, indent=1) + "\n")
-    out.with_suffix(".md").write_text(markdown(records))
-    print(markdown(records))
+    llm_plan.write_records(out, records, markdown(records))
 
 
 if __name__ == "__main__":

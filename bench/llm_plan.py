@@ -58,6 +58,7 @@ BATCH, SEQ = 8, 1024
 PROGRAMS = ("gradient", "hessian_trace", "top_eigenvalues", "average_sharpness",
             "worst_case_sharpness")  # fmt: skip
 GOAL = 1.5
+DECODERS = ("tiny", "124m", "1b", "8b")  # the names of jaxbounds.models.decoder_config
 
 
 def _setup() -> str | None:
@@ -303,6 +304,40 @@ def markdown(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def decoder_names(parser: argparse.ArgumentParser, value: str) -> list[str]:
+    """The comma-separated ``--configs`` as a list; exit 2 naming the flag on an unknown name."""
+    names = [c for c in value.split(",") if c]
+    unknown = sorted(set(names) - set(DECODERS))
+    if unknown or not names:
+        parser.error(f"--configs: unknown {unknown or [value]}; expected some of {DECODERS}")
+    return names
+
+
+def records_file(parser: argparse.ArgumentParser, out: Path, render: bool) -> None:
+    """Exit 2 naming ``--out`` unless ``out`` can take a run's records (a ``.json`` file).
+
+    Checked before any compile: a ``--render`` needs the file, and a run's folder is created here
+    so that an unwritable place fails now, not after the compiles.
+    """
+    if out.is_dir() or out.suffix != ".json":
+        parser.error(f"--out: expected a .json file (the table goes beside it), got {out}")
+    if render:
+        if not out.is_file():
+            parser.error(f"--out: no records to render at {out}")
+        return
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        parser.error(f"--out: cannot create the folder {out.parent} ({err.strerror})")
+
+
+def write_records(out: Path, records: list[dict], table: str) -> None:
+    """The records in ``out`` (JSON) and their table beside it (``.md``), the table printed."""
+    out.write_text(json.dumps(records, indent=1) + "\n")
+    out.with_suffix(".md").write_text(table)
+    print(table)
+
+
 def variants(program: str, f32_args: bool) -> list[str]:
     """The variants measured for a program (see the module docstring)."""
     out = ["f32_in_program"] + (["bf16"] if program == "gradient" else [])
@@ -380,6 +415,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for p in only:
         if p not in PROGRAMS:
             parser.error(f"--programs: unknown program {p!r} (known: {', '.join(PROGRAMS)})")
+    configs = ",".join(decoder_names(parser, configs))
+    if args.lanczos_steps < 1:
+        parser.error(f"--lanczos-steps: expected an int >= 1, got {args.lanczos_steps}")
+    if args.host_memory_gib is not None and not args.host_memory_gib > 0:
+        parser.error(f"--host-memory-gib: expected a number > 0, got {args.host_memory_gib}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        parser.error(f"--out: expected a folder, got the file {args.out}")
+    if args.render and not (Path(args.out) / "llm_plan.json").is_file():
+        parser.error(f"--out: no llm_plan.json to render in {args.out}")
     sys.path.insert(0, str(ROOT))
     cache = _setup()
     records: list[dict] = []
@@ -397,12 +441,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
             for r in measure(name, only, args.lanczos_steps, args.f32_args, cache):
                 print("RECORD " + json.dumps(r), flush=True)
         return []
+    out = Path(args.out)
+    try:  # before the compiles: an unwritable place fails now
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        parser.error(f"--out: cannot create the folder {out} ({err.strerror})")
     for name in configs.split(","):
         for program in PROGRAMS:
             if program in only:
                 records.extend(_child(name, program, args))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "llm_plan.json"
     kept = []
     if path.exists():

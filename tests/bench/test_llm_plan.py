@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import llm_plan  # noqa: E402  (names only: JAX is set up in the subprocess)
@@ -79,3 +81,27 @@ def test_smoke_run_on_the_tiny_decoder(tmp_path):
         "| tiny (0.00B) | hessian_trace | f32_in_program |"
         in (tmp_path / "llm_plan.md").read_text()
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--configs", "3b"], "--configs: unknown ['3b']"),
+        (["--programs", "gradient,nope"], "--programs: unknown program 'nope'"),
+        (["--lanczos-steps", "0"], "--lanczos-steps: expected an int >= 1, got 0"),
+        (["--host-memory-gib", "nan"], "--host-memory-gib: expected a number > 0, got nan"),
+        (["--out", "{tmp}/file"], "--out: expected a folder, got the file"),
+        (["--out", "{tmp}/empty", "--render"], "--out: no llm_plan.json to render"),
+        (["--out", "{tmp}/file/sub"], "--out: cannot create the folder"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_flag_before_any_compile(tmp_path, monkeypatch, capsys,
+                                                             argv, message):  # fmt: skip
+    (tmp_path / "file").write_text("")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    monkeypatch.setattr(llm_plan, "_child", pytest.fail)  # no compile may start
+    monkeypatch.setattr(llm_plan, "_setup", lambda: None)  # XLA_FLAGS of this process unchanged
+    with pytest.raises(SystemExit) as exit_info:
+        llm_plan.main(["--configs", "tiny", *argv] if "--configs" not in argv else argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
