@@ -1261,4 +1261,3 @@ def test_perturbations_are_drawn_leaf_by_leaf_from_the_sample_key(kind):
         base = loss(params, 1.5)
         pairs.append(0.5 * ((loss(plus, 1.5) - base) + (loss(minus, 1.5) - base)))
     np.testing.assert_allclose(float(est.mean), np.mean(pairs), rtol=1e-10, atol=1e-15)
-
