@@ -113,8 +113,15 @@ def test_one_unit_recomputed(smoke_run):
             key_pairs = jax.random.split(jax.random.fold_in(key, i))[0]
             vals = []
             for j in range(8):
-                u = sigma * np.asarray(jax.random.normal(jax.random.fold_in(key_pairs, j),
-                                                         flat.shape, jnp.float64))  # fmt: skip
+                # sample j's perturbation, leaf by leaf: leaf l from fold_in(sample key, l), in
+                # the leaves' order (ravel_pytree's)
+                sample = jax.random.fold_in(key_pairs, j)
+                leaves = jax.tree_util.tree_leaves(params)
+                u = sigma * np.concatenate([
+                    np.asarray(jax.random.normal(jax.random.fold_in(sample, l), leaf.shape,
+                                                 jnp.float64)).ravel()
+                    for l, leaf in enumerate(leaves)
+                ])  # fmt: skip
                 pair = 0.5 * (float(loss(flat + u)) + float(loss(flat - u)))
                 vals.append(pair - 0.5 * u @ hess @ u)
             p_raw = np.mean(vals)
