@@ -65,23 +65,6 @@ def _group(key: jax.Array, group: jax.Array) -> jax.Array:
     return jax.random.bits(jax.random.fold_in(key, group), (_GROUP,), jnp.uint32)
 
 
-def _words_at(key: jax.Array, index: jax.Array) -> jax.Array:
-    """Sign words at the uint32 indices ``index`` (any shape), elementwise: shape kept."""
-
-    def word(w: jax.Array) -> jax.Array:
-        group = _group(key, w // jnp.uint32(_GROUP))
-        slot = w % jnp.uint32(_GROUP)
-        out = group[0]
-        for j in range(1, _GROUP):  # a select, not a gather: elementwise when sharded
-            out = jnp.where(slot == jnp.uint32(j), group[j], out)
-        return out
-
-    fn = word
-    for _ in range(index.ndim):
-        fn = jax.vmap(fn)
-    return fn(index)
-
-
 def sign_vector(key: jax.Array, size: int, dtype: Any) -> jax.Array:
     """The Rademacher vector ``[size]`` of ``key``, unpacked from ``ceil(size / 32)`` words.
 
@@ -101,10 +84,11 @@ def sign_vector(key: jax.Array, size: int, dtype: Any) -> jax.Array:
 def sign_block(key: jax.Array, start: int, shape: tuple[int, ...], dtype: Any) -> jax.Array:
     """Entries ``start .. start + prod(shape) - 1`` of a threefry key's :func:`sign_vector`.
 
-    Shaped ``shape`` (row-major), computed entry by entry from the word indices, so the block of
-    a sharded parameter is drawn where its shards live, without the whole vector. Each entry
-    derives its group of words again (128 times the hashing of :func:`sign_vector`); for
-    threefry keys (:func:`wordwise`). The block is indexed from the word holding entry
+    Shaped ``shape`` (row-major), without the rest of the vector: the block's words are drawn
+    by groups of 4 as :func:`sign_vector` draws them (on a mesh every device draws the block's
+    words, 1/32 of its float32 bytes), and each entry takes its bit from them by its index, so
+    the signs of a sharded parameter are made where its shards live; for threefry keys
+    (:func:`wordwise`). The block is indexed from the word holding entry
     ``start``, so ``start`` may lie past ``2**32`` (vectors of up to ``2**37`` entries, whose
     word indices fit 32 bits) and one block holds up to ``2**32 - 32`` entries.
 
@@ -126,9 +110,15 @@ def sign_block(key: jax.Array, start: int, shape: tuple[int, ...], dtype: Any) -
             f"start: expected a block of under 2**32 - 31 entries within [0, 2**37), got "
             f"{start} + {size}"
         )
+    # the block's words, drawn once by groups of 4 (every device draws them all: 1/32 of the
+    # block's float32 bytes), then each entry's bit taken where the entry lives
+    num_words = -(-(offset + size) // WORD_BITS)
+    first_group, skip = divmod(first_word, _GROUP)
+    num_groups = max(1, -(-(skip + num_words) // _GROUP))
+    groups = jnp.uint32(first_group) + jax.lax.iota(jnp.uint32, num_groups)
+    words = jax.vmap(lambda g: _group(key, g))(groups).reshape(-1)[skip:]
     local = (jnp.uint32(offset) + jax.lax.iota(jnp.uint32, max(1, size)))[:size].reshape(shape)
-    word = jnp.uint32(first_word) + local // jnp.uint32(WORD_BITS)
-    bits = _words_at(key, word) >> (local % jnp.uint32(WORD_BITS))
+    bits = words[local // jnp.uint32(WORD_BITS)] >> (local % jnp.uint32(WORD_BITS))
     one = jnp.ones((), dtype)
     return jnp.where((bits & jnp.uint32(1)) == jnp.uint32(1), -one, one)
 
