@@ -397,6 +397,26 @@ def _child(name: str, program: str, args: argparse.Namespace) -> list[dict]:
     return records
 
 
+def _check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit 2 naming the flag on a bad flag; a run's ``--out`` folder made before any compile."""
+    for p in args.programs.split(","):
+        if p not in PROGRAMS:
+            parser.error(f"--programs: unknown program {p!r} (known: {', '.join(PROGRAMS)})")
+    if args.lanczos_steps < 1:
+        parser.error(f"--lanczos-steps: expected an int >= 1, got {args.lanczos_steps}")
+    if args.host_memory_gib is not None and not args.host_memory_gib > 0:
+        parser.error(f"--host-memory-gib: expected a number > 0, got {args.host_memory_gib}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        parser.error(f"--out: expected a folder, got the file {args.out}")
+    if args.render and not (Path(args.out) / "llm_plan.json").is_file():
+        parser.error(f"--out: no llm_plan.json to render in {args.out}")
+    if not (args.render or args.child):
+        try:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            parser.error(f"--out: cannot create the folder {args.out} ({err.strerror})")
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the tiny and 1B decoders only")
@@ -412,18 +432,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
     configs = args.configs or ("tiny,1b" if args.quick else "tiny,1b,8b")
     only = args.programs.split(",")
-    for p in only:
-        if p not in PROGRAMS:
-            parser.error(f"--programs: unknown program {p!r} (known: {', '.join(PROGRAMS)})")
     configs = ",".join(decoder_names(parser, configs))
-    if args.lanczos_steps < 1:
-        parser.error(f"--lanczos-steps: expected an int >= 1, got {args.lanczos_steps}")
-    if args.host_memory_gib is not None and not args.host_memory_gib > 0:
-        parser.error(f"--host-memory-gib: expected a number > 0, got {args.host_memory_gib}")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        parser.error(f"--out: expected a folder, got the file {args.out}")
-    if args.render and not (Path(args.out) / "llm_plan.json").is_file():
-        parser.error(f"--out: no llm_plan.json to render in {args.out}")
+    _check_flags(parser, args)
     sys.path.insert(0, str(ROOT))
     cache = _setup()
     records: list[dict] = []
@@ -441,31 +451,27 @@ def main(argv: list[str] | None = None) -> list[dict]:
             for r in measure(name, only, args.lanczos_steps, args.f32_args, cache):
                 print("RECORD " + json.dumps(r), flush=True)
         return []
-    out = Path(args.out)
-    try:  # before the compiles: an unwritable place fails now
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        parser.error(f"--out: cannot create the folder {out} ({err.strerror})")
     for name in configs.split(","):
         for program in PROGRAMS:
             if program in only:
                 records.extend(_child(name, program, args))
-    path = out / "llm_plan.json"
+    return _merge(Path(args.out) / "llm_plan.json", records)
+
+
+def _merge(path: Path, records: list[dict]) -> list[dict]:
+    """``records`` in place of the same (decoder, program, variant) in ``path``; written."""
     kept = []
     if path.exists():
         new = {(r["decoder"], r["program"], r["variant"]) for r in records}
         kept = [r for r in json.loads(path.read_text())
                 if (r["decoder"], r["program"], r["variant"]) not in new]  # fmt: skip
-    order = {n: i for i, n in enumerate(("tiny", "1b", "8b"))}
+    order = {n: i for i, n in enumerate(DECODERS)}
     merged = sorted(
         kept + records,
         key=lambda r: (order.get(r["decoder"], 9), PROGRAMS.index(r["program"]), r["variant"]),
     )
     merged = summarize(merged)
-    path.write_text(json.dumps(merged, indent=1) + "\n")
-    table = markdown(merged)
-    (out / "llm_plan.md").write_text(table)
-    print(table)
+    write_records(path, merged, markdown(merged))
     return merged
 
 
