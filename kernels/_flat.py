@@ -236,8 +236,14 @@ def contract(a: jax.Array, b: jax.Array, axes: int, like: Any = None) -> jax.Arr
 
 
 def place(x: jax.Array, sharding: Any) -> jax.Array:
-    """``x`` laid out by ``sharding`` (a ``NamedSharding`` or None: left to the partitioner)."""
-    if sharding is None:
+    """``x`` laid out by ``sharding`` (a ``NamedSharding`` or None: left to the partitioner).
+
+    Inside a share of the samples (manual mesh axes) ``x`` is left to the partitioner too, as
+    :func:`leaf_shardings` leaves the leaves there: a sharding found outside the share (a
+    problem's, set up before its samples) does not apply inside it.
+    """
+    context = jax.sharding.get_abstract_mesh()
+    if sharding is None or (not context.empty and context.manual_axes):
         return x
     if AxisType.Explicit in tuple(sharding.mesh.axis_types):
         return jax.sharding.reshard(x, sharding.spec)

@@ -490,18 +490,6 @@ def _scaled(scale: Any, eta: jax.Array) -> jax.Array:
     return eta if isinstance(scale, float) and scale == 1.0 else scale * eta
 
 
-def _placed(prob: _Problem, index: int, x: jax.Array) -> jax.Array:
-    """Leaf ``index`` of a drawn vector laid out like the parameter leaf (where known).
-
-    Left to the partitioner inside a share of the samples (manual mesh axes), as
-    :func:`kernels._flat.leaf_shardings` leaves the curvature kernels' probes there.
-    """
-    context = jax.sharding.get_abstract_mesh()
-    if not context.empty and context.manual_axes:
-        return x
-    return place(x, prob.shardings[index])
-
-
 def draw_leaves(
     prob: _Problem, key: jax.Array, kind: str, *, support: bool = True
 ) -> list[jax.Array]:
@@ -516,7 +504,7 @@ def draw_leaves(
         if isinstance(s, float) and s == 0.0:
             out.append(jnp.zeros(jnp.shape(w), prob.dtype))
             continue
-        z = _placed(prob, i, draw_leaf(k, jnp.shape(w), prob.dtype, kind))
+        z = place(draw_leaf(k, jnp.shape(w), prob.dtype, kind), prob.shardings[i])
         if support and not isinstance(s, float):
             z = jnp.where(s != 0, z, jnp.zeros((), prob.dtype))
         out.append(z)

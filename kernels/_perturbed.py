@@ -9,7 +9,7 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
-from kernels._flat import tree_dot
+from kernels._flat import place, tree_dot
 from kernels._jit import compile_once
 from kernels._perturbation import (
     Perturbation,
@@ -24,7 +24,6 @@ from kernels._perturbation import (
     _linearized,
     _loss_at_params,
     _pairs_text,
-    _placed,
     _Problem,
     _products_fit,
     _quadratic_form,
@@ -356,7 +355,7 @@ def _probe_leaves(prob: _Problem, key: jax.Array) -> list:
     """A Rademacher probe of every parameter, leaf by leaf (leaf ``i`` from ``fold_in(key, i)``)."""
     keys = leaf_keys(key, len(prob.leaves))
     return [
-        _placed(prob, i, draw_leaf(k, jnp.shape(w), prob.dtype, "rademacher"))
+        place(draw_leaf(k, jnp.shape(w), prob.dtype, "rademacher"), prob.shardings[i])
         for i, (k, w) in enumerate(zip(keys, prob.leaves, strict=True))
     ]
 
