@@ -65,6 +65,14 @@ def _group(key: jax.Array, group: jax.Array) -> jax.Array:
     return jax.random.bits(jax.random.fold_in(key, group), (_GROUP,), jnp.uint32)
 
 
+def _words(key: jax.Array, first_word: int, num_words: int) -> jax.Array:
+    """Sign words ``first_word .. first_word + num_words - 1`` of a threefry key, by groups of 4."""
+    first_group, skip = divmod(first_word, _GROUP)
+    num_groups = max(1, -(-(skip + num_words) // _GROUP))
+    groups = jnp.uint32(first_group) + jax.lax.iota(jnp.uint32, num_groups)
+    return jax.vmap(lambda g: _group(key, g))(groups).reshape(-1)[skip : skip + num_words]
+
+
 def sign_vector(key: jax.Array, size: int, dtype: Any) -> jax.Array:
     """The Rademacher vector ``[size]`` of ``key``, unpacked from ``ceil(size / 32)`` words.
 
@@ -74,8 +82,7 @@ def sign_vector(key: jax.Array, size: int, dtype: Any) -> jax.Array:
     """
     num_words = -(-size // WORD_BITS)
     if wordwise(key):
-        groups = jnp.arange(-(-num_words // _GROUP), dtype=jnp.uint32)
-        words = jax.vmap(lambda g: _group(key, g))(groups).reshape(-1)[:num_words]
+        words = _words(key, 0, num_words)
     else:
         words = jax.random.bits(key, (num_words,), jnp.uint32)
     return unpack_signs(words, size, dtype)
@@ -112,11 +119,7 @@ def sign_block(key: jax.Array, start: int, shape: tuple[int, ...], dtype: Any) -
         )
     # the block's words, drawn once by groups of 4 (every device draws them all: 1/32 of the
     # block's float32 bytes), then each entry's bit taken where the entry lives
-    num_words = -(-(offset + size) // WORD_BITS)
-    first_group, skip = divmod(first_word, _GROUP)
-    num_groups = max(1, -(-(skip + num_words) // _GROUP))
-    groups = jnp.uint32(first_group) + jax.lax.iota(jnp.uint32, num_groups)
-    words = jax.vmap(lambda g: _group(key, g))(groups).reshape(-1)[skip:]
+    words = _words(key, first_word, -(-(offset + size) // WORD_BITS))
     local = (jnp.uint32(offset) + jax.lax.iota(jnp.uint32, max(1, size)))[:size].reshape(shape)
     bits = words[local // jnp.uint32(WORD_BITS)] >> (local % jnp.uint32(WORD_BITS))
     one = jnp.ones((), dtype)
