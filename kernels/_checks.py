@@ -56,6 +56,7 @@ import collections
 import contextlib
 import contextvars
 import functools
+import itertools
 import os
 import re
 import threading
@@ -469,33 +470,66 @@ def report(failures: Failures, out: Any) -> Any:
 
 
 # Failures of in-place checks inside an eager call's program, recorded by the host callback
-# (which does not raise there) and read by the call once its program has run.
-_RECORDED: list[str] = []
+# (which does not raise there) under the call's number and read by that call once its program
+# has run. The number is an argument of the program (a traced int32 scalar, so a new call
+# compiles nothing), so calls made at once from several threads never see each other's failures.
+_RECORDED: dict[int, list[str]] = {}
 _RECORDED_LOCK = threading.Lock()
+_CALLS = itertools.count()
+
+# The traced call number of the eager call whose program is being traced (None elsewhere,
+# e.g. inside a user's jit): in-place checks traced under it record instead of raising.
+_CALL: contextvars.ContextVar[Any] = contextvars.ContextVar("kernels_check_call", default=None)
+
+
+def new_call() -> np.int32:
+    """A number for an eager call's record of failures (see :func:`recording`).
+
+    The same on every process of a multi-process run: they make their eager calls in order.
+    """
+    with _RECORDED_LOCK:
+        return np.int32(next(_CALLS) % 2**31)
+
+
+def traced_call() -> Any:
+    """The traced call number in scope (see :func:`tracing_call`), or None."""
+    return _CALL.get()
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[list[str]]:
-    """Around an eager kernel call: the messages of its failed in-place checks, in run order.
+def tracing_call(call: Any) -> Iterator[None]:
+    """While a program is traced: its in-place checks record under ``call`` (None: they raise)."""
+    token = _CALL.set(call)
+    try:
+        yield
+    finally:
+        _CALL.reset(token)
 
-    The record is per process: kernels called eagerly from several threads at once may see each
-    other's failures (each still raises a ``ValueError`` of a check that failed).
+
+@contextlib.contextmanager
+def recording(call: np.int32) -> Iterator[list[str]]:
+    """Around an eager kernel call: the failures its in-place checks recorded, in run order.
+
+    ``call`` is the number (:func:`new_call`) the call passes to its program; only failures
+    recorded under it are returned, so other threads' calls do not mix in.
     """
-    with _RECORDED_LOCK:
-        _RECORDED.clear()
     found: list[str] = []
     try:
         yield found
     finally:
         with _RECORDED_LOCK:
-            found += _RECORDED
-            _RECORDED.clear()
+            found += _RECORDED.pop(int(call), [])
 
 
 def _raise_first(
     messages: tuple[str, ...], counts: tuple[int, ...], record: bool, oks: Any, *flat_values: Any
 ) -> None:
-    """Host side: raise (or record) the first failed check's message, with its values."""
+    """Host side: raise (or record) the first failed check's message, with its values.
+
+    With ``record``, the first of ``flat_values`` is the eager call's number.
+    """
+    if record:
+        call, flat_values = int(np.asarray(flat_values[0])), flat_values[1:]
     oks = np.asarray(oks)
     failed = np.flatnonzero(~oks)
     if not failed.size:
@@ -506,7 +540,7 @@ def _raise_first(
     _remember(message)
     if record:
         with _RECORDED_LOCK:
-            _RECORDED.append(message)
+            _RECORDED.setdefault(call, []).append(message)
         return
     raise ValueError(_MARKER + message)
 
@@ -517,8 +551,9 @@ def _gated_check(
 ) -> Callable[..., Any]:
     """``check(anchor, oks, values) -> anchor``: raise unless all ``oks``; once under vmap.
 
-    With ``record`` (inside an eager call's program) the callback records the failure for the
-    call to raise once the program has run (:func:`recording`), instead of raising inside it.
+    With ``record`` (inside an eager call's program) the callback records the failure under
+    the call's number (the first of ``flat``) for the call to raise once the program has run
+    (:func:`recording`), instead of raising inside it.
 
     The callback sits in the false branch of ``lax.cond(all(oks), ...)``, so a passing check
     costs a reduction and a branch, not a host round trip. A plain ``jax.debug.callback`` on a
@@ -577,15 +612,18 @@ def _check_in_place(
     """Traced checks that raise from inside the program (or poison ``x`` where they cannot)."""
     oks = jnp.reshape(jnp.asarray(oks), (len(messages),))
     collector = _COLLECTOR.get()
-    if collector is not None:  # inside an eager call's program: record, do not raise
+    if collector is not None:  # the eager call waits for its program's callbacks
         collector.in_place = True
     if not host_callbacks_raise():
         _warn_cannot_raise()
         return _poison(x, jnp.all(oks))
     flat = tuple(jnp.asarray(v) for group in values for v in group)
     counts = tuple(len(group) for group in values)
+    call = _CALL.get()
+    if call is not None:  # inside an eager call's program: record under its number
+        flat = (jnp.asarray(call), *flat)
     anchor = jnp.zeros((), jnp.int32)
-    _gated_check(tuple(messages), counts, collector is not None)(anchor, oks, flat)
+    _gated_check(tuple(messages), counts, call is not None)(anchor, oks, flat)
     return x
 
 

@@ -89,12 +89,14 @@ def _run(
     checks: tuple,
     collect: bool,
     dynamic: list,
+    call: Any,
 ):
     # cache key: the checks, device scope, sample window and layout are read while tracing; the
     # last entry holds the shardings of an eager call's placed arrays (parameter-shaped outputs
-    # keep them)
+    # keep them). ``call``: the eager call's number, under which checks inside loops record
+    # their failures (None inside a user's jit: they raise)
     shardings = checks[-1] or (None,) * len(dynamic)
-    with _devices.tracing_inputs(dynamic, shardings):
+    with _devices.tracing_inputs(dynamic, shardings), _checks.tracing_call(call):
         return _call(fn, treedef, mask, static, collect, dynamic)
 
 
@@ -254,12 +256,14 @@ def _call_kernel(fn: Callable, layout: Any, args: tuple, kwargs: dict) -> Any:
         # a kernel called by an eager kernel hands its checks to the caller's outputs;
         # where callbacks cannot raise, the checks poison the kernel's outputs instead
         collect = _checks.collector_accepts() or (enabled and not checks[1])
-        out, failures = _run(fn, treedef, mask, static, checks, collect, dynamic)
+        call = _checks.traced_call()  # the enclosing eager call's number, if any
+        out, failures = _run(fn, treedef, mask, static, checks, collect, dynamic, call)
         return _checks.report(failures, out)
     stale = None
-    with _checks.recording() as recorded:
+    call = _checks.new_call()
+    with _checks.recording(call) as recorded:
         try:
-            out, failures = _run(fn, treedef, mask, static, checks, True, dynamic)
+            out, failures = _run(fn, treedef, mask, static, checks, True, dynamic, call)
             if failures.in_place:  # checks inside loops record from the program: wait
                 out = jax.block_until_ready(out)
                 stale = _wait_for_callbacks()

@@ -185,7 +185,7 @@ def test_checks_are_outputs_of_an_eager_program_not_callbacks():
         return 2.0 * x
 
     leaves, treedef = jax.tree_util.tree_flatten(((jnp.ones(2),), {}))
-    args = (fn, treedef, (True,), (), (True, True, None), True, leaves)
+    args = (fn, treedef, (True,), (), (True, True, None), True, leaves, _checks.new_call())
     jaxpr = str(jax.make_jaxpr(_run, static_argnums=(0, 1, 2, 3, 4, 5))(*args))
     assert "callback" not in jaxpr  # eagerly: one boolean output per check, no host callback
     _out, failures = _run(*args)
@@ -318,6 +318,35 @@ def test_checks_off_compile_nothing_and_let_values_through():
     with kernels.runtime_checks(False):
         out = _two_checks(jnp.asarray([1.0, 200.0]), jnp.asarray(-1.0))
     assert float(out) == -201.0
+
+
+def test_a_failure_recorded_in_a_loop_belongs_to_its_own_call():
+    # threads that call a kernel at once: a check in a loop records its failure under the eager
+    # call's number, so each call raises its own failure and a passing call returns (a record
+    # shared by the process once gave one thread's failure to another, or lost it)
+    rounds, inputs = 12, {0: 200.0, 1: 300.0, 2: 5.0}
+    start = threading.Barrier(len(inputs))
+    results: dict[int, list] = {i: [] for i in inputs}
+
+    def run(i):
+        for _ in range(rounds):
+            start.wait(timeout=60)
+            try:
+                results[i].append(
+                    float(_two_checks(jnp.asarray([1.0, inputs[i]]), jnp.asarray(1.0)))
+                )
+            except ValueError as err:
+                results[i].append(str(err))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in inputs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert results[0] == ["loop: value 200.0 >= 100"] * rounds
+    assert results[1] == ["loop: value 300.0 >= 100"] * rounds
+    assert results[2] == [6.0] * rounds
+    assert not _checks._RECORDED  # every call took its own record
 
 
 def test_runtime_checks_scopes_are_per_thread():
