@@ -21,7 +21,7 @@ from kernels._checks import (
 )
 from kernels._devices import input_sharding, keep_sharding
 from kernels._hessian import HessianOperator, Matvec
-from kernels._memory import products_fit
+from kernels._memory import linearisation_fits, products_fit
 from kernels._operators import (
     _check_floating,
     _LossOperator,
@@ -307,13 +307,19 @@ def _check_like(matvec: _LossOperator, like: Any) -> None:
         raise ValueError("like: expected the pytree structure and shapes of the operator's params")
 
 
-def _linear(matvec: Any, like: Any, linearize: bool = True) -> tuple[Matvec, jax.Array, str]:
+def _linear(matvec: Any, like: Any, linearize: bool | str = True) -> tuple[Matvec, jax.Array, str]:
     """Linearise a loss operator once (checking ``like`` against it); pass a callable through.
 
-    With ``linearize`` false a loss operator's products are recomputed each time instead.
+    With ``linearize`` false a loss operator's products are recomputed each time instead;
+    ``"auto"``: linearised while its residuals are small (:func:`linearisation_fits`).
     """
     if isinstance(matvec, _LossOperator):
         _check_like(matvec, like)
+        if linearize == "auto":
+            product, valid = matvec.linearize()
+            if linearisation_fits(product, like):
+                return product, valid, "loss_fn"
+            linearize = False
         product, valid = matvec.linearize() if linearize else matvec.recomputed()
         return product, valid, "loss_fn"
     if not callable(matvec):
@@ -410,8 +416,13 @@ def _flat_space(like: Any) -> tuple[int, Any, Callable[[jax.Array], Any]]:
     return flat.size, flat.dtype, unravel
 
 
-def _setup(matvec: Any, like: Any, linear: tuple | None = None, linearize: bool = True) -> _Flat:
+def _setup(
+    matvec: Any, like: Any, linear: tuple | None = None, linearize: bool | str = True
+) -> _Flat:
     """The flat problem of ``matvec``: linearised once unless ``linearize`` is false.
+
+    ``"auto"``: a loss operator is linearised while its residuals are small
+    (:func:`kernels._memory.linearisation_fits`).
 
     ``linear``: the operator already linearised, ``(product, valid, name)``.
     """
@@ -455,9 +466,11 @@ def _setup(matvec: Any, like: Any, linear: tuple | None = None, linearize: bool 
     return _Flat(size, dtype, flat_mv, valid, name, template=template, tree_matvec=tree_mv)
 
 
-def _check_linearize(linearize: Any) -> bool:
+def _check_linearize(linearize: Any) -> bool | str:
+    if isinstance(linearize, str) and linearize == "auto":
+        return "auto"
     if not isinstance(linearize, (bool, np.bool_)):
-        raise ValueError(f"linearize: expected True or False, got {describe(linearize)}")
+        raise ValueError(f"linearize: expected True, False or 'auto', got {describe(linearize)}")
     return bool(linearize)
 
 

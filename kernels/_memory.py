@@ -44,6 +44,7 @@ __all__ = [
     "gradient_bytes",
     "hutchinson_chunk",
     "linear_residual_bytes",
+    "linearisation_fits",
     "memory_budget",
     "perturbation_chunk",
     "probe_chunk",
@@ -428,3 +429,22 @@ def products_fit(
         return True
     forms = sample_bytes("forms", params=primal, program=program)
     return forms > budget and need <= PRODUCT_MEMORY_MARGIN * forms
+
+
+def linearisation_fits(linear: Callable, tangent: Any) -> bool:
+    """Whether ``linearize="auto"`` (Lanczos, SLQ) keeps a loss operator's linearisation.
+
+    When its residuals (:func:`linear_residual_bytes`: the forward and backward pass's
+    intermediates, and the weights its tangent program reads) are at most
+    :data:`PRODUCT_RESIDUAL_BYTES`, as for Hutchinson's ``mode="auto"``; beyond, every product
+    is recomputed from scratch (the unused linearisation is dead code, which JAX drops before
+    compiling). The residuals stay alive for the whole run beside the basis: at 1.2 billion
+    parameters (FSDP over 8 devices) XLA planned 21.4 GiB per device for 10 Lanczos steps
+    linearised and 12.9 recomputed, against a gradient's 4.9; recomputed products cost 16-25%
+    more time per step at 26M to 124M parameters (docs/benchmarks-kernels-at-scale.md).
+
+    Args:
+      linear: the linearised product, built under the kernel's trace.
+      tangent: an argument of ``linear`` (shapes and dtypes only).
+    """
+    return linear_residual_bytes(linear, tangent) <= PRODUCT_RESIDUAL_BYTES

@@ -50,7 +50,7 @@ def _slq(
     num_steps: int,
     chunk_size: Any,
     basis_dtype: Any = None,
-    linearize: bool = True,
+    linearize: bool | Literal["auto"] = "auto",
     start: jax.Array | None = None,
 ) -> QuadratureNodes:
     """Nodes and weights of probes ``0 .. num_samples - 1`` (from ``start`` where given)."""
@@ -61,7 +61,9 @@ def _slq(
         indices = start + indices
     chunk = probe_chunk(chunk_size)
     # on a user's mesh the probes run inside shard_maps: products recomputed there
-    linearize = _check_linearize(linearize) and not splits_user_mesh()
+    linearize = _check_linearize(linearize)
+    if splits_user_mesh():
+        linearize = False
     flat = _setup(matvec, like, linearize=linearize)
     _check_steps(num_steps, flat.size)
     store = _check_basis_dtype(basis_dtype, flat.dtype)
@@ -87,7 +89,7 @@ def _slq_block(
     num_steps: int,
     chunk_size: int | Literal["auto"] | None = None,
     basis_dtype: Any = None,
-    linearize: bool = True,
+    linearize: bool | Literal["auto"] = "auto",
     num_grid: int = 1024,
     bandwidth: Any = None,
 ) -> tuple[jax.Array, jax.Array]:
@@ -144,7 +146,7 @@ def slq_nodes(
     num_steps: int,
     chunk_size: int | Literal["auto"] | None = None,
     basis_dtype: Any = None,
-    linearize: bool = True,
+    linearize: bool | Literal["auto"] = "auto",
 ) -> QuadratureNodes:
     r"""Gauss quadrature nodes and weights of stochastic Lanczos quadrature.
 
@@ -167,8 +169,9 @@ def slq_nodes(
       chunk_size: probes per vectorised batch, an int >= 1; ``None`` (default) runs them one
         at a time; ``"auto"``: ``None`` on a CPU, 16 on a GPU or TPU. Static.
       basis_dtype: dtype the Lanczos basis is stored in, as in :func:`lanczos`. Static.
-      linearize: linearise a loss operator once (``True``, default) or recompute each product
-        (``False``: less memory, more time per step), as in :func:`lanczos`. Static.
+      linearize: linearise a loss operator once (``True``), recompute each product
+        (``False``: less memory, more time per step) or choose by the size of the
+        linearisation (``"auto"``, default), as in :func:`lanczos`. Static.
 
     Returns:
       QuadratureNodes(nodes, weights), each of shape (P, k).
@@ -218,7 +221,7 @@ def spectral_density(
     bandwidth: Any = None,
     chunk_size: int | Literal["auto"] | None = None,
     basis_dtype: Any = None,
-    linearize: bool = True,
+    linearize: bool | Literal["auto"] = "auto",
 ) -> SpectralDensity:
     r"""Spectral density of a symmetric operator by stochastic Lanczos quadrature.
 
@@ -239,8 +242,9 @@ def spectral_density(
       chunk_size: probes per vectorised batch, an int >= 1; ``None`` (default) runs them one
         at a time; ``"auto"``: ``None`` on a CPU, 16 on a GPU or TPU. Static.
       basis_dtype: dtype the Lanczos basis is stored in, as in :func:`lanczos`. Static.
-      linearize: linearise a loss operator once (``True``, default) or recompute each product
-        (``False``: less memory, more time per step), as in :func:`lanczos`. Static.
+      linearize: linearise a loss operator once (``True``), recompute each product
+        (``False``: less memory, more time per step) or choose by the size of the
+        linearisation (``"auto"``, default), as in :func:`lanczos`. Static.
 
     Returns:
       SpectralDensity(grid, density), each of shape (num_grid,); the grid spans the nodes plus

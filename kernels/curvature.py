@@ -42,14 +42,17 @@ working dtype): Ritz values then move by at most about $0.1\,u\,\|A\|$ for the b
 roundoff $u$ (measured 0.005-0.05 u; tested at 0.1 u): float32 for float64 work ($\sim
 10^{-8}\|A\|$), float16 ($\sim 5\times10^{-5}\|A\|$) or bfloat16 ($\sim
 4\times10^{-4}\|A\|$), halving or quartering the basis's memory and traffic.
-Memory beside the basis: a loss operator is linearised once and each step runs the tangent
-program, so the linearisation's residuals (the forward and backward pass's intermediates)
-stay alive for the whole run; ``linearize=False`` recomputes every product from scratch (a
-forward-over-reverse ``jax.jvp(jax.grad)``, behind an ``optimization_barrier`` so that XLA
-cannot hoist the forward pass out of the loop), which keeps none. Measured in XLA's plan on a
-26.4M-parameter decoder, 10 steps: the basis plus 2.55 gradients' temporaries linearised, plus
-1.89 recomputed, at 1.65 and 2.06 gradients of time per step; at 124M parameters plus 4.84 and
-3.09, at 2.24 and 2.69 (peak memory 11.4 and 9.5 GB).
+Memory beside the basis: with ``linearize=True`` a loss operator is linearised once and
+each step runs the tangent program, so the linearisation's residuals (the forward and
+backward pass's intermediates) stay alive for the whole run; ``linearize=False`` recomputes
+every product from scratch (a forward-over-reverse ``jax.jvp(jax.grad)``, behind an
+``optimization_barrier`` so that XLA cannot hoist the forward pass out of the loop), which
+keeps none. Measured in XLA's plan on a 26.4M-parameter decoder, 10 steps: the basis plus
+2.55 gradients' temporaries linearised, plus 1.89 recomputed, at 1.65 and 2.06 gradients of
+time per step; at 124M parameters plus 4.84 and 3.09, at 2.24 and 2.69 (peak memory 11.4 and
+9.5 GB); at 1.2 billion (FSDP over 8 devices) 21.4 and 12.9 GiB per device against a
+gradient's 4.9. The default, ``linearize="auto"``, linearises while the residuals take at
+most 1 GiB (the whole model's, traced sizes) and recomputes beyond.
 
 A dataset too large for one batch: stack equal-size batches along a leading axis and use
 :func:`dataset_hvp`; its operator is the Hessian of the mean loss, accumulated batch by batch

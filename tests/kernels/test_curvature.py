@@ -1217,6 +1217,38 @@ def test_recomputed_products_keep_no_linearisation():
     np.testing.assert_allclose(values[False], values[True], rtol=16 * np.finfo(np.float32).eps)
 
 
+def test_linearize_auto_keeps_the_linearisation_only_while_its_residuals_are_small(monkeypatch):
+    # the default linearize="auto" gives the program of linearize=True while the residuals
+    # (activations of 8192 examples: several MiB) are within PRODUCT_RESIDUAL_BYTES, and that
+    # of linearize=False beyond it (the unused linearisation is dead code, dropped by JAX)
+    from kernels import _memory
+
+    k = jax.random.split(jax.random.key(55), 5)
+    params = {"w1": jax.random.normal(k[0], (8, 32)) / 3, "w2": jax.random.normal(k[1], (32, 1))}
+    batch = (jax.random.normal(k[3], (8192, 8)), jax.random.normal(k[4], (8192, 1)))
+
+    def plan(linearize):
+        def loss(p, b):  # a new function each time: traced afresh under the threshold set
+            x, y = b
+            return jnp.mean((jnp.tanh(x @ p["w1"]) @ p["w2"] - y) ** 2)
+
+        fn = jax.jit(lambda p, b, kk: top_eigenvalues(
+            hvp(loss, p, b), p, kk, k=1, num_steps=4, linearize=linearize))  # fmt: skip
+        compiled = fn.lower(params, batch, jax.random.key(56)).compile()
+        temps = compiled.memory_analysis().temp_size_in_bytes  # XLA's allocation plan
+        return temps, compiled(params, batch, jax.random.key(56))
+
+    linearised, recomputed = plan(True), plan(False)
+    assert recomputed[0] <= linearised[0] - 2**20, (recomputed[0], linearised[0])
+    auto = plan("auto")
+    assert auto[0] == linearised[0]
+    np.testing.assert_array_equal(auto[1], linearised[1])
+    monkeypatch.setattr(_memory, "PRODUCT_RESIDUAL_BYTES", 2**20)
+    auto = plan("auto")
+    assert auto[0] == recomputed[0]
+    np.testing.assert_array_equal(auto[1], recomputed[1])
+
+
 def test_recomputed_products_on_dataset_operators_and_callables_change_nothing():
     # operators over stacked batches recompute already, and a plain callable has nothing to
     # linearise: linearize=False gives the same bits
@@ -1239,11 +1271,11 @@ def test_linearize_bad_values_raise():
     mv, like = make_dense_operator(jnp.float32)
     key = jax.random.key(0)
     for bad in ("yes", 1, None, 0.0):
-        with pytest.raises(ValueError, match=r"^linearize: expected True or False, got"):
+        with pytest.raises(ValueError, match=r"^linearize: expected True, False or 'auto', got"):
             top_eigenvalues(mv, like, key, k=1, num_steps=3, linearize=bad)
-        with pytest.raises(ValueError, match=r"^linearize: expected True or False, got"):
+        with pytest.raises(ValueError, match=r"^linearize: expected True, False or 'auto', got"):
             lanczos(mv, like, key, num_steps=3, linearize=bad)
-        with pytest.raises(ValueError, match=r"^linearize: expected True or False, got"):
+        with pytest.raises(ValueError, match=r"^linearize: expected True, False or 'auto', got"):
             slq_nodes(mv, like, key, num_samples=1, num_steps=3, linearize=bad)
 
 
