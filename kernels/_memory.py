@@ -13,8 +13,9 @@ under a user's ``jit`` alike.
   Carlo sample, calibrated against XLA).
 - What a kernel may plan: :func:`memory_budget` and :func:`budgeted_chunk_size`.
 - The kernels' rules: :func:`probe_chunk` and :func:`hutchinson_chunk` (Hutchinson's probes),
-  :func:`perturbation_chunk` (the sharpness kernels' samples) and :func:`products_fit`
-  (whether ``mode="auto"`` takes a linearised product).
+  :func:`perturbation_chunk` (the sharpness kernels' samples), :func:`products_fit`
+  (whether ``mode="auto"`` takes a linearised product) and :func:`linearisation_fits`
+  (whether Lanczos's ``linearize="auto"`` keeps the linearisation).
 """
 
 from __future__ import annotations

@@ -495,7 +495,8 @@ def draw_leaves(
 ) -> list[jax.Array]:
     """Standard draws of ``kind`` leaf by leaf (:func:`kernels._random.draw_leaf`).
 
-    Leaf ``i`` from ``fold_in(key, i)``, in its leaf's layout. A leaf the mask leaves out
+    Leaf ``i`` from ``fold_in(key, i)`` (a large layer-stacked leaf slice by slice,
+    :data:`kernels._random.SLICED_DRAW_ENTRIES`), in its leaf's layout. A leaf the mask leaves out
     (scale 0.0) is zeros, nothing drawn; with ``support``, entries whose scale is 0 are zero.
     """
     out = []
