@@ -22,7 +22,8 @@ Programs, and how each one evaluates the loss (the ``variant`` field of a record
 - the kernels, ``f32_in_program``: the same bfloat16 shards cast to float32 inside the program,
   the kernel called on the float32 pytree (today's kernels refuse bfloat16 parameters):
   ``hessian_trace`` (Hutchinson, 2 samples, ``chunk_size=1``), ``top_eigenvalues`` (Lanczos,
-  ``--lanczos-steps``, 10 by default), ``average_sharpness`` (Gaussian, 2 samples,
+  ``--lanczos-steps``, 10 by default; ``linearize="auto"``, which recomputes each product at
+  these sizes), ``average_sharpness`` (Gaussian, 2 samples,
   ``chunk_size=1``), ``worst_case_sharpness`` (l2 ball, 2 ascent steps);
 - with ``--f32-args``, the same programs again with float32 arguments of the same shardings
   (``f32_args``): the kernel as a user calls it on a float32 copy of the model.

@@ -11,7 +11,8 @@ Kernels measured (one jitted program each, compiled ahead of time and timed sepa
 
 - ``hessian_trace`` (Hutchinson, 8 probes) on one batch,
 - ``top_eigenvalues`` (k = 1, 10 Lanczos steps) of the Hessian on one batch, with the Hessian
-  linearised once (the default) and with its products recomputed each step (``linearize=False``),
+  linearised once (``linearize=True``; the default ``"auto"`` does so while the linearisation's
+  residuals take at most 1 GiB) and with its products recomputed each step (``linearize=False``),
 - ``average_sharpness`` (16 antithetic pairs, Gaussian sigma = 1e-3) on one batch,
 - ``worst_case_sharpness`` (l2 ball, radius 0.05, 5 ascent steps) on one batch,
 - dataset level, 16 batches (8,192 tokens), one batch of activations in memory at a time:
@@ -351,7 +352,7 @@ def _program(job: str, count: int, num_batches: int, loss_fn):
         "grad": lambda p, b, k: _value_and_grad(loss_fn)(p, b),
         "hessian_trace": lambda p, b, k: hessian_trace(loss_fn, p, b, k, num_samples=count),
         "top_eigenvalues": lambda p, b, k: top_eigenvalues(
-            hvp(loss_fn, p, b), p, k, k=1, num_steps=count
+            hvp(loss_fn, p, b), p, k, k=1, num_steps=count, linearize=True
         ),
         "average_sharpness": lambda p, b, k: average_sharpness(
             loss_fn, p, b, k, perturbation=gauss, num_samples=count
