@@ -478,7 +478,10 @@ _RECORDED_LOCK = threading.Lock()
 _CALLS = itertools.count()
 
 # The traced call number of the eager call whose program is being traced (None elsewhere,
-# e.g. inside a user's jit): in-place checks traced under it record instead of raising.
+# e.g. inside a user's jit, or in a kernel traced inside another kernel): in-place checks traced
+# under it record instead of raising. Only the eager program's own loops (scan / while / cond
+# bodies built afresh for each trace) read it: a function whose trace JAX caches across calls
+# (a module-level jax.jit) must not, or its cached trace would hold one call's tracer.
 _CALL: contextvars.ContextVar[Any] = contextvars.ContextVar("kernels_check_call", default=None)
 
 
@@ -489,11 +492,6 @@ def new_call() -> np.int32:
     """
     with _RECORDED_LOCK:
         return np.int32(next(_CALLS) % 2**31)
-
-
-def traced_call() -> Any:
-    """The traced call number in scope (see :func:`tracing_call`), or None."""
-    return _CALL.get()
 
 
 @contextlib.contextmanager

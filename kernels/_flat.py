@@ -354,7 +354,8 @@ def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> 
     placed = sample_layout() is not None
     if not isinstance(matvec, _LossOperator) or mode == "products":
         return _with_product_forms(_setup(matvec, like, linearize=inside))
-    form = jax.jit(matvec.form)
+    # fresh closures: a trace JAX caches across calls must not hold a call's checks (_checks._CALL)
+    form = jax.jit(lambda v: matvec.form(v))
     valid = None
     if mode == "auto" and isinstance(matvec, HessianOperator) and chunk == 1 and not placed:
         like = _template(like)
@@ -372,7 +373,7 @@ def _setup_forms(matvec: Any, like: Any, mode: str = "auto", chunk: int = 1) -> 
     if valid is None and isinstance(matvec, HessianOperator) and window_cache_key() is None:
         # each sample gives the loss at params beside its form: no forward pass for the checks
         # (not in a block of the stream, kernels.blocks, whose samples stay the forms alone)
-        with_loss = jax.jit(matvec.form_and_loss)
+        with_loss = jax.jit(lambda v: matvec.form_and_loss(v))
 
         def flat_form(x: jax.Array) -> jax.Array:
             return tree_form(unravel(x))

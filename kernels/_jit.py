@@ -256,8 +256,11 @@ def _call_kernel(fn: Callable, layout: Any, args: tuple, kwargs: dict) -> Any:
         # a kernel called by an eager kernel hands its checks to the caller's outputs;
         # where callbacks cannot raise, the checks poison the kernel's outputs instead
         collect = _checks.collector_accepts() or (enabled and not checks[1])
-        call = _checks.traced_call()  # the enclosing eager call's number, if any
-        out, failures = _run(fn, treedef, mask, static, checks, collect, dynamic, call)
+        # no call number: a kernel traced inside another one raises its loop checks' failures
+        # in place (the eager caller turns them into its ValueError). Handing it the caller's
+        # traced number would let a user's jitted function that calls a kernel close over that
+        # tracer, and JAX's cache of its trace would then leak it into the next eager call.
+        out, failures = _run(fn, treedef, mask, static, checks, collect, dynamic, None)
         return _checks.report(failures, out)
     stale = None
     call = _checks.new_call()

@@ -349,6 +349,52 @@ def test_a_failure_recorded_in_a_loop_belongs_to_its_own_call():
     assert not _checks._RECORDED  # every call took its own record
 
 
+def test_a_users_jitted_function_calling_a_kernel_passes_twice_to_an_eager_kernel():
+    # a kernel traced inside another one gets no call number of the caller: a user's jax.jit
+    # function that calls a kernel is traced once and cached by JAX, and a call number closed
+    # over in that trace leaked into the next eager call (UnexpectedTracerError)
+    params = {"w": jnp.ones((3, 2))}
+    x = jax.random.normal(jax.random.key(1), (8, 3))
+
+    def plain(p, b):
+        return jnp.mean((b @ kernels.norms.project_lp_ball(p["w"], p=2, radius=10.0)) ** 2)
+
+    jitted = jax.jit(plain)
+    pert = kernels.Perturbation("gaussian", 0.01)
+    key = jax.random.key(2)
+    for n in (2, 4):
+        got = kernels.average_sharpness(jitted, params, x, key, perturbation=pert, num_samples=n)
+        want = kernels.average_sharpness(plain, params, x, key, perturbation=pert, num_samples=n)
+        np.testing.assert_allclose(got.mean, want.mean, rtol=1e-6, atol=1e-9)
+    traces = [kernels.hessian_trace(jitted, params, x, key, num_samples=n).mean for n in (3, 5)]
+    assert all(np.isfinite(traces))
+
+
+def test_no_module_level_jit_in_the_kernels_calls_a_runtime_check():
+    # a runtime check traced inside a function whose trace JAX caches across calls (a
+    # module-level jax.jit) would read the call number of one eager call and keep its tracer
+    # (kernels._checks, _CALL): the kernels' module-level jitted functions stay free of checks
+    import ast
+    import pathlib
+
+    checks = {"ensure_that", "check_that", "check_finite", "check_positive", "report"}
+    found = []
+    for path in pathlib.Path(kernels.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            if not any("jit" in ast.unparse(d) for d in node.decorator_list):
+                continue
+            called = {
+                getattr(n.func, "attr", getattr(n.func, "id", None))
+                for n in ast.walk(node)
+                if isinstance(n, ast.Call)
+            }
+            found += [f"{path.name}:{node.name}" for name in called & checks]
+    assert found == []
+
+
 def test_runtime_checks_scopes_are_per_thread():
     # two threads hold opposite runtime_checks blocks at once: each traces with its own setting
     # (a ContextVar scope, like using_devices), and neither changes the caller's setting
