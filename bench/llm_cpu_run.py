@@ -212,6 +212,25 @@ def _positive(kind):
     return parse
 
 
+def _check_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit 2 naming the flag unless ``--out`` and ``--checkpoint`` can be written, before any work.
+
+    The record is written after each step: a bad place found then would lose the steps done.
+    """
+    for flag, value in (("--out", args.out), ("--checkpoint", args.checkpoint)):
+        if value is None:
+            continue
+        path = Path(value)
+        if path.is_dir():
+            parser.error(f"{flag}: expected a file, got the folder {path}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            parser.error(f"{flag}: cannot create the folder {path.parent} ({err.strerror})")
+        if not os.access(path.parent, os.W_OK):
+            parser.error(f"{flag}: cannot write in {path.parent}")
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="1b", choices=("tiny", "1b"))
@@ -228,6 +247,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--checkpoint", default=None, help="resume the trace from this file")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "llm_cpu_run.json"))
     args = parser.parse_args(argv)
+    _check_paths(parser, args)
     sys.path.insert(0, str(ROOT))
     import jax
 
