@@ -18,8 +18,11 @@ How a failed runtime check reaches the user:
   and is not waited for.
 - **A check inside a loop or** ``vmap`` **body of the kernel** (not at its top level): a host
   callback under ``lax.cond``, run only when the check fails (a passing check costs no host
-  round trip); in an eager call it records the failure and the call raises it once the program
-  has run (after the collected checks, which come first).
+  round trip); in an eager call it records the failure under the call's number (an argument of
+  the program, so calls from several threads keep their own) and the call raises it once the
+  program has run (after the collected checks, which come first). A kernel traced inside
+  another one raises its loop checks' failures from inside the program instead, and the eager
+  call turns that error into its ``ValueError``.
 - **Inside the user's** ``jax.jit`` / ``vmap`` / ``grad``: every check is such a callback, and
   it raises from inside the program; under ``vmap`` one callback checks the whole batch. The
   error is a ``jax.errors.JaxRuntimeError`` whose first line is written by JAX and XLA

@@ -22,8 +22,9 @@ the kernel (and of the kernels it calls) are outputs of its program, and the wra
 first failed check's ``ValueError`` after the program ran (no host callback, so the same on every
 backend). Inside a user's ``jit`` every check raises in place through a host callback (where
 callbacks cannot raise, the collected checks turn the kernel's floating outputs into NaN). A
-check inside a loop of the kernel records its failure through a callback, and an eager call
-raises it after the program ran.
+check inside a loop of the kernel records its failure through a callback, under the eager
+call's number (an int32 argument of the program), and the call raises it after the program
+ran; a kernel traced inside another one raises from inside the program instead.
 
 Sharded inputs: the wrapper reads the mesh of the arguments' ``NamedSharding`` s and the axes
 their parameter leaves use (:func:`kernels._devices.resolve_layout`; leaves of ``batch``,
