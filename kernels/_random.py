@@ -146,7 +146,7 @@ from ``fold_in(key, j)`` (:func:`draw_leaf`). XLA's CPU plan of one threefry dra
 times the draw's size in uint32 words (the counters and the two halves of the hash: 3 GiB of
 temporaries for a 1 GiB leaf), so drawn whole, a layer-stacked leaf costs three times its own
 size; drawn in slices, three times a slice's (``average_sharpness`` of the 1B reference decoder
-on one device: 24.7 -> 18.6 GiB; at 8B, FSDP over 8 devices: 19.95 -> 14.01 GiB per device).
+on one device: 24.7 -> 18.6 GiB; at 8B, FSDP over 8 devices: 19.95 -> 14.50 GiB per device).
 """
 
 
