@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import jaxbounds
-from jaxbounds import cli
+from jaxbounds import _report_place, cli
 from jaxbounds.cli import main
 from jaxbounds.experiments import registry as experiments_registry
 from jaxbounds.experiments.runner import Experiment, ExperimentRegistry
@@ -231,14 +231,14 @@ def test_unwritable_output_directory(toy, tmp_path, capsys, monkeypatch):
     locked.mkdir()
     locked.chmod(0o500)
     if os.access(locked, os.W_OK):  # root ignores the mode bits: refuse the way the kernel would
-        real_mkstemp = cli.tempfile.mkstemp
+        real_mkstemp = _report_place.tempfile.mkstemp
 
         def refuse(*args, dir=None, **kwargs):
             if dir is not None and Path(dir) == locked:
                 raise PermissionError(13, "Permission denied")
             return real_mkstemp(*args, dir=dir, **kwargs)
 
-        monkeypatch.setattr(cli.tempfile, "mkstemp", refuse)
+        monkeypatch.setattr(_report_place.tempfile, "mkstemp", refuse)
     try:
         code, _, err = _run(["estimate", "--model", "toy", "--out", str(locked)], capsys)
     finally:
@@ -678,14 +678,14 @@ def test_reproduce_bad_out_is_one_line_exit_2_before_any_work(toy_reproduce, tmp
 def test_reproduce_unwritable_out(toy_reproduce, tmp_path, capsys, monkeypatch):
     locked = tmp_path / "locked"
     (locked / "toy" / "units").mkdir(parents=True)
-    real_mkstemp = cli.tempfile.mkstemp
+    real_mkstemp = _report_place.tempfile.mkstemp
 
     def refuse(*args, dir=None, **kwargs):  # the kernel's answer to a mode-0500 directory
         if dir is not None and Path(dir).is_relative_to(locked):
             raise PermissionError(13, "Permission denied")
         return real_mkstemp(*args, dir=dir, **kwargs)
 
-    monkeypatch.setattr(cli.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(_report_place.tempfile, "mkstemp", refuse)
     code, _, err = _run(["reproduce", "toy", "--out", str(locked)], capsys)
     assert code == 2
     assert f"--out: cannot write in {locked / 'toy' / 'units'} (Permission denied)" in err
