@@ -20,7 +20,7 @@ import pytest
 from flax import nnx
 
 from jaxbounds.data.synthetic import synthetic_digits
-from jaxbounds.experiments import shallow_gd
+from jaxbounds.experiments import _shallow_gd_report, shallow_gd
 from jaxbounds.experiments.runner import run_experiment
 from jaxbounds.models import ShallowTransformer
 from jaxbounds.models.shallow import shallow_apply
@@ -114,7 +114,7 @@ def test_report_statistics_recomputed_from_csv(smoke):
         reproduced &= all(b < a for a, b in itertools.pairwise(means))
     # smoke scale tests no claim; the verdict the cpu scale would give comes from the same rows
     assert claim.startswith("- **not tested at this scale**: Test loss falls with N")
-    verdict = next(line for line in shallow_gd._claims(rows) if "(lowest test loss" in line)
+    verdict = next(line for line in _shallow_gd_report._claims(rows) if "(lowest test loss" in line)
     if not reproduced:
         assert verdict.startswith("- **not reproduced**")
     assert verdict.split("**: ", 1)[1] == claim.split("**: ", 1)[1]
@@ -257,8 +257,8 @@ def test_patience_stops_each_seed_after_its_minimum():
     )  # fmt: skip
     want = np.asarray(record.metrics["test"])
     np.testing.assert_allclose(rows[0]["curve_test_loss"][: len(want)], want, rtol=1e-4)
-    lines = shallow_gd._setup_lines(rows, {"scale": "smoke", "seeds": [0, 1], "num_finished": 2,
-                                           "num_units": 2})  # fmt: skip
+    meta = {"scale": "smoke", "seeds": [0, 1], "num_finished": 2, "num_units": 2}
+    lines = _shallow_gd_report._setup_lines(rows, meta)
     assert any("until 3 evaluations in a row have not lowered the test loss" in s for s in lines)
     assert lines[-1].startswith("- 2 of 2 runs stopped after 3 evaluations (3 steps) in a row")
     assert lines[-1].endswith(
