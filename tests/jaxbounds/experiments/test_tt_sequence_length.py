@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from jaxbounds.experiments import _tt_design, _tt_report
 from jaxbounds.experiments import tt_sequence_length as tt
 from jaxbounds.experiments.runner import Unit, format_number
 from tests.helpers import read_rows, run_smoke
@@ -50,8 +51,8 @@ def _units(seeds):
 def test_files(smoke_run):
     names = {p.name for p in smoke_run.iterdir()}
     assert {"results.csv", "summary.json", "report.md", "statistics.json"} <= names
-    assert {*tt.FIGURES, "figure4_bounds.png"} <= names
-    for figure in (*tt.FIGURES, "figure4_bounds.png"):
+    assert {*_tt_report.FIGURES, "figure4_bounds.png"} <= names
+    for figure in (*_tt_report.FIGURES, "figure4_bounds.png"):
         assert (smoke_run / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads((smoke_run / "summary.json").read_text())
     assert summary["scale"] == "smoke"
@@ -180,16 +181,18 @@ def test_width_check_recomputed_from_results_csv(smoke_run):
 
 
 def test_the_plateau_verdict_below_the_papers_budget_is_inconclusive():
-    full, budget = tt._budget(16, 200)
+    full, budget = _tt_design._budget(16, 200)
     assert not full
     assert (
         budget == "the paper's budget d = 64, 200,000 epochs; ours d = 16, 200 epochs (1000x fewer)"
     )
-    line = tt._plateau_line("The accuracy plateaus", False, full, budget, "spans 0.123")
+    line = _tt_design._plateau_line("The accuracy plateaus", False, full, budget, "spans 0.123")
     assert line.startswith("- **inconclusive at our budget**: The accuracy plateaus (spans 0.123; ")
     assert "not a width or budget artefact" not in line
     # a plateau seen at our budget is seen; at the paper's budget its absence refutes the claim
-    assert tt._plateau_line("P", True, full, budget, "e").startswith("- **reproduced**: P")
-    full, budget = tt._budget(64, 200000)
+    assert _tt_design._plateau_line("P", True, full, budget, "e").startswith("- **reproduced**: P")
+    full, budget = _tt_design._budget(64, 200000)
     assert full
-    assert tt._plateau_line("P", False, full, budget, "e").startswith("- **not reproduced**: P")
+    assert _tt_design._plateau_line("P", False, full, budget, "e").startswith(
+        "- **not reproduced**: P"
+    )
