@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -250,6 +251,9 @@ SHARDED = textwrap.dedent(
 )
 
 
+_RENDEZVOUS_TIMEOUT = re.compile(r"Termination timeout for `all reduce .* rendezvous")
+
+
 def test_sharded_over_four_devices_equals_single_device():
     """map_samples and sample_statistics on four forced host devices equal one device."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -258,14 +262,20 @@ def test_sharded_over_four_devices_equals_single_device():
         "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4",
         "JAX_PLATFORMS": "cpu",
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", SHARDED, root],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-c", SHARDED, root],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+            check=False,
+        )
+        # XLA's CPU all-reduce aborts the process when one of the 4 device threads is not
+        # scheduled within its 40 s rendezvous timeout (a loaded 2-core machine): run it again
+        # once; any other failure, and a second timeout, fail the test
+        if proc.returncode == 0 or not _RENDEZVOUS_TIMEOUT.search(proc.stderr):
+            break
     assert proc.returncode == 0, proc.stderr[-3000:]
     sharded = json.loads(proc.stdout.strip().splitlines()[-1])
     keys = jax.random.split(jax.random.key(2), 10)
