@@ -5,6 +5,7 @@ One command (8 forced CPU devices; nothing parameter-sized is allocated)::
     python bench/compile_times.py                 # 124m and 1b, every program, 1 repeat
     python bench/compile_times.py --configs tiny --programs gradient,average_sharpness
     python bench/compile_times.py --repeats 3     # each program compiled 3 times (fresh processes)
+    python bench/compile_times.py --devices 1     # the same programs on one device, no mesh
 
 The programs are :func:`bench.llm_plan.programs` (the gradient, ``hessian_trace`` with 2
 Hutchinson probes, ``top_eigenvalues`` with ``--lanczos-steps`` Lanczos steps,
@@ -13,7 +14,9 @@ Hutchinson probes, ``top_eigenvalues`` with ``--lanczos-steps`` Lanczos steps,
 every other program gets a threefry key, whose hash JAX lowers on a CPU as a loop per call), on
 the decoder of :func:`jaxbounds.models.decoder_config` with bfloat16 weights placed by
 :func:`jaxbounds.models.decoder_shardings` on an ``("fsdp",)`` mesh of 8 devices, each shard cast
-to float32 inside the program (the ``f32_in_program`` variant of ``bench/llm_plan.py``). Each
+to float32 inside the program (the ``f32_in_program`` variant of ``bench/llm_plan.py``);
+with ``--devices 1``, on one device with nothing placed (as a user without a mesh compiles
+them; 8 forced devices still exist, the program uses one). Each
 program is lowered from ``jax.ShapeDtypeStruct`` arguments and compiled
 (``jax.jit(f).lower(...).compile()``) in a fresh process, so no cache of an earlier program
 helps it; JAX's persistent compilation cache is off unless ``JAXBOUNDS_COMPILE_CACHE`` names a
@@ -55,12 +58,14 @@ PROGRAMS = (*llm_plan.PROGRAMS, *KEY_IMPLS)
 GOAL = 2.0
 
 
-def measure(name: str, program: str, lanczos_steps: int, cache: str | None) -> dict:
+def measure(
+    name: str, program: str, lanczos_steps: int, cache: str | None, devices: int = 8
+) -> dict:
     """Lower and compile one program of one decoder in this process; its record."""
     import jax
     import jax.numpy as jnp
 
-    n, loss, mesh, shardings, args, batch, seq = llm_plan.placed_decoder(name)
+    n, loss, mesh, shardings, args, batch, seq = llm_plan.placed_decoder(name, devices)
     params = args(jnp.bfloat16)
     base, impl = KEY_IMPLS.get(program, (program, "threefry2x32"))
     fn = llm_plan.programs(loss, lanczos_steps, shardings)[base]
@@ -69,7 +74,8 @@ def measure(name: str, program: str, lanczos_steps: int, cache: str | None) -> d
         "num_params": n,
         "program": program,
         "variant": "f32_in_program",
-        "mesh": dict(mesh.shape),
+        "devices": devices,
+        "mesh": dict(mesh.shape) if mesh is not None else {},
         "batch": [llm_plan.BATCH, seq],
         "platform": jax.devices()[0].platform,
         "cpu_count": os.cpu_count(),
@@ -99,7 +105,7 @@ def measure(name: str, program: str, lanczos_steps: int, cache: str | None) -> d
 def _child(name: str, program: str, args: argparse.Namespace) -> dict:
     """One program of one decoder in a fresh process (a failure is a record)."""
     cmd = [sys.executable, __file__, "--child", "--configs", name, "--programs", program,
-           "--lanczos-steps", str(args.lanczos_steps)]  # fmt: skip
+           "--lanczos-steps", str(args.lanczos_steps), "--devices", str(args.devices)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True)
     for line in proc.stdout.splitlines():
         if line.startswith("RECORD "):
@@ -107,25 +113,36 @@ def _child(name: str, program: str, args: argparse.Namespace) -> dict:
     return {
         "decoder": name,
         "program": program,
+        "devices": args.devices,
         "error": f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}",
         "load_start": [round(x, 2) for x in os.getloadavg()],
     }
 
 
+def _devices(record: dict) -> int:
+    """The record's number of devices (records made before ``--devices`` used 8)."""
+    return record.get("devices", llm_plan.NUM_DEVICES)
+
+
+def _key(record: dict) -> tuple[int, str, str]:
+    return (_devices(record), record["decoder"], record["program"])
+
+
 def summarize(records: list[dict]) -> list[dict]:
-    """Per decoder and program: the minimum CPU seconds over repeats, and the ratio."""
-    best: dict[tuple[str, str], dict] = {}
+    """Per placement, decoder and program: the minimum CPU seconds over repeats, and the ratio."""
+    best: dict[tuple[int, str, str], dict] = {}
     for r in records:
         if "compile_cpu_s" not in r:
             continue
-        k = (r["decoder"], r["program"])
+        k = _key(r)
         if k not in best or r["compile_cpu_s"] < best[k]["compile_cpu_s"]:
             best[k] = r
     rows = []
-    for (decoder, program), r in best.items():
-        g = best.get((decoder, "gradient"))
-        reps = [x for x in records if (x["decoder"], x["program"]) == (decoder, program)]
+    for (devices, decoder, program), r in sorted(best.items(), key=lambda kv: -kv[0][0]):
+        g = best.get((devices, decoder, "gradient"))
+        reps = [x for x in records if _key(x) == (devices, decoder, program)]
         row = {
+            "devices": devices,
             "decoder": decoder,
             "num_params": r["num_params"],
             "program": program + (f" ({r['num_steps']} steps)" if "num_steps" in r else ""),
@@ -151,27 +168,31 @@ def markdown(records: list[dict]) -> str:
     lines = [
         "Compile time of each kernel against its gradient's (goal: at most 2x), Llama-style"
         " decoders, bfloat16 weights cast to float32 inside the program, FSDP over 8 forced CPU"
-        " devices, batch 8 x 1024, each program compiled in a fresh process without the"
+        " devices (placement `fsdp x 8`) or on one device with nothing placed (`one device`),"
+        " batch 8 x 1024, each program compiled in a fresh process without the"
         " persistent cache. CPU seconds: `time.process_time` around `.compile()` (all the"
         " process's threads); the ratio uses the minimum over the repeats. Wall seconds grow"
         " with the machine's load (the 1-minute load average at the start is given).",
         "",
-        "| decoder | program | compile CPU s | vs gradient | meets | compile wall s |"
-        " HLO lines | fusions | while loops | load (1 min) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| placement | decoder | program | compile CPU s | vs gradient | meets |"
+        " compile wall s | HLO lines | fusions | while loops | load (1 min) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summarize(records):
         meets = {True: "yes", False: "**no**"}.get(row.get("meets"), "")
         cpu = ", ".join(f"{x:.1f}" for x in row["compile_cpu_s"])
         wall = ", ".join(f"{x:.1f}" for x in row["compile_wall_s"])
+        place = "one device" if row["devices"] == 1 else f"fsdp x {row['devices']}"
         lines.append(
-            f"| {row['decoder']} ({_count(row['num_params'])}) | {row['program']} | {cpu} | "
-            f"{row.get('vs_gradient', '')} | {meets} | {wall} | {row['hlo_lines']} | "
+            f"| {place} | {row['decoder']} ({_count(row['num_params'])}) | {row['program']} | "
+            f"{cpu} | {row.get('vs_gradient', '')} | {meets} | {wall} | {row['hlo_lines']} | "
             f"{row['hlo_fusion']} | {row['hlo_while']} | {row['load_start']} |"
         )
     for r in records:
         if "error" in r:
-            lines.append(f"| {r['decoder']} | {r['program']} | {r['error'][:200]} |||||||||")
+            lines.append(
+                f"| {_devices(r)} | {r['decoder']} | {r['program']} | {r['error'][:200]} |||||||||"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -181,6 +202,9 @@ def main() -> None:
     parser.add_argument("--programs", default=",".join(PROGRAMS))
     parser.add_argument("--lanczos-steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--devices", type=int, default=llm_plan.NUM_DEVICES,
+                        choices=(1, llm_plan.NUM_DEVICES),
+                        help="FSDP over 8 forced devices, or 1: one device")  # fmt: skip
     parser.add_argument("--out", default=str(OUT / "compile_times.json"))
     parser.add_argument("--render", action="store_true", help="rewrite the table from --out")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -196,7 +220,8 @@ def main() -> None:
         parser.error(f"--lanczos-steps: expected an int >= 1, got {args.lanczos_steps}")
     if args.child:
         cache = llm_plan._setup()
-        print("RECORD " + json.dumps(measure(configs[0], programs[0], args.lanczos_steps, cache)))
+        record = measure(configs[0], programs[0], args.lanczos_steps, cache, args.devices)
+        print("RECORD " + json.dumps(record))
         return
     out = Path(args.out)
     llm_plan.records_file(parser, out, args.render)
@@ -206,7 +231,8 @@ def main() -> None:
     records = []
     if out.exists():  # keep the records of other decoders and programs
         records = [r for r in json.loads(out.read_text())
-                   if not (r["decoder"] in configs and r["program"] in programs)]  # fmt: skip
+                   if not (_devices(r) == args.devices and r["decoder"] in configs
+                           and r["program"] in programs)]  # fmt: skip
     for name in configs:
         for program in programs:
             for _ in range(args.repeats):

@@ -87,7 +87,8 @@ def programs(loss, lanczos_steps: int, shardings) -> dict:
     """name -> (params, batch, key) -> outputs, each on the parameters it is given.
 
     Parameter-shaped outputs (the gradient, the worst-case perturbation) keep the parameters'
-    sharding, as a training step's do: left to the partitioner, it replicates them.
+    sharding, as a training step's do: left to the partitioner, it replicates them. With
+    ``shardings`` None (one device) they are left as they are.
     """
     import dataclasses
 
@@ -99,6 +100,8 @@ def programs(loss, lanczos_steps: int, shardings) -> dict:
     ball = kernels.Perturbation("l2_ball", 0.05)
 
     def placed(tree):
+        if shardings is None:
+            return tree
         return jax.lax.with_sharding_constraint(tree, shardings)
 
     def gradient(p, b, k):
@@ -131,12 +134,14 @@ def _to_f32(params):
     return jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), params)
 
 
-def placed_decoder(name: str):
-    """The abstract decoder ``name`` placed FSDP on the first ``NUM_DEVICES`` devices.
+def placed_decoder(name: str, num_devices: int = NUM_DEVICES):
+    """The abstract decoder ``name`` placed FSDP on the first ``num_devices`` devices.
 
     Returns ``(num_params, loss, mesh, shardings, args, batch, seq)``: ``args(dtype)`` gives the
     parameters as ``jax.ShapeDtypeStruct`` leaves of ``dtype`` carrying their shardings, and
-    ``batch`` the token batch (``BATCH`` x ``seq + 1``, ``seq`` 32 for the tiny decoder).
+    ``batch`` the token batch (``BATCH`` x ``seq + 1``, ``seq`` 32 for the tiny decoder). With
+    ``num_devices=1`` nothing is placed: ``mesh`` and ``shardings`` are None and the arguments
+    carry no sharding (a program on one device, as a user without a mesh compiles it).
     """
     import jax
     import jax.numpy as jnp
@@ -154,16 +159,26 @@ def placed_decoder(name: str):
 
     config = decoder_config(name)
     apply_fn, shapes = abstract_decoder(config)
-    mesh = Mesh(np.asarray(jax.devices()[:NUM_DEVICES]), ("fsdp",))
-    shardings = decoder_shardings(shapes, mesh)
-
-    def args(dtype):
-        return jax.tree_util.tree_map(
-            lambda s, sh: jax.ShapeDtypeStruct(s.shape, dtype, sharding=sh), shapes, shardings
-        )
-
     seq = SEQ if name != "tiny" else 32
-    batch = jax.ShapeDtypeStruct((BATCH, seq + 1), jnp.int32, sharding=decoder_batch_sharding(mesh))
+    if num_devices == 1:
+        mesh = shardings = None
+
+        def args(dtype):
+            return jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, dtype), shapes)
+
+        batch = jax.ShapeDtypeStruct((BATCH, seq + 1), jnp.int32)
+    else:
+        mesh = Mesh(np.asarray(jax.devices()[:num_devices]), ("fsdp",))
+        shardings = decoder_shardings(shapes, mesh)
+
+        def args(dtype):
+            return jax.tree_util.tree_map(
+                lambda s, sh: jax.ShapeDtypeStruct(s.shape, dtype, sharding=sh), shapes, shardings
+            )
+
+        batch = jax.ShapeDtypeStruct(
+            (BATCH, seq + 1), jnp.int32, sharding=decoder_batch_sharding(mesh)
+        )
     loss = next_token_loss(apply_fn)
     return decoder_num_params(config), loss, mesh, shardings, args, batch, seq
 

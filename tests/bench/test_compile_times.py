@@ -47,8 +47,28 @@ def test_ratios_use_the_fastest_repeat():
     assert rows["top_eigenvalues (10 steps)"]["vs_gradient"] == 5.0
     assert "hessian_trace" not in rows
     table = compile_times.markdown(records)
-    assert "| 1b (1.24B) | average_sharpness | 9.0, 6.0 | 1.5 | yes |" in table
-    assert "| 1b | hessian_trace | exit 1 |" in table
+    assert "| fsdp x 8 | 1b (1.24B) | average_sharpness | 9.0, 6.0 | 1.5 | yes |" in table
+    assert "| 8 | 1b | hessian_trace | exit 1 |" in table
+
+
+def test_each_placement_is_compared_with_its_own_gradient():
+    records = [
+        record("gradient", 4.0),  # made before --devices: FSDP over 8 devices
+        record("top_eigenvalues", 14.0, num_steps=10),
+        record("gradient", 3.0, devices=1),
+        record("top_eigenvalues", 6.0, num_steps=10, devices=1),
+        record("worst_case_sharpness", 7.5, devices=1),
+    ]
+    rows = {(r["devices"], r["program"]): r for r in compile_times.summarize(records)}
+    assert rows[(8, "top_eigenvalues (10 steps)")]["vs_gradient"] == 3.5
+    assert rows[(8, "top_eigenvalues (10 steps)")]["meets"] is False
+    assert rows[(1, "top_eigenvalues (10 steps)")]["vs_gradient"] == 2.0
+    assert rows[(1, "top_eigenvalues (10 steps)")]["meets"] is True
+    assert rows[(1, "worst_case_sharpness")]["vs_gradient"] == 2.5
+    assert (8, "worst_case_sharpness") not in rows
+    table = compile_times.markdown(records)
+    assert "| one device | 1b (1.24B) | top_eigenvalues (10 steps) | 6.0 | 2.0 | yes |" in table
+    assert "| fsdp x 8 | 1b (1.24B) | top_eigenvalues (10 steps) | 14.0 | 3.5 | **no** |" in table
 
 
 @pytest.mark.slow
@@ -67,12 +87,13 @@ def test_smoke_run_on_the_tiny_decoder(tmp_path):
     assert [r["program"] for r in records] == ["gradient", "hessian_trace_rbg"]
     assert [r["key_impl"] for r in records] == ["threefry2x32", "rbg"]
     for r in records:
+        assert r["devices"] == 8
         assert r["mesh"] == {"fsdp": 8}
         assert r["num_params"] == 20640
         assert r["compile_cpu_s"] > 0
         assert r["hlo_fusion"] > 0
         assert r["compile_cache"] is None
-    assert "| tiny (20,640) | hessian_trace_rbg |" in out.with_suffix(".md").read_text()
+    assert "| fsdp x 8 | tiny (20,640) | hessian_trace_rbg |" in out.with_suffix(".md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -87,6 +108,7 @@ def test_smoke_run_on_the_tiny_decoder(tmp_path):
         (["--programs", "gradient,nope"], "--programs: unknown ['nope']"),
         (["--repeats", "0"], "--repeats: expected an int >= 1, got 0"),
         (["--lanczos-steps", "-1"], "--lanczos-steps: expected an int >= 1, got -1"),
+        (["--devices", "4"], "--devices: invalid choice: 4"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag_before_any_compile(tmp_path, monkeypatch, capsys,
