@@ -47,7 +47,7 @@ import signal
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ from jaxbounds._atomic import (
     write_json_atomic,
     write_text_atomic,
 )
+from jaxbounds.experiments._experiment import Experiment
 from jaxbounds.experiments._output import (
     announce_no_figures,
     csv_text,
@@ -73,6 +74,14 @@ from jaxbounds.experiments._output import (
     sort_records,
     versions,
     write_rendered,
+)
+from jaxbounds.experiments._preflight import (
+    MAX_UNITS,
+    OtherRunThere,
+    RunTooLarge,
+    check_packages,
+    check_same_run,
+    check_size,
 )
 from jaxbounds.experiments._stats import (
     KendallTau,
@@ -143,7 +152,6 @@ DEFAULT_OUT = "jaxbounds_reproduce"
 #: The widest line the runner prints (a progress line, the ``--list`` listing), in columns.
 PROGRESS_WIDTH = 100
 MissingPackages = _deps.MissingPackages
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 
 def package_version() -> str:
@@ -158,93 +166,6 @@ def package_version() -> str:
         from jaxbounds import __version__
 
         return __version__
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Experiment:
-    """The specification of a reproducible experiment (no state; hooks are plain functions).
-
-    Attributes:
-      name: directory name and registry key (lower case, digits, ``-``, ``_``, ``.``).
-      description: one line for ``--list`` and the report.
-      paper: the reference (authors, year, section/figure).
-      scales: ``{scale: config grid}``, usually ``smoke`` (< 1 min, tests), ``cpu`` (default,
-        < 20 min on 2 cores) and ``paper`` (the paper's sizes).
-      run_unit: ``run_unit(unit) -> dict`` of JSON-serialisable results (numpy scalars and
-        arrays are converted). Keys must differ from the config keys and ``"seed"``.
-      units: ``units(config_grid, seeds) -> list[Unit]`` (default :func:`grid_units`). Every
-        setting that changes a result belongs in the unit's config.
-      run_batch: optional ``run_batch(units) -> list[dict]`` computing several units at once
-        (e.g. the seeds of one configuration as one vmapped program); used instead of
-        ``run_unit`` when given. Row ``i`` must equal what ``run_unit(units[i])`` would give
-        whatever the other units of the batch are (a resumed run may batch fewer units).
-      batch_key: units with equal ``batch_key(unit)`` form one batch (default: equal config).
-      max_batch_size: the most units one ``run_batch`` call gets (a larger batch is computed in
-        consecutive pieces of this size, so memory does not grow with ``--seeds``; default 16).
-      render: ``render(rows, meta, out_dir) -> None`` writing figures and ``report.md``
-        (default :func:`default_render`). ``rows`` are the sorted result rows (config, seed
-        and result columns as dicts), ``meta`` the content of ``summary.json``.
-      claims: the paper's claims the report tests, one sentence each.
-      paper_numbers: the paper's reported numbers the report puts beside ours (JSON data).
-      default_seeds: number of seeds, one int or ``{scale: int}``.
-      default_scale: the scale when none is given.
-      requires: the optional packages (import names, e.g. ``"mlxtend"``) that running its
-        units needs; :func:`run_experiment` checks them before any work
-        (``importlib.util.find_spec``, nothing imported) and raises
-        :class:`MissingPackages` naming the ``pip`` command.
-      render_requires: the optional packages that rendering its report needs (checked before
-        any work too, also with ``from_dir``). Figures need ``matplotlib`` but are never
-        required: without it the report is written without them and says so.
-    """
-
-    name: str
-    description: str
-    paper: str
-    scales: Mapping[str, Mapping[str, Any]]
-    run_unit: Callable[[Unit], Mapping[str, Any]]
-    units: Callable[[Mapping[str, Any], Sequence[int]], list[Unit]] = grid_units
-    run_batch: Callable[[Sequence[Unit]], Sequence[Mapping[str, Any]]] | None = None
-    batch_key: Callable[[Unit], Any] = config_batch_key
-    max_batch_size: int = 16
-    render: Callable[[list[dict], dict, Path], None] | None = None
-    claims: tuple[str, ...] = ()
-    paper_numbers: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    default_seeds: int | Mapping[str, int] = 3
-    default_scale: str = "cpu"
-    requires: tuple[str, ...] = ()
-    render_requires: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise ValueError(f"Experiment.name: expected a lower-case slug, got {self.name!r}")
-        if not self.scales or not all(isinstance(g, Mapping) for g in self.scales.values()):
-            raise ValueError(f"Experiment {self.name}: scales must map names to config grids")
-        if self.default_scale not in self.scales:
-            raise ValueError(
-                f"Experiment {self.name}: default_scale {self.default_scale!r} is not one of "
-                f"{sorted(self.scales)}"
-            )
-        for hook in ("run_unit", "units", "batch_key"):
-            if not callable(getattr(self, hook)):
-                raise TypeError(f"Experiment {self.name}: {hook} must be callable")
-        size = self.max_batch_size
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"Experiment {self.name}: max_batch_size must be an int >= 1, "
-                             f"got {size!r}")  # fmt: skip
-        object.__setattr__(self, "claims", tuple(self.claims))
-        for field in ("requires", "render_requires"):
-            value = getattr(self, field)
-            names = (value,) if isinstance(value, str) else tuple(value)
-            if not all(isinstance(name, str) and name for name in names):
-                raise TypeError(f"Experiment {self.name}: {field} must be import names")
-            object.__setattr__(self, field, names)
-        to_jsonable(self.paper_numbers, where=f"Experiment {self.name}: paper_numbers")
-
-    def seeds_for(self, scale: str) -> int:
-        """The default number of seeds at ``scale``."""
-        if isinstance(self.default_seeds, Mapping):
-            return int(self.default_seeds.get(scale, 1))
-        return int(self.default_seeds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -442,160 +363,6 @@ def _resolve_seeds(experiment: Experiment, scale: str, seeds: Any, recorded: Map
     if not out or len(set(out)) != len(out) or not all(isinstance(s, int) for s in out):
         raise ValueError(f"seeds: expected distinct ints, got {seeds!r}")
     return out
-
-
-#: The most units (configurations x seeds) one run may plan; :func:`check_size` refuses more.
-MAX_UNITS = 20_000
-_UNIT_OVERHEAD_BYTES = 1024  # Python objects, key and loaded record of one unit, besides its config
-
-
-class RunTooLarge(ValueError):
-    """A run that would plan more than :data:`MAX_UNITS` units (refused before any work).
-
-    Attributes:
-      num_units: the estimated number of units.
-      per_seed: units per seed at the scale (its configurations).
-      max_seeds: the most seeds allowed at the scale.
-    """
-
-    def __init__(self, message: str, num_units: int, per_seed: int, max_seeds: int) -> None:
-        super().__init__(message)
-        self.num_units, self.per_seed, self.max_seeds = num_units, per_seed, max_seeds
-
-
-def _size_text(num_bytes: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if num_bytes >= scale:
-            return f"{num_bytes / scale:.3g} {unit}"
-    return f"{num_bytes:.0f} B"
-
-
-def check_size(experiment: Experiment, scale: str, seeds: int | Sequence[int]) -> int:
-    """The number of units a run plans, estimated from one seed before the grid is expanded.
-
-    ``experiment.units(grid, [seeds[0]])`` gives the units of one seed (the configurations);
-    the run plans about that many times ``len(seeds)``. Each planned unit costs about 1 kB of
-    memory besides its configuration (key, objects, the record read back to render) and one
-    unit file on disk; its compute is what the scale says. Memory for the computation itself
-    does not grow with the seeds (batches hold at most ``max_batch_size`` units).
-
-    Args:
-      experiment: the :class:`Experiment`.
-      scale: a key of ``experiment.scales``.
-      seeds: the seeds, or their number N (seeds 0..N-1; never expanded, so an absurd N such
-        as 10**20 is refused at once).
-
-    Returns:
-      The estimated number of units.
-
-    Raises:
-      RunTooLarge: above :data:`MAX_UNITS` units, with the figures (units, memory to track them)
-        and the most seeds allowed at this scale.
-
-    >>> toy = Experiment("toy", "a toy", "none", {"cpu": {"n": [1, 2]}}, run_unit=lambda u: {})
-    >>> check_size(toy, "cpu", range(3))
-    6
-    >>> try:
-    ...     check_size(toy, "cpu", range(10**5))
-    ... except RunTooLarge as err:
-    ...     print(err.num_units, err.max_seeds)
-    200000 10000
-    """
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
-        count, first = seeds, (0,)
-    else:
-        seeds = tuple(seeds)
-        count, first = len(seeds), seeds[:1]
-    one = list(experiment.units(experiment.scales[scale], first))
-    per_seed = max(len(one), 1)
-    num_units = per_seed * count
-    if num_units <= MAX_UNITS:
-        return num_units
-    config_bytes = max((len(canonical_json(u.config)) for u in one), default=0)
-    memory = num_units * (_UNIT_OVERHEAD_BYTES + config_bytes)
-    max_seeds = MAX_UNITS // per_seed
-    raise RunTooLarge(
-        f"{experiment.name} at scale {scale} with {count:,} seeds would plan "
-        f"{num_units:,} units ({per_seed:,} per seed), about {_size_text(memory)} of memory "
-        f"only to track them and {num_units:,} unit files; the limit is {MAX_UNITS:,} units "
-        f"per run: at most {max_seeds:,} seeds at this scale",
-        num_units, per_seed, max_seeds,
-    )  # fmt: skip
-
-
-def check_packages(experiment: Experiment, *, rendering_only: bool = False) -> None:
-    """Check the experiment's optional packages before any work (nothing is imported).
-
-    Args:
-      experiment: the :class:`Experiment`.
-      rendering_only: check only ``render_requires`` (``--from``: nothing is run).
-
-    Raises:
-      MissingPackages: naming the missing packages and the ``pip`` command that installs them.
-
-    >>> toy = Experiment("toy", "a toy", "none", {"cpu": {}}, run_unit=lambda u: {},
-    ...                  requires=("no_such_module_here",))
-    >>> try:
-    ...     check_packages(toy)
-    ... except MissingPackages as err:
-    ...     print(err.packages)
-    ['no_such_module_here']
-    >>> check_packages(toy, rendering_only=True)
-    """
-    needed = [*experiment.render_requires]
-    if not rendering_only:
-        needed = [*experiment.requires, *needed]
-    _deps.require(needed, experiment.name)
-
-
-class OtherRunThere(ValueError):
-    """The output folder holds the report of another run (another scale or other seeds).
-
-    Attributes:
-      run_dir: the folder.
-      differences: what differs, e.g. ``["scale cpu (now smoke)"]``.
-    """
-
-    def __init__(self, run_dir: Path, differences: list[str]) -> None:
-        self.run_dir, self.differences = run_dir, list(differences)
-        super().__init__(
-            f"{run_dir} holds the report of another run ({'; '.join(differences)}); "
-            "replacing it needs --fresh (fresh=True), or choose another output folder"
-        )
-
-
-def check_same_run(experiment: Experiment, run_dir: Path, scale: str, seeds: tuple) -> None:
-    """Refuse to replace the finished report of another run in ``run_dir`` (before any work).
-
-    The run recorded in ``run_dir/summary.json`` is the same run when its experiment, scale
-    and seeds are this run's (a newer package version is the same run, computed again). An
-    unreadable ``summary.json`` counts as another run's.
-
-    Raises:
-      OtherRunThere: naming what differs.
-    """
-    summary = Path(run_dir) / "summary.json"
-    if not summary.exists():
-        return
-    try:
-        recorded = json.loads(summary.read_text(encoding="utf-8"))
-        if not isinstance(recorded, Mapping):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as err:
-        raise OtherRunThere(run_dir, [f"{summary.name} is unreadable ({err})"]) from None
-    now = {"experiment": experiment.name, "scale": scale, "seeds": list(seeds)}
-    differences = [
-        f"{key} {_brief(recorded.get(key))} (now {_brief(value)})"
-        for key, value in now.items()
-        if recorded.get(key) != value
-    ]
-    if differences:
-        raise OtherRunThere(run_dir, differences)
-
-
-def _brief(value: Any, width: int = 40) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def unit_labels(units: Sequence[Unit]) -> list[str]:

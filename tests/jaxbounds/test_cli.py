@@ -703,7 +703,7 @@ def test_estimate_refuses_an_empty_path(toy, capsys, argv):
 def test_reproduce_size_guard_names_the_flag_and_the_limit(toy_reproduce, tmp_path, capsys,
                                                             monkeypatch):  # fmt: skip
     """``--scale smoke --seeds 100000`` reached 9 GB RSS with no unit finished."""
-    from jaxbounds.experiments import runner
+    from jaxbounds.experiments import _preflight
     from jaxbounds.experiments.runner import MAX_UNITS
 
     out = tmp_path / "out"
@@ -722,7 +722,7 @@ def test_reproduce_size_guard_names_the_flag_and_the_limit(toy_reproduce, tmp_pa
     code, _, err = _run(["reproduce", "toy", "--out", str(out), "--scale", "cpu"], capsys)
     assert code == 2  # the toy has no cpu scale: named, exit 2
     assert err.strip() == "jaxbounds reproduce: error: --scale cpu: toy has the scales smoke"
-    monkeypatch.setattr(runner, "MAX_UNITS", 4)  # the boundary, cheaply: 2 seeds x 2 go ahead
+    monkeypatch.setattr(_preflight, "MAX_UNITS", 4)  # the boundary, cheaply: 2 seeds x 2 go ahead
     code, _, err = _run(["reproduce", "toy", "--seeds", "3", "--out", str(out)], capsys)
     assert code == 2
     assert "the limit is 4 units per run: at most 2 seeds at this scale" in err
