@@ -9,11 +9,13 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from kernels._checks import (
     check_positive,
 )
 from kernels._devices import keep_sharding
+from kernels._flat import place
 from kernels._jit import compile_once
 from kernels._perturbation import (
     _INT32_MAX,
@@ -25,9 +27,9 @@ from kernels._perturbation import (
     _Problem,
     _scaled,
     _setup,
-    draw_leaves,
     scaled_norm,
 )
+from kernels._random import sign_leaves
 from kernels.parallel import (
     sample_key,
 )
@@ -105,12 +107,28 @@ def _tree_project(x: list[jax.Array], p: float, radius: jax.Array) -> list[jax.A
 
 
 def _apgd_start(prob: _Problem, p: float, radius: jax.Array, k: jax.Array) -> list[jax.Array]:
-    r"""A random start at half the radius, on the support of the scales (leaves of eta).
+    r"""A random start at half the radius: random signs on the support of the scales (eta).
 
-    Drawn leaf by leaf (:func:`kernels._perturbation.draw_leaves`: leaf ``i`` from
-    ``fold_in(k, i)``): Gaussian directions for the $\ell_2$ ball, uniform for $\ell_\infty$.
+    The signs are :func:`kernels._random.sign_vector` of ``k`` over all the parameters, cut
+    into the leaves (:func:`kernels._random.sign_leaves`: one draw of words for every leaf, each
+    leaf unpacked where it lives), and zero off the support (a leaf the mask leaves out, an
+    entry of scale 0). For the $\ell_2$ ball the direction of the signs, scaled to norm
+    $\rho/2$; for the $\ell_\infty$ ball the vertex $\pm\rho/2$ of the half-size box. (A
+    Gaussian or uniform start, drawn leaf by leaf, put a hash loop per leaf in the program: on
+    the 124M decoder FSDP over 8 CPU devices the kernel compiled in 2.4x the gradient's time,
+    against 2.1x with one draw of signs.)
     """
-    leaves = draw_leaves(prob, k, "gaussian" if p == 2 else "uniform")
+    shapes = [tuple(np.shape(w)) for w in prob.leaves]
+    zero = jnp.zeros((), prob.dtype)
+    leaves = []
+    for i, (z, scale) in enumerate(
+        zip(sign_leaves(k, shapes, prob.dtype), prob.scales, strict=True)
+    ):
+        if isinstance(scale, float) and scale == 0.0:
+            leaves.append(jnp.zeros(shapes[i], prob.dtype))  # left out: its signs are not used
+            continue
+        z = place(z, prob.shardings[i])
+        leaves.append(z if isinstance(scale, float) else jnp.where(scale != 0, z, zero))
     if p == 2:
         factor = 0.5 * radius / jnp.maximum(_leaves_norm(leaves), jnp.finfo(prob.dtype).tiny)
     else:

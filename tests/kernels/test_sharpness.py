@@ -998,21 +998,13 @@ def test_pytree_ascent_equals_the_flat_reference_step_by_step(kind, adaptive):
     )
     s = np.abs(theta) if adaptive else np.ones(6)
     p = 2 if kind == "l2_ball" else np.inf
-    k0 = jax.random.fold_in(key, 0)  # restart 0's key; leaf i of the start from fold_in(k0, i)
-    shapes = [(2,), (2, 2)]
-    if p == 2:
-        z = [
-            jax.random.normal(jax.random.fold_in(k0, i), sh, jnp.float64)
-            for i, sh in enumerate(shapes)
-        ]
-        z = np.concatenate([np.asarray(a).ravel() for a in z])
-        eta0 = 0.5 * radius * z / np.linalg.norm(z)
-    else:
-        z = [
-            jax.random.uniform(jax.random.fold_in(k0, i), sh, jnp.float64, -1.0, 1.0)
-            for i, sh in enumerate(shapes)
-        ]
-        eta0 = 0.5 * radius * np.concatenate([np.asarray(a).ravel() for a in z])
+    # the start: the signs of restart 0's key (fold_in(key, 0)) over the 6 entries in leaf
+    # order, from its first random word (fold_in(k0, 0)'s 4 words: entry j is bit j of word 0,
+    # 1 meaning -1); l2: scaled to norm radius / 2; linf: the vertex +-radius / 2
+    k0 = jax.random.fold_in(key, 0)
+    word = int(jax.random.bits(jax.random.fold_in(k0, 0), (4,), jnp.uint32)[0])
+    z = np.array([-1.0 if (word >> j) & 1 else 1.0 for j in range(6)])
+    eta0 = 0.5 * radius * (z / np.linalg.norm(z) if p == 2 else z)
     f = lambda eta: 0.5 * (theta + s * eta) @ a @ (theta + s * eta) + b @ (theta + s * eta)  # noqa: E731
     grad = lambda eta: s * (a @ (theta + s * eta) + b)  # noqa: E731
     best_f, best_eta = apgd_reference(f, grad, eta0, radius, 2 * radius, num_steps, p)
