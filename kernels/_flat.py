@@ -18,6 +18,7 @@ from kernels._checks import (
     check_positive_int,
     check_that,
     describe,
+    runtime_checks,
 )
 from kernels._devices import input_sharding, keep_sharding
 from kernels._hessian import HessianOperator, Matvec
@@ -27,7 +28,7 @@ from kernels._operators import (
     _LossOperator,
 )
 from kernels._precision import is_template, work_dtype, work_like
-from kernels._random import draw_leaf, leaf_keys, sign_block, sign_vector, wordwise
+from kernels._random import draw_leaf, leaf_keys, sign_leaves, sign_vector, wordwise
 from kernels.parallel import (
     sample_layout,
     splits_user_mesh,
@@ -159,11 +160,7 @@ class _Flat:
         dtype = self.dtype
         if kind == "rademacher" and wordwise(key):
             if sample_layout() is not None and _blocks_fit(shapes):
-                out, start = [], 0
-                for shape in shapes:
-                    out.append(sign_block(key, start, shape, dtype))
-                    start += math.prod(shape)
-                return out
+                return sign_leaves(key, shapes, dtype)
             return _split(sign_vector(key, self.size, dtype), shapes)
         keys = leaf_keys(key, len(shapes))
         return [draw_leaf(k, shape, dtype, kind) for k, shape in zip(keys, shapes, strict=True)]
@@ -316,15 +313,32 @@ def _linear(matvec: Any, like: Any, linearize: bool | str = True) -> tuple[Matve
     if isinstance(matvec, _LossOperator):
         _check_like(matvec, like)
         if linearize == "auto":
-            product, valid = matvec.linearize()
-            if linearisation_fits(product, like):
-                return product, valid, "loss_fn"
-            linearize = False
+            linearize = _linearisation_fits(matvec, like)
         product, valid = matvec.linearize() if linearize else matvec.recomputed()
         return product, valid, "loss_fn"
     if not callable(matvec):
         raise ValueError(f"matvec: expected a callable v -> A v, got {type(matvec).__name__}")
     return matvec, jnp.asarray(True), "matvec"
+
+
+def _linearisation_fits(op: _LossOperator, like: Any) -> bool:
+    """:func:`kernels._memory.linearisation_fits` of ``op``'s linearisation, traced apart.
+
+    The linearisation is traced under ``jax.eval_shape`` with the runtime checks off, so that
+    nothing of it enters the kernel's program when the products are recomputed: its runtime
+    check of the loss at the parameters, traced into the program, kept its forward pass there
+    (compiled, and run once), beside the recomputed products' own check.
+    """
+    fits: list[bool] = []
+
+    def trace() -> tuple:
+        with runtime_checks(False):
+            product, _ = op.linearize()
+        fits.append(linearisation_fits(product, like))
+        return ()
+
+    jax.eval_shape(trace)
+    return fits[0]
 
 
 def _forward_mode_ok(form: Callable[[Any], jax.Array], params: Any) -> bool:
