@@ -122,10 +122,10 @@ class _Flat:
         """The probe of ``key`` as a list of leaves shaped like ``template``'s, in ``dtype``.
 
         Rademacher with a threefry key: the flat :func:`sign_vector` of ``key``; on a user's
-        mesh each leaf's block is drawn where the leaf lives (:func:`sign_block`), off a mesh
-        the flat vector is drawn and split. Any other key ("rbg"), and Gaussian probes: leaf
-        ``i`` is drawn from ``fold_in(key, i)`` (signs unpacked from that key's words, or
-        standard normals), on a mesh or not.
+        mesh the vector's words are drawn once and each leaf's block unpacked where the leaf
+        lives (:func:`sign_leaves`), off a mesh the flat vector is drawn and split. Any other
+        key ("rbg"), and Gaussian probes: leaf ``i`` is drawn from ``fold_in(key, i)`` (signs
+        unpacked from that key's words, or standard normals), on a mesh or not.
         """
         if self.draw is not None:
             return self.draw(key, kind)
@@ -186,7 +186,7 @@ def _is_array(leaf: Any) -> bool:
 
 
 def _blocks_fit(shapes: list[tuple[int, ...]]) -> bool:
-    """Whether every leaf's block of signs can be drawn alone (:func:`sign_block`'s limits)."""
+    """Whether every leaf's block of signs can be unpacked alone (:func:`sign_leaves`' limits)."""
     return sum(map(math.prod, shapes)) <= 2**37 and all(
         math.prod(shape) < 2**32 - 31 for shape in shapes
     )
