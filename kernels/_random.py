@@ -136,13 +136,14 @@ def _unpack_block(words: jax.Array, offset: int, shape: tuple[int, ...], dtype: 
 def sign_leaves(key: jax.Array, shapes: list[tuple[int, ...]], dtype: Any) -> list[jax.Array]:
     """:func:`sign_vector` of all the leaves' entries, cut into leaves of ``shapes``.
 
-    The vector's words are drawn once for every leaf (:func:`sign_vector`'s draw), and each
-    leaf takes its entries' bits from its own words by index, as :func:`sign_block` does: on a
-    mesh, where the leaf's shards live (every device draws all the words, 1/32 of the leaves'
-    float32 bytes, until they are unpacked). One hash for all leaves where :func:`sign_block`
-    per leaf has one each (on a CPU, JAX lowers each hash as a loop): a program drawing many
-    leaves compiles faster. For vectors of up to ``2**37`` entries, leaves of under
-    ``2**32 - 31``.
+    Consecutive leaves are drawn in groups, each group's words in one hash
+    (:func:`sign_vector`'s words from the group's first), and each leaf takes its entries' bits
+    from its own words by index, as :func:`sign_block` does: on a mesh, where the leaf's shards
+    live. A group holds at most :data:`GROUP_WORDS` words (or one leaf's, if more), so the words
+    every device draws and holds until they are unpacked stay bounded on any mesh, while a
+    program drawing many leaves has a few hashes instead of one per leaf (on a CPU, JAX lowers
+    each hash as a loop): it compiles faster. For vectors of up to ``2**37`` entries, leaves of
+    under ``2**32 - 31``.
 
     >>> key = jax.random.key(0)
     >>> a, b = sign_leaves(key, [(3,), (2, 40)], jnp.float32)
@@ -151,23 +152,54 @@ def sign_leaves(key: jax.Array, shapes: list[tuple[int, ...]], dtype: Any) -> li
     (True, True)
     """
     sizes = [math.prod(shape) for shape in shapes]
-    total = sum(sizes)
-    if total > WORD_BITS * 2**32 or any(size >= 2**32 - 31 for size in sizes):
+    if sum(sizes) > WORD_BITS * 2**32 or any(size >= 2**32 - 31 for size in sizes):
         raise ValueError(
             f"shapes: expected at most 2**37 entries in leaves of under 2**32 - 31, got {sizes}"
         )
-    num_words = max(1, -(-total // WORD_BITS))
-    if wordwise(key):
-        words = _words(key, 0, num_words)
-    else:
-        words = jax.random.bits(key, (num_words,), jnp.uint32)
-    out, start = [], 0
-    for shape, size in zip(shapes, sizes, strict=True):
-        first_word, offset = divmod(start, WORD_BITS)
-        block = words[first_word : first_word + -(-(offset + size) // WORD_BITS)]
-        out.append(_unpack_block(block, offset, shape, dtype))
-        start += size
+    limit = max([GROUP_WORDS, *(-(-size // WORD_BITS) + 1 for size in sizes)])
+    every = None
+    if not wordwise(key):  # these keys' words are not drawn by index: one draw for all
+        every = jax.random.bits(key, (max(1, -(-sum(sizes) // WORD_BITS)),), jnp.uint32)
+    out: list[jax.Array] = []
+    start = 0
+    for group in _groups(sizes, limit):
+        first_word = start // WORD_BITS
+        end = start + sum(sizes[i] for i in group)
+        num_words = max(1, -(-end // WORD_BITS) - first_word)
+        if every is None:
+            words = _words(key, first_word, num_words)
+        else:
+            words = every[first_word : first_word + num_words]
+        for i in group:
+            first, offset = divmod(start, WORD_BITS)
+            count = -(-(offset + sizes[i]) // WORD_BITS)
+            block = words[first - first_word : first - first_word + count]
+            out.append(_unpack_block(block, offset, shapes[i], dtype))
+            start += sizes[i]
     return out
+
+
+GROUP_WORDS = 2**26
+"""The words one hash of :func:`sign_leaves` draws at most (256 MiB), unless one leaf needs more.
+
+Every device draws and holds a group's words whole until its leaves are unpacked, whatever
+the leaves' sharding: the cap keeps that to a fixed size on any mesh (one group for models of
+up to 2**31 parameters, so one hash), instead of 1/32 of every parameter.
+"""
+
+
+def _groups(sizes: list[int], limit: int) -> list[list[int]]:
+    """Consecutive leaves (their indices) in groups whose words fit ``limit`` words each."""
+    groups: list[list[int]] = []
+    start = group_word = 0
+    for i, size in enumerate(sizes):
+        end = start + size
+        if not groups or -(-end // WORD_BITS) - group_word > limit:
+            groups.append([])
+            group_word = start // WORD_BITS
+        groups[-1].append(i)
+        start = end
+    return groups
 
 
 def leaf_keys(key: jax.Array, count: int) -> list[jax.Array]:

@@ -64,3 +64,36 @@ def test_the_threshold_and_the_memory_it_saves():
     n = x.size
     assert abs(x.mean()) < 5 / np.sqrt(n)
     assert abs(x.var() - 1.0) < 5 * np.sqrt(2 / n)
+
+
+@pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])
+@pytest.mark.parametrize("group_words", [1, 3, 8, 2**20])
+def test_sign_leaves_are_the_sign_vector_cut_into_the_leaves(monkeypatch, impl, group_words):
+    # whatever the grouping of the leaves' words (one hash per group), the leaves are the flat
+    # sign vector of the key, in order: entry i is bit i % 32 of word i // 32
+    monkeypatch.setattr(_random, "GROUP_WORDS", group_words)
+    key = jax.random.key(11, impl=impl)
+    shapes = [(5,), (3, 40), (), (70,), (2, 2, 33), (1,)]
+    leaves = _random.sign_leaves(key, shapes, jnp.float32)
+    assert [a.shape for a in leaves] == shapes
+    n = sum(int(np.prod(s)) for s in shapes)
+    full = np.asarray(_random.sign_vector(key, n, jnp.float32))
+    np.testing.assert_array_equal(np.concatenate([np.ravel(a) for a in leaves]), full)
+    if impl == "threefry2x32":  # the words themselves, from public calls
+
+        def word(w: int) -> int:
+            return int(jax.random.bits(jax.random.fold_in(key, w // 4), (4,), jnp.uint32)[w % 4])
+
+        want = [-1.0 if (word(i // 32) >> (i % 32)) & 1 else 1.0 for i in range(n)]
+        np.testing.assert_array_equal(full, want)
+
+
+def test_sign_leaves_groups_hold_at_most_their_limit_of_words():
+    # one hash per group of consecutive leaves; a group's words fit the larger of GROUP_WORDS
+    # and the largest leaf's (plus one word for a block that does not start on a word)
+    assert _random._groups([32, 32, 32, 32], 2) == [[0, 1], [2, 3]]
+    assert _random._groups([40, 40, 40], 3) == [[0, 1], [2]]  # words 0-2, then 2-3
+    assert _random._groups([1000], 1) == [[0]]  # a leaf larger than the limit is alone
+    assert _random._groups([10, 1000, 100], 32) == [[0, 1], [2]]
+    with pytest.raises(ValueError, match=r"^shapes: expected at most 2\*\*37 entries"):
+        _random.sign_leaves(jax.random.key(0), [(2**32,)], jnp.float32)
