@@ -19,6 +19,14 @@ if os.environ.get("JAXBOUNDS_TEST_XLA_OPT", "0") != "1":
     if "xla_cpu_use_fusion_emitters" not in _flags:
         os.environ["XLA_FLAGS"] = f"{_flags} {_COMPILE_FLAGS}".strip()
 
+# Tests start processes on 2 to 8 forced CPU devices while the other pytest-xdist worker keeps
+# the cores busy: XLA's CPU collectives end the process when a device's thread has not joined a
+# collective's rendezvous within 40 s (seen on a 2-core machine). Allow 10 minutes; the flag
+# carries into the processes the tests start.
+_COLLECTIVE_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds=600"
+if "xla_cpu_collective_call_terminate_timeout_seconds" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_COLLECTIVE_FLAG}".strip()
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
