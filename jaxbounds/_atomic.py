@@ -89,17 +89,21 @@ class SignalGuard:
         self.requested: int | None = None
         self._previous: dict[int, Any] = {}
         self._outer: SignalGuard | None = None
+        self._hook: Any = sys.unraisablehook
 
     def __enter__(self) -> SignalGuard:
         if threading.current_thread() is threading.main_thread():
             for signum in _SIGNALS:
                 if signal.getsignal(signum) is not signal.SIG_IGN:
                     self._previous[signum] = signal.signal(signum, self.handle)
+            self._hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         self._outer, SignalGuard._active = SignalGuard._active, self
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         SignalGuard._active = self._outer
+        if sys.unraisablehook == self._unraisable:
+            sys.unraisablehook = self._hook
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
@@ -118,6 +122,25 @@ class SignalGuard:
             self._pending = signum
             return
         raise Interrupted(signum)
+
+    def _unraisable(self, unraisable: Any) -> None:
+        """``sys.unraisablehook``: an :class:`Interrupted` Python could not raise is sent again.
+
+        A second signal handled inside a garbage collector's or weak reference's callback, or
+        a finaliser, raises there, and Python only reports such an exception and goes on (JAX
+        has a collector callback): the signal is sent to this process again 0.05 s later, so
+        that it stops the run where it can, without a traceback on stderr.
+        """
+        error = unraisable.exc_value
+        if isinstance(error, Interrupted):
+
+            def again() -> None:
+                if SignalGuard._active is self:  # else the run has stopped already
+                    os.kill(os.getpid(), error.signum)
+
+            threading.Timer(0.05, again).start()
+            return
+        self._hook(unraisable)
 
     def check(self) -> None:
         """Raise :class:`Interrupted` if a signal asked to stop (call between two steps)."""

@@ -753,3 +753,29 @@ def test_missing_packages_are_named_before_any_work(tmp_path):
     assert not (tmp_path / "needy").exists()
     with pytest.raises(TypeError, match="requires must be import names"):
         Experiment("bad", "", "", {"cpu": {}}, lambda u: {}, requires=("",))
+
+
+def test_a_second_signal_inside_a_gc_callback_is_sent_again_after_the_collection():
+    # Python cannot raise out of a garbage collector's callback (it reports the exception to
+    # sys.unraisablehook and goes on): the guard's hook sends the signal again, which then
+    # raises outside the callback, and nothing is printed
+    import gc
+
+    seen = []
+
+    def callback(phase, info):
+        if phase == "start" and not seen:
+            seen.append(phase)
+            guard.handle(signal.SIGINT, None)  # the second signal, handled here: raises
+
+    with SignalGuard() as guard:
+        guard.requested = signal.SIGINT  # the first signal
+        gc.callbacks.append(callback)
+        try:
+            gc.collect()  # the Interrupted raised in the callback goes to the hook
+        finally:
+            gc.callbacks.remove(callback)
+        assert seen == ["start"]
+        with pytest.raises(Interrupted):
+            time.sleep(10)  # the signal sent again arrives within 0.05 s
+    assert sys.unraisablehook != guard._unraisable  # restored
