@@ -1,13 +1,16 @@
-"""The specification of a reproducible experiment (:class:`Experiment`), run by the runner."""
+"""The specification of a reproducible experiment (:class:`Experiment`) and the table of them."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+import textwrap
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxbounds.experiments._progress import PROGRESS_WIDTH
 from jaxbounds.experiments._units import Unit, config_batch_key, grid_units, to_jsonable
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -98,3 +101,103 @@ class Experiment:
         if isinstance(self.default_seeds, Mapping):
             return int(self.default_seeds.get(scale, 1))
         return int(self.default_seeds)
+
+
+class ExperimentRegistry:
+    """An explicit, ordered table of experiments (nothing registers itself on import).
+
+    Entries are :class:`Experiment` objects or lazy ``(name, "module:attribute", description)``
+    triples, imported on :meth:`get` only, so listing needs no experiment module. The attribute
+    is an :class:`Experiment` or a function of no arguments returning one.
+
+    >>> toy = Experiment("toy", "a toy", "none", {"cpu": {"n": [1, 2]}}, run_unit=lambda u: {})
+    >>> registry = ExperimentRegistry([toy, ("other", "some.module:EXPERIMENT", "lazy one")])
+    >>> registry.names(), registry.get("toy") is toy, "other" in registry
+    (('toy', 'other'), True, True)
+    """
+
+    def __init__(self, entries: Iterable[Experiment | tuple[str, str, str]] = ()) -> None:
+        self._entries: dict[str, Experiment | tuple[str, str]] = {}
+        # Lazy entries once imported; kept apart from the table so that the listing and the
+        # descriptions never depend on which experiments a process has already run.
+        self._loaded: dict[str, Experiment] = {}
+        for entry in entries:
+            name, value = self._entry(entry)
+            if name in self._entries:
+                raise ValueError(f"ExperimentRegistry: experiment {name!r} listed twice")
+            self._entries[name] = value
+
+    @staticmethod
+    def _entry(entry: Experiment | tuple[str, str, str]) -> tuple[str, Any]:
+        if isinstance(entry, Experiment):
+            return entry.name, entry
+        name, target, description = entry
+        if ":" not in target:
+            raise ValueError(f"ExperimentRegistry: {name}: target must be 'module:attr'")
+        return name, (target, description)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self):
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def names(self) -> tuple[str, ...]:
+        """Names in table order."""
+        return tuple(self._entries)
+
+    def description(self, name: str) -> str:
+        """One-line description of ``name`` (without importing a lazy entry).
+
+        A lazy entry keeps its table description after :meth:`get` has imported it.
+        """
+        entry = self._entries[self._known(name)]
+        return entry.description if isinstance(entry, Experiment) else entry[1]
+
+    def listing(self, width: int = PROGRESS_WIDTH) -> str:
+        """``name  description`` lines for ``jaxbounds reproduce --list``, ``width`` columns wide.
+
+        A long description wraps onto lines indented under the first (descriptions get at
+        least 20 columns).
+
+        >>> toy = Experiment("toy", "a toy", "none", {"cpu": {}}, run_unit=lambda u: {})
+        >>> print(ExperimentRegistry([toy, ("other", "m:E", "word " * 6)]).listing(width=27))
+        toy    a toy
+        other  word word word word
+               word word
+        """
+        names = max((len(name) for name in self._entries), default=0)
+        lines = []
+        for name in self._entries:
+            text = textwrap.wrap(self.description(name), max(width - names - 2, 20)) or [""]
+            lines.append(f"{name:<{names}}  {text[0]}")
+            lines += [" " * (names + 2) + more for more in text[1:]]
+        return "\n".join(lines)
+
+    def get(self, name: str) -> Experiment:
+        """The experiment called ``name`` (importing its module if lazy).
+
+        Raises:
+          ValueError: for an unknown name, or a lazy target that is not that experiment.
+        """
+        entry = self._entries[self._known(name)]
+        if isinstance(entry, Experiment):
+            return entry
+        if name in self._loaded:
+            return self._loaded[name]
+        module, _, attribute = entry[0].partition(":")
+        value = getattr(importlib.import_module(module), attribute)
+        experiment = value() if callable(value) and not isinstance(value, Experiment) else value
+        if not isinstance(experiment, Experiment) or experiment.name != name:
+            raise ValueError(f"ExperimentRegistry: {entry[0]} is not the experiment {name!r}")
+        self._loaded[name] = experiment
+        return experiment
+
+    def _known(self, name: str) -> str:
+        if name not in self._entries:
+            known = ", ".join(self._entries) or "none"
+            raise ValueError(f"unknown experiment {name!r}; known: {known}")
+        return name

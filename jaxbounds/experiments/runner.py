@@ -45,7 +45,6 @@ import math
 import re
 import signal
 import sys
-import textwrap
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -63,7 +62,7 @@ from jaxbounds._atomic import (
     write_json_atomic,
     write_text_atomic,
 )
-from jaxbounds.experiments._experiment import Experiment
+from jaxbounds.experiments._experiment import Experiment, ExperimentRegistry
 from jaxbounds.experiments._output import (
     announce_no_figures,
     csv_text,
@@ -83,6 +82,7 @@ from jaxbounds.experiments._preflight import (
     check_same_run,
     check_size,
 )
+from jaxbounds.experiments._progress import PROGRESS_WIDTH, _bar, _Log, _progress_line
 from jaxbounds.experiments._stats import (
     KendallTau,
     Spread,
@@ -149,8 +149,6 @@ __all__ = [
 ]
 
 DEFAULT_OUT = "jaxbounds_reproduce"
-#: The widest line the runner prints (a progress line, the ``--list`` listing), in columns.
-PROGRESS_WIDTH = 100
 MissingPackages = _deps.MissingPackages
 
 
@@ -198,157 +196,6 @@ class RunSummary:
     wall_time_s: float
 
 
-class ExperimentRegistry:
-    """An explicit, ordered table of experiments (nothing registers itself on import).
-
-    Entries are :class:`Experiment` objects or lazy ``(name, "module:attribute", description)``
-    triples, imported on :meth:`get` only, so listing needs no experiment module. The attribute
-    is an :class:`Experiment` or a function of no arguments returning one.
-
-    >>> toy = Experiment("toy", "a toy", "none", {"cpu": {"n": [1, 2]}}, run_unit=lambda u: {})
-    >>> registry = ExperimentRegistry([toy, ("other", "some.module:EXPERIMENT", "lazy one")])
-    >>> registry.names(), registry.get("toy") is toy, "other" in registry
-    (('toy', 'other'), True, True)
-    """
-
-    def __init__(self, entries: Iterable[Experiment | tuple[str, str, str]] = ()) -> None:
-        self._entries: dict[str, Experiment | tuple[str, str]] = {}
-        # Lazy entries once imported; kept apart from the table so that the listing and the
-        # descriptions never depend on which experiments a process has already run.
-        self._loaded: dict[str, Experiment] = {}
-        for entry in entries:
-            name, value = self._entry(entry)
-            if name in self._entries:
-                raise ValueError(f"ExperimentRegistry: experiment {name!r} listed twice")
-            self._entries[name] = value
-
-    @staticmethod
-    def _entry(entry: Experiment | tuple[str, str, str]) -> tuple[str, Any]:
-        if isinstance(entry, Experiment):
-            return entry.name, entry
-        name, target, description = entry
-        if ":" not in target:
-            raise ValueError(f"ExperimentRegistry: {name}: target must be 'module:attr'")
-        return name, (target, description)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
-
-    def __iter__(self):
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def names(self) -> tuple[str, ...]:
-        """Names in table order."""
-        return tuple(self._entries)
-
-    def description(self, name: str) -> str:
-        """One-line description of ``name`` (without importing a lazy entry).
-
-        A lazy entry keeps its table description after :meth:`get` has imported it.
-        """
-        entry = self._entries[self._known(name)]
-        return entry.description if isinstance(entry, Experiment) else entry[1]
-
-    def listing(self, width: int = PROGRESS_WIDTH) -> str:
-        """``name  description`` lines for ``jaxbounds reproduce --list``, ``width`` columns wide.
-
-        A long description wraps onto lines indented under the first (descriptions get at
-        least 20 columns).
-
-        >>> toy = Experiment("toy", "a toy", "none", {"cpu": {}}, run_unit=lambda u: {})
-        >>> print(ExperimentRegistry([toy, ("other", "m:E", "word " * 6)]).listing(width=27))
-        toy    a toy
-        other  word word word word
-               word word
-        """
-        names = max((len(name) for name in self._entries), default=0)
-        lines = []
-        for name in self._entries:
-            text = textwrap.wrap(self.description(name), max(width - names - 2, 20)) or [""]
-            lines.append(f"{name:<{names}}  {text[0]}")
-            lines += [" " * (names + 2) + more for more in text[1:]]
-        return "\n".join(lines)
-
-    def get(self, name: str) -> Experiment:
-        """The experiment called ``name`` (importing its module if lazy).
-
-        Raises:
-          ValueError: for an unknown name, or a lazy target that is not that experiment.
-        """
-        entry = self._entries[self._known(name)]
-        if isinstance(entry, Experiment):
-            return entry
-        if name in self._loaded:
-            return self._loaded[name]
-        module, _, attribute = entry[0].partition(":")
-        value = getattr(importlib.import_module(module), attribute)
-        experiment = value() if callable(value) and not isinstance(value, Experiment) else value
-        if not isinstance(experiment, Experiment) or experiment.name != name:
-            raise ValueError(f"ExperimentRegistry: {entry[0]} is not the experiment {name!r}")
-        self._loaded[name] = experiment
-        return experiment
-
-    def _known(self, name: str) -> str:
-        if name not in self._entries:
-            known = ", ".join(self._entries) or "none"
-            raise ValueError(f"unknown experiment {name!r}; known: {known}")
-        return name
-
-
-def _emit(message: str) -> None:
-    """Print a progress or warning line on stderr, wrapped at :data:`PROGRESS_WIDTH` columns.
-
-    Continuation lines are indented; a path or other long word is never broken.
-    """
-    message = "\n".join(
-        textwrap.fill(line, PROGRESS_WIDTH, subsequent_indent="  ", break_long_words=False,
-                      break_on_hyphens=False) or line
-        for line in message.splitlines() or [""]
-    )  # fmt: skip
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        print(message, file=sys.stderr, flush=True)
-        return
-    tqdm.write(message, file=sys.stderr)
-    sys.stderr.flush()
-
-
-@dataclasses.dataclass(frozen=True)
-class _Log:
-    quiet: bool
-
-    def info(self, message: str) -> None:
-        if not self.quiet:
-            _emit(message)
-
-    def warn(self, message: str) -> None:
-        _emit(message)
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        del n
-
-    def close(self) -> None:
-        pass
-
-
-def _bar(total: int, initial: int, name: str, show: bool) -> Any:
-    if not show:
-        return _NoBar()
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return _NoBar()
-    return tqdm(
-        total=total, initial=initial, desc=name, unit="unit", file=sys.stderr, dynamic_ncols=True
-    )
-
-
 def _resolve_seeds(experiment: Experiment, scale: str, seeds: Any, recorded: Mapping) -> tuple:
     if seeds is None:
         seeds = recorded.get("seeds") if recorded.get("scale") == scale else None
@@ -379,18 +226,6 @@ def unit_labels(units: Sequence[Unit]) -> list[str]:
     keys = _columns(u.config for u in units)
     varying = [k for k in keys if len({canonical_json(u.config.get(k)) for u in units}) > 1]
     return [Unit({k: u.config.get(k) for k in varying}, u.seed).label() for u in units]
-
-
-def _progress_line(head: str, label: str, tail: str, width: int = PROGRESS_WIDTH) -> str:
-    """``head label tail`` cut to ``width`` columns (the label is shortened, with ``...``).
-
-    >>> _progress_line("[1/9] toy", "a=1 " * 40, "0.5 s", width=30)
-    '[1/9] toy a=1 a=1 a= ... 0.5 s'
-    """
-    room = width - len(head) - len(tail) - 2
-    if len(label) > room:
-        label = label[: max(room - 4, 0)].rstrip() + " ..."
-    return f"{head} {label} {tail}"
 
 
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
