@@ -145,11 +145,19 @@ def _trend_claim(claim: str, stats: Mapping[str, Any], what: str) -> str:
     return runner.claim_line(claim, verdict, evidence)
 
 
+def _plateau_parts(
+    plateau: Mapping[str, Any], per_t: Mapping[str, Any], embed_dim: int, num_epochs: int
+) -> tuple[bool, bool, str, str]:
+    """``(plateau held, the paper's budget reached, budget text, per-T maxima)`` of a verdict."""
+    ok = bool(plateau["range_of_max"] <= plateau["band"])
+    full, budget = _budget(embed_dim, num_epochs)
+    maxima = ", ".join(f"{t}: {v:.3f}" for t, v in zip(per_t["T"], per_t["max"], strict=True))
+    return ok, full, budget, maxima
+
+
 def _plateau_claim(stats: Mapping[str, Any], grid: Mapping[str, Any]) -> str:
     plateau, acc = stats["plateau"], stats["val_accuracy"]
-    ok = bool(plateau["range_of_max"] <= plateau["band"])
-    full, budget = _budget(grid["embed_dim"], grid["num_epochs"])
-    maxima = ", ".join(f"{t}: {v:.3f}" for t, v in zip(acc["T"], acc["max"], strict=True))
+    ok, full, budget, maxima = _plateau_parts(plateau, acc, grid["embed_dim"], grid["num_epochs"])
     evidence = (
         f"max validation accuracy per T {{{maxima}}}; over the longer half of the grid "
         f"T = {plateau['T']} it spans {plateau['range_of_max']:.3f} (plateau: within "
@@ -160,10 +168,10 @@ def _plateau_claim(stats: Mapping[str, Any], grid: Mapping[str, Any]) -> str:
 
 def _width_claim(check: Mapping[str, Any]) -> str:
     """The plateau claim again, on the wider model trained longer."""
-    plateau, c = check["plateau"], check["check"]
-    ok = bool(plateau["range_of_max"] <= plateau["band"])
-    full, budget = _budget(check["embed_dim"], check["num_epochs"])
-    maxima = ", ".join(f"{t}: {v:.3f}" for t, v in zip(c["T"], c["max"], strict=True))
+    plateau = check["plateau"]
+    ok, full, budget, maxima = _plateau_parts(
+        plateau, check["check"], check["embed_dim"], check["num_epochs"]
+    )
     evidence = (
         f"d = {check['embed_dim']}, {check['num_epochs']} epochs: max validation accuracy per T "
         f"{{{maxima}}}; over the longer half T = {plateau['T']} it spans "
