@@ -57,20 +57,21 @@ class WorstCase:
 
 
 class _Ascent(NamedTuple):
-    """APGD's state on pytrees shaped like the parameters.
+    """APGD's state: the best point so far and the next move from it, two trees in all.
 
-    The iterate is always the best point so far: a step is accepted exactly when it raises the
-    loss above the best value (the current value *is* the best one, by induction from the
-    start), and a rejected step returns to the iterate. So the best point, its value and its
-    gradient need no copies of their own: three parameter-sized trees in all. The momentum
-    term is kept as the last move ``x - x_prev`` (0 after a rejected step), the same numbers
-    as the previous iterate's difference, so the loop never moves a tree from one slot of its
-    state to another (which XLA's while loop pays with a copy of the tree).
+    The iterate is always the best point so far: a candidate is accepted exactly when it raises
+    the loss above the best value. The gradient is used where it is computed: at an accepted
+    candidate, the next move (APGD's momentum step) is formed at once; a rejected candidate
+    halves the pending move, a backtracking along the same segment. So neither a gradient nor
+    the previous iterate is carried, and the candidate is formed from ``x`` and ``step``
+    wherever it is needed (not held). ``step`` is kept in the parameters' own dtype (bfloat16
+    for a bfloat16 model): it only proposes the next candidate, which is formed, projected and
+    evaluated in the working dtype, so the value and the maximiser returned are exact at a
+    feasible point whatever its rounding.
     """
 
-    x: Any  # current iterate eta = the best point so far
-    move: Any  # x minus the iterate before it (momentum)
-    g: Any  # gradient at x
+    x: Any  # current iterate eta = the best point so far (working dtype)
+    step: Any  # the next candidate's move from x (the parameters' storage dtype)
     f: jax.Array  # loss at x
     alpha: jax.Array  # step size
     num_bad: jax.Array  # non-finite evaluations so far
@@ -136,37 +137,46 @@ def _apgd_start(prob: _Problem, p: float, radius: jax.Array, k: jax.Array) -> li
     return [a * factor for a in leaves]
 
 
-def _apgd_candidate(state: _Ascent, step: jax.Array, p: float, radius: jax.Array) -> list:
-    """APGD's momentum step from the current iterate, projected onto the ball."""
-    g = state.g
+def _candidate_factor(x: list, step: list, p: float, radius: jax.Array) -> jax.Array:
+    """The scale of ``x + step`` onto the l2 ball (1 for the l-inf ball, which clips).
+
+    ``||x + step||^2`` is summed as ``||x||^2 + 2 <x, step> + ||step||^2``: no tree holds
+    ``x + step``, which is formed only where it is used (each leaf of the displaced point).
+    """
+    if p != 2:
+        return jnp.ones((), x[0].dtype)
+    sq = sum(
+        jnp.sum(a * a) + 2 * jnp.sum(a * t) + jnp.sum(t * t)
+        for a, t in ((a, s.astype(a.dtype)) for a, s in zip(x, step, strict=True))
+    )
+    nrm = jnp.sqrt(jnp.maximum(sq, 0))
+    one = jnp.ones((), nrm.dtype)
+    return jnp.where(nrm > radius, radius / jnp.where(nrm > 0, nrm, one), one)
+
+
+def _candidate(x: list, step: list, factor: jax.Array, p: float, radius: jax.Array) -> list:
+    """The candidate ``P(x + step)`` in the working dtype (``factor``: its l2 scale)."""
+    moved = [a + s.astype(a.dtype) for a, s in zip(x, step, strict=True)]
+    if p != 2:
+        return [jnp.clip(a, -radius, radius) for a in moved]
+    return [a * factor for a in moved]
+
+
+def _next_move(
+    c: list, g: list, step: list, alpha: jax.Array, mom: jax.Array, p: float, radius: jax.Array
+) -> list:
+    """APGD's momentum step from an accepted candidate ``c`` with gradient ``g``, as a move.
+
+    ``P(c + mom (z - c) + (1 - mom) step) - c`` with ``z = P(c + alpha d)``, ``d`` the ascent
+    direction of ``g`` and ``step`` the move that reached ``c`` (the momentum term).
+    """
     direction = _direction(g) if p == 2 else [jnp.sign(a) for a in g]
-    z = _tree_project(
-        [x + state.alpha * d for x, d in zip(state.x, direction, strict=True)], p, radius
-    )
-    mom = jnp.where(step == 0, 1.0, _MOMENTUM).astype(g[0].dtype)
+    z = _tree_project([a + alpha * d for a, d in zip(c, direction, strict=True)], p, radius)
     moved = [
-        x + mom * (zz - x) + (1 - mom) * dx
-        for x, zz, dx in zip(state.x, z, state.move, strict=True)
+        a + mom * (zz - a) + (1 - mom) * s.astype(a.dtype)
+        for a, zz, s in zip(c, z, step, strict=True)
     ]
-    return _tree_project(moved, p, radius)
-
-
-def _apgd_update(state: _Ascent, x_new: list, f_new: jax.Array, g_new: list) -> _Ascent:
-    """Accept a step that raises the loss; else halve the step and stay (the best point)."""
-    ok = f_new > state.f
-
-    def pick(a: list, b: list) -> list:
-        return [jnp.where(ok, u, v) for u, v in zip(a, b, strict=True)]
-
-    zero = jnp.zeros((), state.f.dtype)
-    return _Ascent(
-        x=pick(x_new, state.x),
-        move=[jnp.where(ok, u - v, zero) for u, v in zip(x_new, state.x, strict=True)],
-        g=pick(g_new, state.g),
-        f=jnp.where(ok, f_new, state.f),
-        alpha=jnp.where(ok, state.alpha, 0.5 * state.alpha),
-        num_bad=state.num_bad,
-    )
+    return [m - a for m, a in zip(_tree_project(moved, p, radius), c, strict=True)]
 
 
 def _apgd_restart(
@@ -175,11 +185,13 @@ def _apgd_restart(
     radius: jax.Array,
     alpha0: jax.Array,
     num_steps: int,
+    step_dtypes: list,
 ) -> Callable[[jax.Array], tuple[jax.Array, list, jax.Array]]:
     r"""``key -> (best loss, best eta leaves, non-finite count)`` of one APGD run on the ball.
 
     Everything parameter-sized is a pytree: $\theta + s \odot \eta$ is formed leaf by leaf and
-    the gradient is taken with respect to the leaves of $\eta$.
+    the gradient is taken with respect to the leaves of $\eta$. ``step_dtypes``: the dtype of
+    each leaf's pending move (:class:`_Ascent`).
     """
 
     def loss(eta: list) -> jax.Array:
@@ -187,23 +199,37 @@ def _apgd_restart(
 
     value_grad = jax.value_and_grad(loss)
 
+    def body(i: jax.Array, state: _Ascent) -> _Ascent:
+        # iteration 0 evaluates the start (x + a zero move), which is accepted (every value
+        # beats the initial -inf); iteration i >= 1 evaluates APGD's candidate i.
+        # value_grad (hence loss_fn) appears once
+        factor = _candidate_factor(state.x, state.step, p, radius)
+        f_new, g_new = value_grad(_candidate(state.x, state.step, factor, p, radius))
+        ok = f_new > state.f
+        # the accepted candidate is formed again from the carried trees (not held through the
+        # loss's evaluation) and the next move from it: x is updated first, the move reads it
+        cand = _candidate(state.x, state.step, factor, p, radius)
+        x = [jnp.where(ok, c, a) for c, a in zip(cand, state.x, strict=True)]
+        mom = jnp.where(i == 0, 1.0, _MOMENTUM).astype(f_new.dtype)
+        move = _next_move(x, g_new, state.step, state.alpha, mom, p, radius)
+        half = jnp.asarray(0.5, f_new.dtype)
+        return _Ascent(
+            x=x,
+            step=[
+                jnp.where(ok, m, half * s.astype(m.dtype)).astype(s.dtype)
+                for m, s in zip(move, state.step, strict=True)
+            ],
+            f=jnp.where(ok, f_new, state.f),
+            alpha=jnp.where(ok, state.alpha, half * state.alpha),
+            num_bad=state.num_bad + jnp.logical_not(jnp.isfinite(f_new)).astype(jnp.int32),
+        )
+
     def run(k: jax.Array) -> tuple[jax.Array, list, jax.Array]:
         eta0 = _apgd_start(prob, p, radius, k)
-
-        def body(i: jax.Array, state: _Ascent) -> _Ascent:
-            # iteration 0 evaluates the start (the state's x), which the update accepts (every
-            # value beats the initial -inf); iteration i >= 1 takes APGD step i - 1.
-            # value_grad (hence loss_fn) appears once
-            cand = _apgd_candidate(state, i - 1, p, radius)
-            x_new = [jnp.where(i == 0, x, c) for x, c in zip(state.x, cand, strict=True)]
-            f_new, g_new = value_grad(x_new)
-            num_bad = state.num_bad + jnp.logical_not(jnp.isfinite(f_new)).astype(jnp.int32)
-            return _apgd_update(state._replace(num_bad=num_bad), x_new, f_new, g_new)
-
         f0 = jax.eval_shape(loss, eta0)
         lowest = jnp.full(f0.shape, -jnp.inf, f0.dtype)
-        zero_g = [jnp.zeros_like(a) for a in eta0]
-        init = _Ascent(eta0, zero_g, zero_g, lowest, alpha0, jnp.zeros((), jnp.int32))
+        step0 = [jnp.zeros_like(a, dtype=d) for a, d in zip(eta0, step_dtypes, strict=True)]
+        init = _Ascent(eta0, step0, lowest, alpha0, jnp.zeros((), jnp.int32))
         state = jax.lax.fori_loop(0, num_steps + 1, body, init)
         # no finite value anywhere (possible only with the runtime checks off): NaN, not -inf
         best_f = jnp.where(jnp.isneginf(state.f), jnp.nan, state.f)
@@ -232,9 +258,13 @@ def worst_case_sharpness(
     :func:`kernels.norms.project_lp_ball`. For the adaptive ball this is the ascent of Kwon et
     al. / Andriushchenko et al. in the rescaled coordinates. APGD-style (Croce & Hein 2020): from
     a random start, steps along $g/\|g\|_2$ ($\ell_2$) or $\operatorname{sign}(g)$
-    ($\ell_\infty$) with momentum 0.75; when a step does not increase the loss, the step size is
-    halved and the iterate returns to the best point so far, whose value is returned. Each
-    restart costs ``num_steps + 1`` value-and-gradient evaluations.
+    ($\ell_\infty$) with momentum 0.75; a candidate that does not increase the loss is
+    rejected: the iterate stays at the best point so far and the next candidate lies halfway
+    along the rejected move (a backtracking line search), with the step size halved. The best
+    point's value is returned. Each restart costs ``num_steps + 1`` value-and-gradient
+    evaluations, and holds two parameter-sized trees besides the loss's own: the best point and
+    the pending move, the latter in the parameters' own dtype (bfloat16 for a bfloat16 model:
+    it only proposes candidates, which are formed, projected and evaluated in float32).
 
     The result is the loss increase at a feasible point, hence a **lower bound** of the true
     maximum (exact only if the ascent finds the global maximiser, e.g. for a convex quadratic's
@@ -298,7 +328,12 @@ def worst_case_sharpness(
     radius = jnp.asarray(perturbation.scale, dtype)
     alpha0 = 2 * radius if step_size is None else jnp.asarray(step_size, dtype)
     p = 2 if perturbation.kind == "l2_ball" else math.inf
-    restart = _apgd_restart(prob, p, radius, alpha0, num_steps)
+    # the pending move in the parameters' own dtype: a bfloat16 model's in bfloat16
+    step_dtypes = [
+        jnp.result_type(w) if jnp.dtype(jnp.result_type(w)).itemsize < 4 else dtype
+        for w in jax.tree_util.tree_leaves(params)
+    ]
+    restart = _apgd_restart(prob, p, radius, alpha0, num_steps, step_dtypes)
     value, eta, bad = restart(sample_key(key, 0))
 
     def better(r: jax.Array, carry: tuple) -> tuple:

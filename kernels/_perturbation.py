@@ -323,9 +323,14 @@ def _setup(
     scales, dim, ok = _scales(perturbation.adaptive, masks, flags, leaves, ok)
     # theta + d leaf by leaf in the working dtype, then each leaf cast to its compute dtype
     evaluate = in_compute(loss_fn, params, compute_dtype)
+    # theta + d from the parameters as given, each cast where the point is formed: a
+    # half-precision model is not held in float32 beside the displaced point
+    given = [jnp.asarray(w) for w in jax.tree_util.tree_leaves(params)]
     shifted = jax.jit(
         lambda d: evaluate(
-            jax.tree_util.tree_unflatten(treedef, [w + x for w, x in zip(leaves, d, strict=True)]),
+            jax.tree_util.tree_unflatten(
+                treedef, [w.astype(dtype) + x for w, x in zip(_tied(given, d), d, strict=True)]
+            ),
             batch,
         )
     )
@@ -333,6 +338,31 @@ def _setup(
     _check_loss_value(jax.eval_shape(shifted, zeros))
     shardings = leaf_shardings(params)
     return _Problem(leaves, treedef, dtype, shifted, scales, dim, ok, shardings)
+
+
+def _tied(given: list, d: list) -> list:
+    """The parameters' leaves ``given``, tied to the displacement ``d`` where they are cast.
+
+    In a loop (an ascent, a loop over samples) the cast of a half-precision leaf to the working
+    dtype is the same in every iteration, and XLA hoists it out of the loop: a float32 copy of
+    the whole model is then held for the loop's length, beside each displaced point. An
+    optimisation barrier does not stop it (XLA removes barriers before it hoists), nor does a
+    zero added in half precision (a CPU adds bfloat16 in float32, after a cast it hoists). So
+    each half-precision leaf's bits are or-ed with whether the entry of ``d`` is NaN: the cast
+    then depends on the iteration and is fused where ``theta + d`` is formed. The values do not
+    change: where the flag is 1, ``theta + d`` is NaN whatever the weight's last bit. (XLA still
+    holds the leaves reinterpreted as 16-bit integers, half a float32 copy.) Leaves in the
+    working dtype (no cast) are returned as they are.
+    """
+    return [
+        jax.lax.bitcast_convert_type(
+            jax.lax.bitcast_convert_type(w, jnp.uint16) | jnp.isnan(x).astype(jnp.uint16),
+            w.dtype,
+        )
+        if w.dtype != x.dtype and w.dtype.itemsize == 2
+        else w
+        for w, x in zip(given, d, strict=True)
+    ]
 
 
 def _scales(

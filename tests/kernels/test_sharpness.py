@@ -953,49 +953,38 @@ def split_quad_loss(params, batch):
 
 
 def apgd_reference(f, grad, eta0, radius, alpha, num_steps, p):
-    """APGD as before the pytree state: flat vectors, a separate best point, value, gradient."""
+    """The ascent on flat vectors: the best point, the pending move, backtracking on rejection.
+
+    Returns the best value, the best point and how many candidates were rejected.
+    """
     proj = (
         (lambda v: v * min(1.0, radius / np.linalg.norm(v)))
         if p == 2
         else (lambda v: np.clip(v, -radius, radius))
     )
-    x = x_prev = best_x = eta0
-    fx = best_f = -np.inf
-    gx = best_g = np.zeros_like(eta0)
+    x, fx, step, rejected = eta0, -np.inf, np.zeros_like(eta0), 0
     for i in range(num_steps + 1):
-        if i == 0:
-            x_new = eta0
-        else:
-            d = gx / max(np.linalg.norm(gx), 1e-300) if p == 2 else np.sign(gx)
-            z = proj(x + alpha * d)
-            mom = 1.0 if i == 1 else 0.75
-            x_new = proj(x + mom * (z - x) + (1 - mom) * (x - x_prev))
-        f_new, g_new = f(x_new), grad(x_new)
-        if f_new > best_f:
-            best_x, best_g, best_f = x_new, g_new, f_new
-        ok = f_new > fx
-        x_prev = x if ok else best_x
-        x, fx, gx = (x_new, f_new, g_new) if ok else (best_x, best_f, best_g)
-        alpha = alpha if ok else 0.5 * alpha
-    return best_f, best_x
+        c = proj(x + step)
+        f_c, g_c = f(c), grad(c)
+        if f_c > fx:  # accepted: APGD's momentum step from c, as a move
+            mom = 1.0 if i == 0 else 0.75
+            d = g_c / max(np.linalg.norm(g_c), 1e-300) if p == 2 else np.sign(g_c)
+            z = proj(c + alpha * d)
+            x, fx, step = c, f_c, proj(c + mom * (z - c) + (1 - mom) * step) - c
+        else:  # rejected: stay, half the move and the step size
+            step, alpha, rejected = step / 2, alpha / 2, rejected + 1
+    return fx, x, rejected
 
 
 @pytest.mark.parametrize(("kind", "adaptive"), [("l2_ball", False), ("linf_ball", True)])
 def test_pytree_ascent_equals_the_flat_reference_step_by_step(kind, adaptive):
-    # the ascent keeps three parameter-sized trees (the iterate is always the best point);
-    # the flat algorithm with a separate best point gives the same maximiser and value
+    # two parameter-sized trees are carried (the best point and the pending move): the flat
+    # algorithm gives the same maximiser and value after each number of steps, rejections
+    # (backtracking along the move) included
     batch, a, b, theta = quadratic(n=6, seed=5, psd=False)
     params = {"a": jnp.asarray(theta[:2]), "b": jnp.asarray(theta[2:]).reshape(2, 2)}
-    radius, num_steps = 0.4, 12
+    radius = 2.0  # large enough for rejected candidates on both balls
     key = jax.random.key(50)
-    res = worst_case_sharpness(
-        split_quad_loss,
-        params,
-        batch,
-        key,
-        perturbation=Perturbation(kind, radius, adaptive=adaptive),
-        num_steps=num_steps,
-    )
     s = np.abs(theta) if adaptive else np.ones(6)
     p = 2 if kind == "l2_ball" else np.inf
     # the start: the signs of restart 0's key (fold_in(key, 0)) over the 6 entries in leaf
@@ -1007,10 +996,22 @@ def test_pytree_ascent_equals_the_flat_reference_step_by_step(kind, adaptive):
     eta0 = 0.5 * radius * (z / np.linalg.norm(z) if p == 2 else z)
     f = lambda eta: 0.5 * (theta + s * eta) @ a @ (theta + s * eta) + b @ (theta + s * eta)  # noqa: E731
     grad = lambda eta: s * (a @ (theta + s * eta) + b)  # noqa: E731
-    best_f, best_eta = apgd_reference(f, grad, eta0, radius, 2 * radius, num_steps, p)
-    np.testing.assert_allclose(float(res.value), best_f - f(np.zeros(6)), rtol=1e-10)
-    u = np.concatenate([np.asarray(res.u["a"]), np.asarray(res.u["b"]).ravel()])
-    np.testing.assert_allclose(u, s * best_eta, rtol=1e-10, atol=1e-14)
+    rejections = []
+    for num_steps in (1, 2, 3, 5, 8, 12):
+        res = worst_case_sharpness(
+            split_quad_loss,
+            params,
+            batch,
+            key,
+            perturbation=Perturbation(kind, radius, adaptive=adaptive),
+            num_steps=num_steps,
+        )
+        best_f, best_eta, rejected = apgd_reference(f, grad, eta0, radius, 2 * radius, num_steps, p)
+        rejections.append(rejected)
+        np.testing.assert_allclose(float(res.value), best_f - f(np.zeros(6)), rtol=1e-10)
+        u = np.concatenate([np.asarray(res.u["a"]), np.asarray(res.u["b"]).ravel()])
+        np.testing.assert_allclose(u, s * best_eta, rtol=1e-10, atol=1e-14)
+    assert rejections[-1] >= 3, rejections  # the backtracking is exercised
 
 
 def test_more_restarts_never_lower_the_worst_case():
