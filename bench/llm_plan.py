@@ -19,11 +19,15 @@ Programs, and how each one evaluates the loss (the ``variant`` field of a record
   each shard to float32 and differentiates the float32 loss (the evaluation the kernels' default
   is to use, and the reference every ratio is taken against);
 - ``gradient`` / ``bf16``: the loss and its gradient in bfloat16, the model's own dtype;
-- the kernels, ``f32_in_program``: the same bfloat16 shards cast to float32 inside the program,
-  the kernel called on the float32 pytree (today's kernels refuse bfloat16 parameters):
-  ``hessian_trace`` (Hutchinson, 2 samples, ``chunk_size=1``), ``top_eigenvalues`` (Lanczos,
-  ``--lanczos-steps``, 10 by default; ``linearize="auto"``, which recomputes each product at
-  these sizes), ``average_sharpness`` (Gaussian, 2 samples,
+- the kernels, ``bf16_args``: the kernel called on the bfloat16 shards, as a user calls it (its
+  default evaluates the loss at float32 parameters, each shard cast inside the kernel where it
+  is used); compared with the ``f32_in_program`` gradient, the same evaluation;
+- the kernels, ``f32_in_program``: the same bfloat16 shards cast to float32 by the program
+  before the kernel is called on the float32 pytree (a float32 copy of each shard is an
+  argument of the kernel);
+- the kernels measured: ``hessian_trace`` (Hutchinson, 2 samples, ``chunk_size=1``),
+  ``top_eigenvalues`` (Lanczos, ``--lanczos-steps``, 10 by default; ``linearize="auto"``,
+  which recomputes each product at these sizes), ``average_sharpness`` (Gaussian, 2 samples,
   ``chunk_size=1``), ``worst_case_sharpness`` (l2 ball, 2 ascent steps);
 - with ``--f32-args``, the same programs again with float32 arguments of the same shardings
   (``f32_args``): the kernel as a user calls it on a float32 copy of the model.
@@ -199,8 +203,8 @@ def measure(
         fn = fns[program]
         plan.append((program, "f32_in_program", jnp.bfloat16,
                      lambda p, b, k, fn=fn: fn(_to_f32(p), b, k)))  # fmt: skip
-        if program == "gradient":
-            plan.append((program, "bf16", jnp.bfloat16, fn))
+        # the gradient in the model's own dtype; a kernel as a user calls it (its own cast)
+        plan.append((program, "bf16" if program == "gradient" else "bf16_args", jnp.bfloat16, fn))
         if f32_args:
             plan.append((program, "f32_args", jnp.float32, fn))
     records = []
@@ -261,7 +265,10 @@ def summarize(records: list[dict]) -> list[dict]:
     grads = {(r["decoder"], r["variant"]): r for r in records
              if r["program"] == "gradient" and "per_device_gib" in r}  # fmt: skip
     for r in records:
-        variant = "f32_in_program" if r["program"] == "gradient" else r["variant"]
+        # a gradient's row, and a kernel given the bfloat16 shards (its own cast to float32),
+        # against the gradient with float32 parameters cast inside the program
+        same = r["program"] == "gradient" or r["variant"] == "bf16_args"
+        variant = "f32_in_program" if same else r["variant"]
         g = grads.get((r["decoder"], variant))
         if g is None or "per_device_gib" not in r:
             continue
@@ -356,7 +363,7 @@ def write_records(out: Path, records: list[dict], table: str) -> None:
 
 def variants(program: str, f32_args: bool) -> list[str]:
     """The variants measured for a program (see the module docstring)."""
-    out = ["f32_in_program"] + (["bf16"] if program == "gradient" else [])
+    out = ["f32_in_program", "bf16" if program == "gradient" else "bf16_args"]
     return out + (["f32_args"] if f32_args else [])
 
 

@@ -30,6 +30,7 @@ def test_ratios_and_goals():
         record("gradient", "f32_in_program", 10.0, 4.0),
         record("gradient", "bf16", 8.0, 5.0),
         record("hessian_trace", "f32_in_program", 15.0, 8.0),
+        record("hessian_trace", "bf16_args", 12.0, 6.0),
         record("average_sharpness", "f32_in_program", 15.5, 2.0),
         # 10 steps of 2^33 float32 parameters over 8 devices: 40 GiB per device allowed on top
         record("top_eigenvalues", "f32_in_program", 54.0, 40.0, num_steps=10),
@@ -41,6 +42,10 @@ def test_ratios_and_goals():
     assert "meets_goal" not in by["gradient", "bf16"]
     assert by["hessian_trace", "f32_in_program"]["goal_gib"] == 15.0
     assert by["hessian_trace", "f32_in_program"]["meets_goal"] is True
+    # the kernel on the bfloat16 shards: against the float32-in-the-program gradient
+    assert by["hessian_trace", "bf16_args"]["memory_vs_gradient"] == 1.2
+    assert by["hessian_trace", "bf16_args"]["compile_vs_gradient"] == 1.5
+    assert by["hessian_trace", "bf16_args"]["goal_gib"] == 15.0
     assert by["average_sharpness", "f32_in_program"]["meets_goal"] is False
     lanczos = by["top_eigenvalues", "f32_in_program"]
     assert lanczos["basis_share_gib"] == 40.0
@@ -68,6 +73,7 @@ def test_smoke_run_on_the_tiny_decoder(tmp_path):
     assert [(r["program"], r["variant"]) for r in records] == [
         ("gradient", "bf16"),
         ("gradient", "f32_in_program"),
+        ("hessian_trace", "bf16_args"),
         ("hessian_trace", "f32_in_program"),
     ]
     for r in records:
