@@ -626,3 +626,30 @@ def test_the_model_dtype_is_bfloat16_arithmetic(mlp):
         errors[compute_dtype] = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert errors[None] < 1e-5
     assert 1e-4 < errors["params"] < 0.5
+
+
+def test_tied_weights_are_the_weights_and_nan_only_where_the_displacement_is():
+    # the tie that keeps each weight's cast inside a loop changes no value: theta + d equals
+    # the cast weights plus d, NaN exactly where d is (where theta + d is NaN anyway)
+    from kernels._perturbation import _tied
+
+    rng = np.random.default_rng(3)
+    w = [jnp.asarray(rng.normal(size=(3, 4)), jnp.bfloat16), jnp.asarray(rng.normal(size=5))]
+    d = [jnp.asarray(rng.normal(size=(3, 4)), jnp.float32), jnp.asarray(rng.normal(size=5))]
+    d[0] = d[0].at[1, 2].set(jnp.nan)
+    tied = _tied(w, d)
+    assert tied[1] is w[1]  # no cast, no tie
+    assert tied[0].dtype == jnp.bfloat16
+    finite = np.isfinite(np.asarray(d[0]))
+    np.testing.assert_array_equal(
+        np.asarray(tied[0], np.float32)[finite], np.asarray(w[0], np.float32)[finite]
+    )
+    point = np.asarray(tied[0].astype(jnp.float32) + d[0])
+    np.testing.assert_array_equal(np.isnan(point), ~finite)
+    # negative zero and infinities keep their bits
+    special = [jnp.asarray([-0.0, jnp.inf, -jnp.inf, 1.0], jnp.bfloat16)]
+    out = _tied(special, [jnp.zeros(4, jnp.float32)])[0]
+    np.testing.assert_array_equal(
+        jax.lax.bitcast_convert_type(out, jnp.uint16),
+        jax.lax.bitcast_convert_type(special[0], jnp.uint16),
+    )
