@@ -89,7 +89,7 @@ def _leaves_norm(x: list[jax.Array]) -> jax.Array:
 def _direction(g: list[jax.Array]) -> list[jax.Array]:
     """``g / ||g||_2`` (0 for g = 0), scaled by ``max |g|`` first so that no square overflows."""
     dtype = g[0].dtype
-    big = jnp.max(jnp.stack([jnp.max(jnp.abs(a)) for a in g]))
+    big = jnp.max(jnp.stack([jnp.max(jnp.abs(a), initial=0) for a in g]))  # a leaf may be empty
     inv_big = 1 / jnp.where(big > 0, big, jnp.ones((), dtype))
     nrm = _leaves_norm([a * inv_big for a in g])
     inv = inv_big / jnp.maximum(nrm, jnp.finfo(dtype).tiny)

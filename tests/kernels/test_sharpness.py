@@ -1254,3 +1254,24 @@ def test_perturbations_are_drawn_leaf_by_leaf_from_the_sample_key(kind):
         base = loss(params, 1.5)
         pairs.append(0.5 * ((loss(plus, 1.5) - base) + (loss(minus, 1.5) - base)))
     np.testing.assert_allclose(float(est.mean), np.mean(pairs), rtol=1e-10, atol=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["l2_ball", "linf_ball"])
+def test_worst_case_with_an_empty_leaf(kind):
+    # a parameter leaf of no entries (the ascent's max |g| over leaves once failed on it): the
+    # same value as without the leaf, and an empty perturbation for it
+    batch, _, _, theta = quadratic(n=5, seed=8, psd=False)
+    with_empty = {"w": jnp.asarray(theta), "e": jnp.zeros((0, 3))}
+    run = lambda params, loss: worst_case_sharpness(  # noqa: E731
+        loss,
+        params,
+        batch,
+        jax.random.key(53),
+        perturbation=Perturbation(kind, 0.3),
+        num_steps=4,
+    )
+    res = run(with_empty, lambda p, b: quad_loss(p["w"], b) + jnp.sum(p["e"]))
+    ref = run({"w": jnp.asarray(theta)}, lambda p, b: quad_loss(p["w"], b))
+    assert res.u["e"].shape == (0, 3)
+    np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(res.u["w"]), np.asarray(ref.u["w"]), rtol=1e-12)
