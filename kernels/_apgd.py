@@ -168,7 +168,8 @@ def _next_move(
     """APGD's momentum step from an accepted candidate ``c`` with gradient ``g``, as a move.
 
     ``P(c + mom (z - c) + (1 - mom) step) - c`` with ``z = P(c + alpha d)``, ``d`` the ascent
-    direction of ``g`` and ``step`` the move that reached ``c`` (the momentum term).
+    direction of ``g`` and ``step`` the pending move that proposed ``c`` (the momentum term;
+    the move itself where the projection left ``x + step`` as it was).
     """
     direction = _direction(g) if p == 2 else [jnp.sign(a) for a in g]
     z = _tree_project([a + alpha * d for a, d in zip(c, direction, strict=True)], p, radius)
