@@ -143,7 +143,9 @@ def trace_step(loss, params, tokens, args, grad_s: float) -> dict:
         progress=True,
     )
     steady = times[1:] or times  # the first block compiles
-    per_probe = min(steady)  # seconds of one probe after the compiling block
+    # seconds of one probe after the compiling block (none when a resumed run's time was up
+    # before its first block)
+    per_probe = min(steady) if steady else None
     return {
         "step": "hessian_trace",
         "reason": run.reason,
@@ -153,8 +155,8 @@ def trace_step(loss, params, tokens, args, grad_s: float) -> dict:
         "relative_stderr": run.stderr / abs(run.mean) if run.mean else None,
         "first_block_s": round(times[0], 2) if times else None,
         "block_s": [round(t, 2) for t in times],
-        "per_unit_s": round(per_probe, 6),
-        "per_unit_in_grads": round(per_probe / grad_s, 3),
+        "per_unit_s": None if per_probe is None else round(per_probe, 6),
+        "per_unit_in_grads": None if per_probe is None else round(per_probe / grad_s, 3),
         "seconds": round(run.seconds, 1),
         "peak_rss_gib": round(_peak_gib(), 2),
         "load": _load(),
