@@ -46,3 +46,19 @@ def test_tiny_smoke_run_writes_every_step(tmp_path):
     assert "not_run" not in sharp  # the tiny decoder's plan fits any machine
     assert math.isfinite(sharp["mean"])
     assert sharp["stderr"] > 0
+
+
+def test_a_resume_whose_time_is_up_before_its_first_block_keeps_the_checkpoint(tmp_path):
+    # resumed with a time limit already spent: no new probe, the checkpoint's estimate, and no
+    # time per probe (there is none to measure) instead of a failure after the gradient
+    ckpt = str(tmp_path / "trace.ckpt")
+    first = ["--config", "tiny", "--max-time", "5", "--repeats", "1", "--min-probes", "2",
+             "--out", str(tmp_path / "a.json"), "--checkpoint", ckpt]  # fmt: skip
+    done = {s["step"]: s for s in llm_cpu_run.main(first)["steps"]}["hessian_trace"]
+    again = ["--config", "tiny", "--max-time", "1e-9", "--repeats", "1", "--min-probes", "2",
+             "--out", str(tmp_path / "b.json"), "--checkpoint", ckpt]  # fmt: skip
+    trace = {s["step"]: s for s in llm_cpu_run.main(again)["steps"]}["hessian_trace"]
+    assert trace["num_probes"] == done["num_probes"]
+    assert trace["trace"] == done["trace"]
+    assert trace["per_unit_s"] is None
+    assert trace["per_unit_in_grads"] is None
