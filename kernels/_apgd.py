@@ -157,9 +157,7 @@ def _candidate_factor(x: list, step: list, p: float, radius: jax.Array) -> jax.A
 def _candidate(x: list, step: list, factor: jax.Array, p: float, radius: jax.Array) -> list:
     """The candidate ``P(x + step)`` in the working dtype (``factor``: its l2 scale)."""
     moved = [a + s.astype(a.dtype) for a, s in zip(x, step, strict=True)]
-    if p != 2:
-        return [jnp.clip(a, -radius, radius) for a in moved]
-    return [a * factor for a in moved]
+    return _tree_project(moved, p, radius) if p != 2 else [a * factor for a in moved]
 
 
 def _next_move(
@@ -329,11 +327,9 @@ def worst_case_sharpness(
     radius = jnp.asarray(perturbation.scale, dtype)
     alpha0 = 2 * radius if step_size is None else jnp.asarray(step_size, dtype)
     p = 2 if perturbation.kind == "l2_ball" else math.inf
-    # the pending move in the parameters' own dtype: a bfloat16 model's in bfloat16
-    step_dtypes = [
-        jnp.result_type(w) if jnp.dtype(jnp.result_type(w)).itemsize < 4 else dtype
-        for w in jax.tree_util.tree_leaves(params)
-    ]
+    # the pending move in each leaf's own dtype: a bfloat16 model's in bfloat16 (a float32 or
+    # float64 leaf's own dtype is its working dtype)
+    step_dtypes = [jnp.result_type(w) for w in jax.tree_util.tree_leaves(params)]
     restart = _apgd_restart(prob, p, radius, alpha0, num_steps, step_dtypes)
     value, eta, bad = restart(sample_key(key, 0))
 

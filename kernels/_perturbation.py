@@ -321,10 +321,9 @@ def _setup(
     check_positive(scale, perturbation.scale_name)
     ok = _valid_scale(scale) if finite is None else jnp.logical_and(finite, _valid_scale(scale))
     scales, dim, ok = _scales(perturbation.adaptive, masks, flags, leaves, ok)
-    # theta + d leaf by leaf in the working dtype, then each leaf cast to its compute dtype
+    # theta + d leaf by leaf in the working dtype, then each leaf cast to its compute dtype;
+    # from the parameters as given, each cast where the point is formed (:func:`_tied`)
     evaluate = in_compute(loss_fn, params, compute_dtype)
-    # theta + d from the parameters as given, each cast where the point is formed: a
-    # half-precision model is not held in float32 beside the displaced point
     given = [jnp.asarray(w) for w in jax.tree_util.tree_leaves(params)]
     shifted = jax.jit(
         lambda d: evaluate(
