@@ -201,12 +201,13 @@ def measure(
         if program not in only:
             continue
         fn = fns[program]
-        plan.append((program, "f32_in_program", jnp.bfloat16,
-                     lambda p, b, k, fn=fn: fn(_to_f32(p), b, k)))  # fmt: skip
-        # the gradient in the model's own dtype; a kernel as a user calls it (its own cast)
-        plan.append((program, "bf16" if program == "gradient" else "bf16_args", jnp.bfloat16, fn))
-        if f32_args:
-            plan.append((program, "f32_args", jnp.float32, fn))
+        how = {  # variant -> (argument dtype, program); the variants in variants()' order
+            "f32_in_program": (jnp.bfloat16, lambda p, b, k, fn=fn: fn(_to_f32(p), b, k)),
+            "bf16": (jnp.bfloat16, fn),  # the gradient in the model's own dtype
+            "bf16_args": (jnp.bfloat16, fn),  # a kernel as a user calls it (its own cast)
+            "f32_args": (jnp.float32, fn),
+        }
+        plan.extend((program, v, *how[v]) for v in variants(program, f32_args))
     records = []
     for program, variant, dtype, fn in plan:
         record = {
