@@ -193,8 +193,10 @@ def _apgd_restart(
     each leaf's pending move (:class:`_Ascent`).
     """
 
-    def loss(eta: list) -> jax.Array:
-        return prob.shifted([_scaled(s, e) for s, e in zip(prob.scales, eta, strict=True)])
+    def loss(eta: list, flag: jax.Array) -> jax.Array:
+        return prob.shifted_held(
+            [_scaled(s, e) for s, e in zip(prob.scales, eta, strict=True)], flag
+        )
 
     value_grad = jax.value_and_grad(loss)
 
@@ -203,7 +205,9 @@ def _apgd_restart(
         # beats the initial -inf); iteration i >= 1 evaluates APGD's candidate i.
         # value_grad (hence loss_fn) appears once
         factor = _candidate_factor(state.x, state.step, p, radius)
-        f_new, g_new = value_grad(_candidate(state.x, state.step, factor, p, radius))
+        f_new, g_new = value_grad(
+            _candidate(state.x, state.step, factor, p, radius), jnp.isfinite(state.alpha)
+        )
         ok = f_new > state.f
         # the accepted candidate is formed again from the carried trees (not held through the
         # loss's evaluation) and the next move from it: x is updated first, the move reads it
@@ -225,7 +229,7 @@ def _apgd_restart(
 
     def run(k: jax.Array) -> tuple[jax.Array, list, jax.Array]:
         eta0 = _apgd_start(prob, p, radius, k)
-        f0 = jax.eval_shape(loss, eta0)
+        f0 = jax.eval_shape(loss, eta0, True)
         lowest = jnp.full(f0.shape, -jnp.inf, f0.dtype)
         step0 = [jnp.zeros_like(a, dtype=d) for a, d in zip(eta0, step_dtypes, strict=True)]
         init = _Ascent(eta0, step0, lowest, alpha0, jnp.zeros((), jnp.int32))

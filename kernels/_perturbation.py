@@ -166,6 +166,10 @@ class _Problem:
     # displacement leaves [d_1, ...] -> L(theta + d), traced once (a jitted closure): every use
     # (L(theta), perturbed points, derivatives) reuses the jaxpr of one trace of loss_fn
     shifted: Callable[[list], jax.Array]
+    # (displacement leaves, a traced boolean) -> the same loss, for a loop whose displacement is
+    # held in memory anyway (an ascent's candidate): the point is formed in a branch
+    # (:func:`_in_branch`), so no copy of the weights is held for the loop
+    shifted_held: Callable[[list, jax.Array], jax.Array]
     # per leaf, the scale s of u = s * eta: a Python 1.0 (an unmasked leaf of a plain
     # perturbation), 0.0 (a leaf the mask leaves out: nothing is drawn for it), else an array
     # (the leaf's mask, times |theta| when adaptive)
@@ -323,20 +327,44 @@ def _setup(
     scales, dim, ok = _scales(perturbation.adaptive, masks, flags, leaves, ok)
     # theta + d leaf by leaf in the working dtype, then each leaf cast to its compute dtype;
     # from the parameters as given, each cast where the point is formed (:func:`_tied`)
-    evaluate = in_compute(loss_fn, params, compute_dtype)
+    # (one trace of loss_fn, shared by both)
+    in_dtype = in_compute(loss_fn, params, compute_dtype)
+    evaluate = jax.jit(lambda point: in_dtype(point, batch))
     given = [jnp.asarray(w) for w in jax.tree_util.tree_leaves(params)]
-    shifted = jax.jit(
-        lambda d: evaluate(
-            jax.tree_util.tree_unflatten(
-                treedef, [w.astype(dtype) + x for w, x in zip(_tied(given, d), d, strict=True)]
-            ),
-            batch,
+
+    def point(d: list, tie: bool = True) -> Any:
+        weights = _tied(given, d) if tie else given
+        return jax.tree_util.tree_unflatten(
+            treedef, [w.astype(dtype) + x for w, x in zip(weights, d, strict=True)]
         )
+
+    shifted = jax.jit(lambda d: evaluate(point(d)))
+    cast = any(jnp.result_type(w) != dtype for w in given)
+    shifted_held = jax.jit(
+        lambda d, flag: evaluate(_in_branch(point, d, flag) if cast else point(d))
     )
     zeros = [jax.ShapeDtypeStruct(jnp.shape(w), dtype) for w in leaves]
     _check_loss_value(jax.eval_shape(shifted, zeros))
     shardings = leaf_shardings(params)
-    return _Problem(leaves, treedef, dtype, shifted, scales, dim, ok, shardings)
+    return _Problem(leaves, treedef, dtype, shifted, shifted_held, scales, dim, ok, shardings)
+
+
+def _in_branch(point: Callable[..., Any], d: list, flag: jax.Array) -> Any:
+    """``point(d)`` formed inside both branches of a ``lax.cond`` on ``flag``.
+
+    The branches are the same, so ``flag`` (any traced boolean: an ascent passes whether its
+    step size is finite) changes nothing but keeps the cond in the program. XLA hoists out of a
+    loop only what the loop's own body computes, never what a branch computes: the weights'
+    cast is then made where the point is formed, with neither a copy of the weights nor the
+    16-bit view of :func:`_tied` held for the loop. It needs ``d`` in memory (a branch's
+    operand), so it serves a loop that holds ``d`` anyway; one that draws ``d`` where it is
+    used (a noise sample) keeps :func:`_tied`, which lets the draw fuse into the point.
+    """
+
+    def form(d: list) -> Any:
+        return point(d, tie=False)
+
+    return jax.lax.cond(flag, form, form, d)
 
 
 def _tied(given: list, d: list) -> list:
