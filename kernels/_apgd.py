@@ -193,21 +193,32 @@ def _apgd_restart(
     each leaf's pending move (:class:`_Ascent`).
     """
 
-    def loss(eta: list, flag: jax.Array) -> jax.Array:
-        return prob.shifted_held(
-            [_scaled(s, e) for s, e in zip(prob.scales, eta, strict=True)], flag
-        )
+    @jax.custom_jvp
+    def candidate(x: list, step: list, factor: jax.Array) -> list:
+        # P(x + step), differentiated as if it were x: the gradient with respect to x is then
+        # the loss's gradient at the candidate (the ascent's direction), and the candidate is
+        # formed inside the loss from the carried trees instead of being held as its argument
+        return _candidate(x, step, factor, p, radius)
+
+    @candidate.defjvp
+    def _candidate_jvp(primals: tuple, tangents: tuple) -> tuple:
+        return candidate(*primals), list(tangents[0])
+
+    def displacement(operands: tuple) -> list:
+        return [_scaled(s, e) for s, e in zip(prob.scales, candidate(*operands), strict=True)]
+
+    def loss(x: list, step: list, factor: jax.Array, flag: jax.Array) -> jax.Array:
+        return prob.shifted_held(displacement, (x, step, factor), flag)
 
     value_grad = jax.value_and_grad(loss)
 
     def body(i: jax.Array, state: _Ascent) -> _Ascent:
         # iteration 0 evaluates the start (x + a zero move), which is accepted (every value
         # beats the initial -inf); iteration i >= 1 evaluates APGD's candidate i.
-        # value_grad (hence loss_fn) appears once
+        # value_grad (hence loss_fn) appears once; the flag (always true on a valid ball) only
+        # gives the point's branch a traced condition (:func:`kernels._perturbation._in_branch`)
         factor = _candidate_factor(state.x, state.step, p, radius)
-        f_new, g_new = value_grad(
-            _candidate(state.x, state.step, factor, p, radius), jnp.isfinite(state.alpha)
-        )
+        f_new, g_new = value_grad(state.x, state.step, factor, jnp.isfinite(state.alpha))
         ok = f_new > state.f
         # the accepted candidate is formed again from the carried trees (not held through the
         # loss's evaluation) and the next move from it: x is updated first, the move reads it
@@ -229,9 +240,9 @@ def _apgd_restart(
 
     def run(k: jax.Array) -> tuple[jax.Array, list, jax.Array]:
         eta0 = _apgd_start(prob, p, radius, k)
-        f0 = jax.eval_shape(loss, eta0, True)
-        lowest = jnp.full(f0.shape, -jnp.inf, f0.dtype)
         step0 = [jnp.zeros_like(a, dtype=d) for a, d in zip(eta0, step_dtypes, strict=True)]
+        f0 = jax.eval_shape(loss, eta0, step0, jnp.ones((), prob.dtype), True)
+        lowest = jnp.full(f0.shape, -jnp.inf, f0.dtype)
         init = _Ascent(eta0, step0, lowest, alpha0, jnp.zeros((), jnp.int32))
         state = jax.lax.fori_loop(0, num_steps + 1, body, init)
         # no finite value anywhere (possible only with the runtime checks off): NaN, not -inf
