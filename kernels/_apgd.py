@@ -194,10 +194,11 @@ def _apgd_restart(
     """
 
     @jax.custom_jvp
-    def candidate(x: list, step: list, factor: jax.Array) -> list:
+    def candidate(x: list, step: list, factor: jax.Array, radius: jax.Array) -> list:
         # P(x + step), differentiated as if it were x: the gradient with respect to x is then
         # the loss's gradient at the candidate (the ascent's direction), and the candidate is
-        # formed inside the loss from the carried trees instead of being held as its argument
+        # formed inside the loss from the carried trees instead of being held as its argument.
+        # (Every traced value it reads is an argument: a custom_jvp may not close over one.)
         return _candidate(x, step, factor, p, radius)
 
     @candidate.defjvp
@@ -208,7 +209,7 @@ def _apgd_restart(
         return [_scaled(s, e) for s, e in zip(prob.scales, candidate(*operands), strict=True)]
 
     def loss(x: list, step: list, factor: jax.Array, flag: jax.Array) -> jax.Array:
-        return prob.shifted_held(displacement, (x, step, factor), flag)
+        return prob.shifted_held(displacement, (x, step, factor, radius), flag)
 
     value_grad = jax.value_and_grad(loss)
 

@@ -301,6 +301,14 @@ def test_sharpness_of_bfloat16_weights(run, mlp):
                 perturbation=Perturbation("l2_ball", SIGMA),
                 num_steps=30,
             ),
+            worst_case_sharpness(
+                mlp_loss,
+                params,
+                batch,
+                key,
+                perturbation=Perturbation("linf_ball", SIGMA),
+                num_steps=30,
+            ),
             sigma_search(
                 mlp_loss,
                 params,
@@ -313,7 +321,7 @@ def test_sharpness_of_bfloat16_weights(run, mlp):
             ),
         )
 
-    avg, dec, traces, worst, search = run(body)
+    avg, dec, traces, worst, worst_inf, search = run(body)
     assert avg.mean.dtype == jnp.float32
     assert abs(float(avg.mean) - second_order) <= 4 * float(avg.stderr)
     assert abs(float(dec.average.mean) - second_order) <= 4 * float(dec.average.stderr)
@@ -328,6 +336,15 @@ def test_sharpness_of_bfloat16_weights(run, mlp):
     upper = SIGMA * norm + 0.5 * SIGMA**2 * np.linalg.eigvalsh(hess)[-1]
     assert 0.99 * at_gradient <= float(worst.value) <= 1.01 * upper
     assert worst.u["w1"].dtype == jnp.float32  # the perturbation in the working dtype
+    # over the l-inf ball: at least the value at the corner ρ sign(g), at most
+    # ρ|g|_1 + ρ²/2 n λ_max (|u|_2² <= n ρ²)
+    corner = np.sign(grad)
+    at_corner = SIGMA * np.abs(grad).sum() + 0.5 * SIGMA**2 * corner @ hess @ corner
+    upper_inf = (
+        SIGMA * np.abs(grad).sum() + 0.5 * SIGMA**2 * grad.size * np.linalg.eigvalsh(hess)[-1]
+    )
+    assert 0.99 * at_corner <= float(worst_inf.value) <= 1.01 * upper_inf
+    assert float(jnp.max(jnp.abs(worst_inf.u["w1"]))) <= SIGMA * (1 + 1e-6)
     # sigma_search: the increase at the returned sigma is its own second-order value
     assert bool(search.bracketed)
     sigma = float(search.sigma)
