@@ -62,9 +62,13 @@ class _Flat:
     tree_matvec: Callable[[list], list] | None = None
     # (key, kind) -> the probe's leaves, in place of drawing them for ``template`` (raveled)
     draw: Callable[[jax.Array, str], list] | None = None
-    # set when ``form`` and ``tree_form`` return ``[x^T A x, loss at params]`` (``valid`` is
-    # then None): the loss -> the input verdict, with its runtime checks (:meth:`checked`)
+    # set when ``form`` and ``tree_form`` return ``[x^T A x, loss at params]``, or products
+    # come with that loss (``tree_matvec_loss``); ``valid`` is then None: the loss -> the input
+    # verdict, with its runtime checks (:meth:`checked`, :meth:`with_loss`)
     verdict: Callable[[jax.Array], jax.Array] | None = None
+    # leaves -> (the product's leaves, the loss at params): recomputed Hessian products that
+    # carry the loss for ``verdict`` (Lanczos: no forward pass of its own for the checks)
+    tree_matvec_loss: Callable[[list], tuple[list, jax.Array]] | None = None
 
     def checked(self, stats: Any) -> tuple[_Flat, Any]:
         """The input verdict from the samples' loss, and the statistics of the forms alone.
@@ -77,6 +81,12 @@ class _Flat:
         flat = dataclasses.replace(self, valid=self.verdict(stats.mean[1]), verdict=None)
         return flat, dataclasses.replace(stats, mean=stats.mean[0], m2=stats.m2[0])
 
+    def with_loss(self, loss: jax.Array) -> _Flat:
+        """The input verdict from the loss a product returned (``tree_matvec_loss``)."""
+        if self.verdict is None:
+            return self
+        return dataclasses.replace(self, valid=self.verdict(loss), verdict=None)
+
     def for_bases(self) -> _Flat:
         """The vectors a kernel's basis is kept in: leaves on a user's mesh, else one raveled leaf.
 
@@ -86,11 +96,20 @@ class _Flat:
         """
         if sample_layout() is not None:
             return self
+        raveled_loss = None
+        if self.tree_matvec_loss is not None:
+            shapes = [tuple(np.shape(a)) for a in jax.tree_util.tree_leaves(self.template)]
+
+            def raveled_loss(x: list) -> tuple[list, jax.Array]:
+                out, loss = self.tree_matvec_loss(_split(x[0], shapes))
+                return [jnp.concatenate([jnp.ravel(a) for a in out])], loss
+
         return dataclasses.replace(
             self,
             template=jax.ShapeDtypeStruct((self.size,), self.dtype),
             tree_matvec=lambda x: [self.matvec(x[0])],
             draw=lambda key, kind: [self.probe(key, kind)],
+            tree_matvec_loss=raveled_loss,
         )
 
     def leafwise(self, key: jax.Array, kind: str) -> bool:
@@ -432,7 +451,11 @@ def _flat_space(like: Any) -> tuple[int, Any, Callable[[jax.Array], Any]]:
 
 
 def _setup(
-    matvec: Any, like: Any, linear: tuple | None = None, linearize: bool | str = True
+    matvec: Any,
+    like: Any,
+    linear: tuple | None = None,
+    linearize: bool | str = True,
+    loss: bool = False,
 ) -> _Flat:
     """The flat problem of ``matvec``: linearised once unless ``linearize`` is false.
 
@@ -440,10 +463,24 @@ def _setup(
     (:func:`kernels._memory.linearisation_fits`).
 
     ``linear``: the operator already linearised, ``(product, valid, name)``.
+
+    ``loss``: recomputed Hessian products also give the loss at the parameters
+    (``tree_matvec_loss``, ``verdict``; ``valid`` None until :meth:`_Flat.with_loss`), for a
+    kernel that keeps it from its first product instead of a forward pass of its own.
     """
     like = _template(like)
+    both = None
     if linear is None:
-        linear = _linear(matvec, like, _check_linearize(linearize))
+        linearize = _check_linearize(linearize)
+        if loss and isinstance(matvec, HessianOperator):
+            _check_like(matvec, like)
+            if linearize == "auto":
+                linearize = _linearisation_fits(matvec, like)
+            if not linearize:
+                both = matvec.recomputed_with_loss()
+                linear = ((lambda v: both(v)[0]), None, "loss_fn")
+        if linear is None:
+            linear = _linear(matvec, like, linearize)
     product, valid, name = linear
     size, dtype, unravel = _flat_space(like)
     like_leaves, treedef = jax.tree_util.tree_flatten(like)
@@ -464,11 +501,13 @@ def _setup(
         check_out(out.size, out.dtype)
         return out.astype(dtype)
 
-    def tree_mv(x: list[jax.Array]) -> list[jax.Array]:
-        tree = jax.tree_util.tree_unflatten(
+    def tree_in(x: list[jax.Array]) -> Any:
+        return jax.tree_util.tree_unflatten(
             treedef, [a.astype(d) for a, d in zip(x, dtypes, strict=True)]
         )
-        out = jax.tree_util.tree_leaves(product(tree))
+
+    def tree_out(tree: Any) -> list[jax.Array]:
+        out = jax.tree_util.tree_leaves(tree)
         if [tuple(np.shape(a)) for a in out] != shapes:  # another layout of the same numbers
             flat = ravel_pytree(out)[0]
             check_out(flat.size, flat.dtype)
@@ -477,8 +516,17 @@ def _setup(
             check_out(size, jnp.result_type(a))
         return [jnp.asarray(a).astype(dtype) for a in out]
 
+    def tree_mv(x: list[jax.Array]) -> list[jax.Array]:
+        return tree_out(product(tree_in(x)))
+
+    def tree_mv_loss(x: list[jax.Array]) -> tuple[list[jax.Array], jax.Array]:
+        out, value = both(tree_in(x))
+        return tree_out(out), value
+
     template = matvec.params if isinstance(matvec, _LossOperator) else like
-    return _Flat(size, dtype, flat_mv, valid, name, template=template, tree_matvec=tree_mv)
+    return _Flat(size, dtype, flat_mv, valid, name, template=template, tree_matvec=tree_mv,
+                 verdict=None if both is None else matvec.check_loss,
+                 tree_matvec_loss=None if both is None else tree_mv_loss)  # fmt: skip
 
 
 def _check_linearize(linearize: Any) -> bool | str:

@@ -79,15 +79,26 @@ class HessianOperator(_LossOperator):
 
         No linearisation is kept between products (see :meth:`_LossOperator.recomputed`).
         """
+        with_loss = self.recomputed_with_loss()
+        return (lambda v: with_loss(v)[0]), self.check_inputs()
+
+    def recomputed_with_loss(self) -> Callable[[Any], tuple[Any, jax.Array]]:
+        """Products as :meth:`recomputed`, each with the loss at ``params``: ``v -> (Hv, loss)``.
+
+        The loss is the product's own forward pass's value (the gradient's auxiliary output), so
+        a kernel that keeps it runs the checks of :meth:`check_loss` without a forward pass of
+        its own (and compiles none).
+        """
         grad_fn = jax.grad(self._value(), has_aux=True)
 
-        def product(v: Any) -> Any:
+        def product(v: Any) -> tuple[Any, jax.Array]:
             # the barrier ties the parameters to each product's input, so that XLA cannot hoist
             # the forward and backward pass out of a kernel's loop (which would keep them alive)
             params, v = jax.lax.optimization_barrier((self.params, v))
-            return jax.jvp(grad_fn, (work_params(params),), (v,), has_aux=True)[1]
+            _, hv, loss = jax.jvp(grad_fn, (work_params(params),), (v,), has_aux=True)
+            return hv, loss
 
-        return product, self.check_inputs()
+        return product
 
     def form(self, v: Any) -> jax.Array:
         r"""$v^\top H v$ by forward over forward mode.

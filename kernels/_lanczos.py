@@ -336,6 +336,15 @@ def _lanczos_run(
     flat = flat.for_bases()
     dtype = flat.dtype
     matvec = flat.tree_matvec
+    # the loss at the parameters, from the products where they give it (:meth:`_Flat.with_loss`),
+    # carried in the widest float enabled (cast without rounding)
+    loss_dtype = jnp.result_type(float)
+    with_loss = flat.tree_matvec_loss
+    if with_loss is None:
+
+        def with_loss(v: list) -> tuple[list, jax.Array]:
+            return matvec(v), jnp.zeros((), loss_dtype)
+
     v0 = _first_vector(flat, key_start, v0)
     norm0 = tree_norm2(v0)
     v = _divided(v0, norm0)
@@ -352,13 +361,13 @@ def _lanczos_run(
 
     def step(j: jax.Array, carry: tuple[Any, ...]) -> tuple[Any, ...]:
         if carry_prev:
-            rows, v, v_prev, beta_prev, alphas, betas, scale = carry
+            rows, v, v_prev, beta_prev, alphas, betas, scale, _ = carry
             basis_j = basis.with_rows(rows)
         else:
-            rows, v, beta_prev, alphas, betas, scale = carry
+            rows, v, beta_prev, alphas, betas, scale, _ = carry
             basis_j = basis.with_rows(rows)
             v_prev = basis_j.row(jnp.maximum(j - 1, 0))
-        w = matvec(v)
+        w, loss = with_loss(v)
         alpha = tree_dot(v, w)
         w = [a - alpha * b - beta_prev * c for a, b, c in zip(w, v, v_prev, strict=True)]
         nxt, beta, scale, broke = _next_vector(
@@ -366,16 +375,22 @@ def _lanczos_run(
         )
         del broke
         rows = basis_j.set(j + 1, nxt).rows  # v_k (after the last step) is not kept
-        rest = (beta, alphas.at[j].set(alpha), betas.at[j].set(beta), scale)
+        rest = (
+            beta,
+            alphas.at[j].set(alpha),
+            betas.at[j].set(beta),
+            scale,
+            loss.astype(loss_dtype),
+        )
         return (rows, nxt, v, *rest) if carry_prev else (rows, nxt, *rest)
 
     zeros = jnp.zeros((num_steps,), dtype)
     zero = jnp.zeros((), dtype)
     prev = ([jnp.zeros_like(a) for a in v],) if carry_prev else ()
-    init = (basis.rows, v, *prev, zero, zeros, zeros, zero)
+    init = (basis.rows, v, *prev, zero, zeros, zeros, zero, jnp.zeros((), loss_dtype))
     out = jax.lax.fori_loop(0, num_steps, step, init)
-    alphas, betas = out[-3], out[-2]
-    return alphas, betas[:-1], norm0
+    alphas, betas, loss = out[-4], out[-3], out[-1]
+    return alphas, betas[:-1], norm0, loss
 
 
 def _bad_steps(alphas: jax.Array, betas: jax.Array) -> jax.Array:
@@ -470,7 +485,7 @@ def lanczos(
     [1.0, 2.0, 3.0]
     """
     check_key(key, "key")
-    flat = _setup(matvec, like, linearize=linearize)
+    flat = _setup(matvec, like, linearize=linearize, loss=True)
     _check_steps(num_steps, flat.size)
     if start is not None:
         start = _start_leaves(start, flat)
@@ -480,8 +495,8 @@ def lanczos(
             "start: expected a finite nonzero vector",
         )
     store = _check_basis_dtype(basis_dtype, flat.dtype)
-    alphas, betas, norm0 = _lanczos_run(flat, key, num_steps, start, store)
-    flat.check_products(_bad_steps(alphas, betas), num_steps, "steps")
+    alphas, betas, norm0, loss = _lanczos_run(flat, key, num_steps, start, store)
+    flat.with_loss(loss).check_products(_bad_steps(alphas, betas), num_steps, "steps")
     return Tridiagonal(diagonal=alphas, off_diagonal=betas, start_norm=norm0)
 
 
@@ -533,7 +548,7 @@ def top_eigenvalues(
     [5.0, 3.0]
     """
     check_key(key, "key")
-    flat = _setup(matvec, like, linearize=linearize)
+    flat = _setup(matvec, like, linearize=linearize, loss=True)
     check_positive_int(k, "k")
     if k > flat.size:
         raise ValueError(f"k: expected at most the dimension {flat.size}, got {k}")
@@ -542,6 +557,6 @@ def top_eigenvalues(
         raise ValueError(f"num_steps: expected >= k = {k}, got {num_steps}")
     steps = min(num_steps, flat.size)
     store = _check_basis_dtype(basis_dtype, flat.dtype)
-    alphas, betas, _ = _lanczos_run(flat, key, steps, None, store)
-    flat.check_products(_bad_steps(alphas, betas), steps, "steps")
+    alphas, betas, _, loss = _lanczos_run(flat, key, steps, None, store)
+    flat.with_loss(loss).check_products(_bad_steps(alphas, betas), steps, "steps")
     return jnp.linalg.eigvalsh(_tridiagonal_matrix(alphas, betas))[::-1][:k]

@@ -69,7 +69,7 @@ def _slq(
     store = _check_basis_dtype(basis_dtype, flat.dtype)
 
     def one(i: jax.Array) -> tuple[jax.Array, jax.Array]:
-        alphas, betas, _ = _lanczos_run(flat, sample_key(key, i), num_steps, None, store)
+        alphas, betas, _, _ = _lanczos_run(flat, sample_key(key, i), num_steps, None, store)
         evals, evecs = jnp.linalg.eigh(_tridiagonal_matrix(alphas, betas))
         return evals, evecs[0] ** 2
 

@@ -665,6 +665,21 @@ def runtime_cases():
             ),
             ones.at[1].set(-1.0),
         ),
+        # recomputed products give Lanczos the loss at params (no forward pass of its own)
+        (
+            "params",
+            lambda p: top_eigenvalues(
+                hvp(loss, p, batch), p, key, k=1, num_steps=2, linearize=False
+            ),
+            nan_at(params),
+        ),
+        (
+            "loss_fn: non-finite loss",
+            lambda p: (
+                lanczos(hvp(sqrt_loss, p, ones), p, key, num_steps=2, linearize=False).diagonal
+            ),
+            ones.at[1].set(-1.0),
+        ),
         (
             "start",
             lambda s: lanczos(lambda v: 2.0 * v, 4, key, num_steps=2, start=s).diagonal,
@@ -682,7 +697,7 @@ def runtime_cases():
     ]
 
 
-@pytest.mark.parametrize("case", range(6))
+@pytest.mark.parametrize("case", range(8))
 def test_runtime_checks_raise_eagerly_and_under_jit(case):
     start, fn, arg = runtime_cases()[case]
     with pytest.raises(ValueError, match=rf"^{start}"):
