@@ -188,9 +188,11 @@ def _apgd_restart(
 ) -> Callable[[jax.Array], tuple[jax.Array, list, jax.Array]]:
     r"""``key -> (best loss, best eta leaves, non-finite count)`` of one APGD run on the ball.
 
-    Everything parameter-sized is a pytree: $\theta + s \odot \eta$ is formed leaf by leaf and
-    the gradient is taken with respect to the leaves of $\eta$. ``step_dtypes``: the dtype of
-    each leaf's pending move (:class:`_Ascent`).
+    Everything parameter-sized is a pytree: $\theta + s \odot \eta$ is formed leaf by leaf, at
+    each candidate $\eta$ (formed inside the loss from the carried trees), and the gradient is
+    taken with respect to the leaves of $\eta$ there (``candidate``'s derivative is the
+    identity in the best point). ``step_dtypes``: the dtype of each leaf's pending move
+    (:class:`_Ascent`).
     """
 
     @jax.custom_jvp
