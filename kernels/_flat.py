@@ -323,21 +323,28 @@ def _check_like(matvec: _LossOperator, like: Any) -> None:
         raise ValueError("like: expected the pytree structure and shapes of the operator's params")
 
 
-def _linear(matvec: Any, like: Any, linearize: bool | str = True) -> tuple[Matvec, jax.Array, str]:
+def _linear(
+    matvec: Any, like: Any, linearize: bool | str = True, loss: bool = False
+) -> tuple[Matvec, jax.Array | None, str, Callable | None]:
     """Linearise a loss operator once (checking ``like`` against it); pass a callable through.
 
     With ``linearize`` false a loss operator's products are recomputed each time instead;
     ``"auto"``: linearised while its residuals are small (:func:`linearisation_fits`).
+    ``loss``: recomputed Hessian products also give the loss at the parameters (the last item,
+    ``v -> (Av, loss)``; ``valid`` is then None), else that item is None.
     """
     if isinstance(matvec, _LossOperator):
         _check_like(matvec, like)
         if linearize == "auto":
             linearize = _linearisation_fits(matvec, like)
+        if not linearize and loss and isinstance(matvec, HessianOperator):
+            both = matvec.recomputed_with_loss()
+            return (lambda v: both(v)[0]), None, "loss_fn", both
         product, valid = matvec.linearize() if linearize else matvec.recomputed()
-        return product, valid, "loss_fn"
+        return product, valid, "loss_fn", None
     if not callable(matvec):
         raise ValueError(f"matvec: expected a callable v -> A v, got {type(matvec).__name__}")
-    return matvec, jnp.asarray(True), "matvec"
+    return matvec, jnp.asarray(True), "matvec", None
 
 
 def _linearisation_fits(op: _LossOperator, like: Any) -> bool:
@@ -469,19 +476,10 @@ def _setup(
     kernel that keeps it from its first product instead of a forward pass of its own.
     """
     like = _template(like)
-    both = None
     if linear is None:
-        linearize = _check_linearize(linearize)
-        if loss and isinstance(matvec, HessianOperator):
-            _check_like(matvec, like)
-            if linearize == "auto":
-                linearize = _linearisation_fits(matvec, like)
-            if not linearize:
-                both = matvec.recomputed_with_loss()
-                linear = ((lambda v: both(v)[0]), None, "loss_fn")
-        if linear is None:
-            linear = _linear(matvec, like, linearize)
-    product, valid, name = linear
+        product, valid, name, both = _linear(matvec, like, _check_linearize(linearize), loss)
+    else:
+        (product, valid, name), both = linear, None
     size, dtype, unravel = _flat_space(like)
     like_leaves, treedef = jax.tree_util.tree_flatten(like)
     shapes = [tuple(np.shape(leaf)) for leaf in like_leaves]
