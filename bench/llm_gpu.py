@@ -1,0 +1,334 @@
+"""The 1B and 8B decoders on one accelerator: time per unit in gradients, peak memory, compiles.
+
+One command, on the machine with the accelerator (the checkout on ``PYTHONPATH``; after the
+kernel tests, ``python bench/accelerator.py --only tests --budget 240``, as docs/gpu.md says)::
+
+    python bench/llm_gpu.py                            # 1b then 8b, batch 8 x 1024
+    python bench/llm_gpu.py --configs 1b --budget 240  # at most 240 s of wall clock
+    python bench/llm_gpu.py --configs tiny --out DIR   # seconds on a CPU (the tests' smoke run)
+
+The programs are :func:`bench.llm_plan.programs` on one device, nothing placed, at the batch of
+the memory plan (8 x 1024 predicted tokens; 8 x 32 for the tiny decoder):
+
+- ``gradient``: the float32 loss's value and gradient at the bfloat16 weights, each weight cast
+  to float32 inside the program; the unit every ratio is taken against;
+- ``hessian_trace``: 2 Hutchinson probes, ``chunk_size=1``; time per probe;
+- ``top_eigenvalues``: ``--lanczos-steps`` Lanczos steps (10); time per step;
+- ``average_sharpness``: 2 Gaussian pairs, ``chunk_size=1``; time per pair;
+- ``worst_case_sharpness``: the l2 ball, 2 ascent steps, so 3 values and gradients; time per
+  value and gradient.
+
+Each kernel is called on the bfloat16 weights as a user calls it (its default evaluates the
+loss at float32 parameters, each weight cast where it is used).
+
+Each decoder and program runs in a fresh process (``--child``), so the device's peak memory
+(``memory_stats()["peak_bytes_in_use"]``, where the device reports it) is that program's,
+weights included. The process draws the weights on the device in bfloat16 (standard deviation
+0.02, the norms' scales 1; no float32 copy) and random tokens, compiles the program (compile
+seconds, and XLA's plan: arguments + temporaries + outputs), and where the plan fits the
+device's memory (``bytes_limit`` of ``memory_stats()``, or ``--memory-limit-gib``) runs it once
+(the first run, timed apart) and then ``--reps`` times (their median). Where the plan does not
+fit, the record gives both numbers and the program is not run: at 8B a float32 Lanczos basis
+is 32 GB a vector. A program that fails at run time (out of memory, a runtime check) is a
+record with its error.
+
+``--budget`` seconds of wall clock for the whole run: a program whose turn comes after them is
+recorded as not run, so the run ends within the device time it was given (plus the program
+running when the budget ran out).
+
+Records: ``<out>/llm_gpu.json`` (one object per decoder and program, with the device and JAX's
+version; a run of some decoders or programs replaces those records and keeps the others) and
+the table ``<out>/llm_gpu.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import llm_plan  # noqa: E402
+
+CONFIGS = ("1b", "8b")
+# per program: (what one unit is, how many units one call runs given the Lanczos steps)
+UNITS = {
+    "gradient": ("gradient", lambda steps: 1),
+    "hessian_trace": ("probe", lambda steps: 2),
+    "top_eigenvalues": ("Lanczos step", lambda steps: steps),
+    "average_sharpness": ("pair", lambda steps: 2),
+    "worst_case_sharpness": ("value and gradient", lambda steps: 3),
+}
+
+
+def random_weights(shapes, seed: int):
+    """bfloat16 weights shaped like ``shapes``, drawn on the device: norms' scales 1, others
+    normal with standard deviation 0.02 (each leaf drawn in bfloat16: no float32 copy)."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves = jax.tree_util.tree_flatten_with_path(shapes)[0]
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+    out = []
+    for (path, leaf), key in zip(leaves, keys, strict=True):
+        shape = tuple(leaf.shape)
+        if "norm" in jax.tree_util.keystr(path):
+            out.append(jnp.ones(shape, jnp.bfloat16))
+            continue
+        draw = jax.jit(lambda k, shape=shape: jax.random.normal(k, shape, jnp.bfloat16) * 0.02)
+        out.append(draw(key))
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), out)
+
+
+def _device_stats() -> dict | None:
+    import jax
+
+    try:
+        return jax.devices()[0].memory_stats() or None
+    except Exception:  # a backend without the call
+        return None
+
+
+def _timed(fn, *args) -> tuple[object, float]:
+    import jax
+
+    start = time.perf_counter()
+    out = jax.block_until_ready(fn(*args))
+    return out, time.perf_counter() - start
+
+
+def _value(out) -> float | None:
+    """The number a program returns first (the loss, the estimate, the top eigenvalue)."""
+    import jax
+    import numpy as np
+
+    if not isinstance(out, jax.Array | tuple):
+        out = out.value if hasattr(out, "value") else out.mean  # a WorstCase, an Estimate
+    first = jax.tree_util.tree_leaves(out)[0]
+    return float(np.ravel(np.asarray(first, np.float64))[0])
+
+
+def measure(name: str, program: str, args: argparse.Namespace) -> dict:
+    """One program of one decoder in this process (see the module docstring)."""
+    import jax
+    import jax.numpy as jnp
+
+    n, loss, _, _, shapes_of, batch, seq = llm_plan.placed_decoder(name, 1)
+    unit, count = UNITS[program]
+    units = count(args.lanczos_steps)
+    device = jax.devices()[0]
+    record = {
+        "decoder": name,
+        "num_params": n,
+        "program": program,
+        "unit": unit,
+        "units_per_call": units,
+        "batch": [llm_plan.BATCH, seq],
+        "platform": device.platform,
+        "device": getattr(device, "device_kind", str(device)),
+        "jax": jax.__version__,
+    }
+    if program == "top_eigenvalues":
+        record["num_steps"] = args.lanczos_steps
+    fn = llm_plan.programs(loss, args.lanczos_steps, None)[program]
+    if program == "gradient":
+        fn = lambda p, b, k, fn=fn: fn(llm_plan._to_f32(p), b, k)  # noqa: E731
+    shapes = shapes_of(jnp.bfloat16)
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(shapes, batch, jax.random.key(0)).compile()
+    record["compile_s"] = round(time.perf_counter() - start, 2)
+    mem = compiled.memory_analysis()
+    plan = mem.argument_size_in_bytes + mem.temp_size_in_bytes + mem.output_size_in_bytes
+    record["xla_plan_gib"] = round(plan / 2**30, 4)
+    stats = _device_stats()
+    limit = args.memory_limit_gib * 2**30 if args.memory_limit_gib else None
+    if limit is None and stats is not None and "bytes_limit" in stats:
+        limit = stats["bytes_limit"]
+    if limit is not None:
+        record["memory_limit_gib"] = round(limit / 2**30, 2)
+        if plan > limit:
+            record["not_run"] = (
+                f"XLA plans {plan / 2**30:.2f} GiB, over the device's {limit / 2**30:.2f} GiB"
+            )
+            return record
+    params = random_weights(shapes, args.seed)
+    tokens = jax.random.randint(
+        jax.random.key(args.seed + 1), batch.shape, 0, _vocab(name), jnp.int32
+    )
+    key = jax.random.key(args.seed + 2)
+    out, first = _timed(compiled, params, tokens, key)
+    runs = [_timed(compiled, params, tokens, key)[1] for _ in range(args.reps)]
+    seconds = statistics.median(runs)
+    stats = _device_stats()
+    record.update(
+        first_run_s=round(first, 6),
+        run_s=[round(s, 6) for s in runs],
+        per_unit_s=round(seconds / units, 6),
+        value=_value(out),
+    )
+    if stats is not None and "peak_bytes_in_use" in stats:
+        record["peak_gib"] = round(stats["peak_bytes_in_use"] / 2**30, 2)
+    return record
+
+
+def _vocab(name: str) -> int:
+    from jaxbounds.models import decoder_config
+
+    return decoder_config(name).vocab_size
+
+
+def _child(name: str, program: str, args: argparse.Namespace, left: float) -> dict:
+    """One program in a fresh process, stopped after ``left`` seconds (a record either way)."""
+    cmd = [sys.executable, __file__, "--child", "--configs", name, "--programs", program,
+           "--lanczos-steps", str(args.lanczos_steps), "--reps", str(args.reps),
+           "--seed", str(args.seed)]  # fmt: skip
+    if args.memory_limit_gib:
+        cmd += ["--memory-limit-gib", str(args.memory_limit_gib)]
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    base = {"decoder": name, "program": program}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=left, env=env)
+    except subprocess.TimeoutExpired:
+        return {**base, "not_run": f"stopped: the budget's {left:.0f} s left ran out"}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RECORD "):
+            return json.loads(line[len("RECORD ") :])
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()] or [""]
+    why = next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), lines[-1])
+    return {**base, "error": f"exit {proc.returncode}: {why.strip()[:400]}"}
+
+
+def summarize(records: list[dict]) -> list[dict]:
+    """Each record with its time per unit over its decoder's gradient's (where both ran)."""
+    grads = {r["decoder"]: r for r in records if r["program"] == "gradient" and "per_unit_s" in r}
+    out = []
+    for r in records:
+        row = dict(r)
+        g = grads.get(r["decoder"])
+        if g is not None and "per_unit_s" in r:
+            row["per_unit_in_grads"] = round(r["per_unit_s"] / g["per_unit_s"], 3)
+            if "peak_gib" in r and "peak_gib" in g:
+                row["peak_vs_gradient"] = round(r["peak_gib"] / g["peak_gib"], 3)
+        if g is not None and "compile_s" in r:
+            row["compile_vs_gradient"] = round(r["compile_s"] / g["compile_s"], 2)
+        out.append(row)
+    return out
+
+
+def markdown(records: list[dict]) -> str:
+    lines = [
+        "Llama-style decoders with bfloat16 weights on one device, nothing placed, batch 8 x"
+        " 1024 (8 x 32 for the tiny decoder); each program in a fresh process; the kernels"
+        " called on the bfloat16 weights (loss at float32 parameters), the gradient of the"
+        " float32 loss. Time per unit: the median of the timed runs over the units of one call,"
+        " against the gradient's. Peak: the device's peak bytes in use (weights included).",
+        "",
+        "| decoder | program | unit | per unit (s) | in gradients | peak GiB | peak / gradient's"
+        " | XLA plan GiB | compile s | compile / gradient's | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(row: dict, key: str, fmt: str = "{}") -> str:
+        return fmt.format(row[key]) if row.get(key) is not None else ""
+
+    for row in summarize(records):
+        note = row.get("not_run") or row.get("error") or ""
+        lines.append(
+            f"| {row['decoder']} | `{row['program']}` | {row.get('unit', '')} | "
+            f"{cell(row, 'per_unit_s', '{:.4g}')} | {cell(row, 'per_unit_in_grads')} | "
+            f"{cell(row, 'peak_gib')} | {cell(row, 'peak_vs_gradient')} | "
+            f"{cell(row, 'xla_plan_gib')} | {cell(row, 'compile_s')} | "
+            f"{cell(row, 'compile_vs_gradient')} | {note[:160]} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _names(parser: argparse.ArgumentParser, flag: str, value: str, known) -> list[str]:
+    names = [v for v in value.split(",") if v]
+    unknown = [v for v in names if v not in known]
+    if unknown or not names:
+        parser.error(f"{flag}: unknown {unknown or value!r}; expected some of {tuple(known)}")
+    return names
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+        if not value > 0 or value != value or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+        return value
+
+    return parse
+
+
+def _merge(path: Path, records: list[dict]) -> list[dict]:
+    """The records in ``path`` with those of the same decoder and program replaced."""
+    old = json.loads(path.read_text()) if path.is_file() else []
+    new = {(r["decoder"], r["program"]) for r in records}
+    return [r for r in old if (r["decoder"], r["program"]) not in new] + records
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="decoders, comma-separated")
+    parser.add_argument("--programs", default=",".join(UNITS), help="programs, comma-separated")
+    parser.add_argument("--lanczos-steps", type=_positive(int), default=10)
+    parser.add_argument("--reps", type=_positive(int), default=3, help="timed runs (median)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--budget", type=_positive(float), default=480.0,
+                        help="wall-clock seconds for the whole run")  # fmt: skip
+    parser.add_argument("--memory-limit-gib", type=_positive(float), default=None,
+                        help="run only the programs whose XLA plan fits in this (default: the"
+                             " device's bytes_limit)")  # fmt: skip
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="output folder")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    configs = _names(parser, "--configs", args.configs, llm_plan.DECODERS)
+    programs = _names(parser, "--programs", args.programs, tuple(UNITS))
+    if args.child:
+        print("RECORD " + json.dumps(measure(configs[0], programs[0], args)), flush=True)
+        return []
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out: expected a folder, got the file {out}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        parser.error(f"--out: cannot create the folder {out} ({err.strerror})")
+    if not os.access(out, os.W_OK):
+        parser.error(f"--out: cannot write in {out}")
+    if "gradient" not in programs:  # every ratio is taken against it
+        programs = ["gradient", *programs]
+    deadline = time.monotonic() + args.budget
+    records = []
+    for name in configs:
+        for program in programs:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                record = {"decoder": name, "program": program,
+                          "not_run": f"the budget of {args.budget:g} s was spent"}  # fmt: skip
+            else:
+                record = _child(name, program, args, left)
+            print(json.dumps(record), flush=True)
+            records.append(record)
+            # written after each program: an interrupted run keeps what it measured
+            merged = _merge(out / "llm_gpu.json", records)
+            (out / "llm_gpu.json").write_text(json.dumps(merged, indent=1) + "\n")
+            (out / "llm_gpu.md").write_text(markdown(merged))
+    print(markdown(records))
+    return records
+
+
+if __name__ == "__main__":
+    main()
