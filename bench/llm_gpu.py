@@ -26,7 +26,8 @@ Each decoder and program runs in a fresh process (``--child``), so the device's 
 weights included. The process draws the weights on the device in bfloat16 (standard deviation
 0.02, the norms' scales 1; no float32 copy) and random tokens, compiles the program (compile
 seconds, and XLA's plan: arguments + temporaries + outputs), and where the plan fits the
-device's memory (``bytes_limit`` of ``memory_stats()``, or ``--memory-limit-gib``) runs it once
+device's memory (``--memory-limit-gib``, else ``bytes_limit`` of ``memory_stats()``, else on a
+CPU the host's available memory) runs it once
 (the first run, timed apart) and then ``--reps`` times (their median). Where the plan does not
 fit, the record gives both numbers and the program is not run: at 8B a float32 Lanczos basis
 is 32 GB a vector. A program that fails at run time (out of memory, a runtime check) is a
@@ -97,6 +98,17 @@ def _device_stats() -> dict | None:
         return None
 
 
+def _available_bytes() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (None where there is no such file)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def _timed(fn, *args) -> tuple[object, float]:
     import jax
 
@@ -152,11 +164,13 @@ def measure(name: str, program: str, args: argparse.Namespace) -> dict:
     limit = args.memory_limit_gib * 2**30 if args.memory_limit_gib else None
     if limit is None and stats is not None and "bytes_limit" in stats:
         limit = stats["bytes_limit"]
+    if limit is None:  # a CPU: the host's memory available now
+        limit = _available_bytes()
     if limit is not None:
         record["memory_limit_gib"] = round(limit / 2**30, 2)
         if plan > limit:
             record["not_run"] = (
-                f"XLA plans {plan / 2**30:.2f} GiB, over the device's {limit / 2**30:.2f} GiB"
+                f"XLA plans {plan / 2**30:.2f} GiB, over the {limit / 2**30:.2f} GiB available"
             )
             return record
     params = random_weights(shapes, args.seed)
