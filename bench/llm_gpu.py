@@ -173,13 +173,17 @@ def measure(name: str, program: str, args: argparse.Namespace) -> dict:
                 f"XLA plans {plan / 2**30:.2f} GiB, over the {limit / 2**30:.2f} GiB available"
             )
             return record
-    params = random_weights(shapes, args.seed)
-    tokens = jax.random.randint(
-        jax.random.key(args.seed + 1), batch.shape, 0, _vocab(name), jnp.int32
-    )
-    key = jax.random.key(args.seed + 2)
-    out, first = _timed(compiled, params, tokens, key)
-    runs = [_timed(compiled, params, tokens, key)[1] for _ in range(args.reps)]
+    try:
+        params = random_weights(shapes, args.seed)
+        tokens = jax.random.randint(
+            jax.random.key(args.seed + 1), batch.shape, 0, _vocab(name), jnp.int32
+        )
+        key = jax.random.key(args.seed + 2)
+        out, first = _timed(compiled, params, tokens, key)
+        runs = [_timed(compiled, params, tokens, key)[1] for _ in range(args.reps)]
+    except Exception as err:  # out of memory at run time, a failed runtime check: a result
+        record["error"] = f"{type(err).__name__}: {str(err)[:400]}"
+        return record
     seconds = statistics.median(runs)
     stats = _device_stats()
     record.update(

@@ -119,3 +119,17 @@ def test_an_output_that_is_a_file_is_refused_before_any_run(tmp_path, capsys):
             llm_gpu.main(["--configs", "tiny", "--out", str(bad)])
         assert info.value.code == 2
         assert "--out" in capsys.readouterr().err
+
+
+def test_a_program_that_fails_when_run_keeps_its_compile_record(monkeypatch):
+    # out of memory at run time (here: the weights cannot be drawn) is a record with the error,
+    # beside what the compilation measured
+    def fail(*args):
+        raise RuntimeError("RESOURCE_EXHAUSTED: out of memory allocating 32.00GiB")
+
+    monkeypatch.setattr(llm_gpu, "random_weights", fail)
+    r = llm_gpu.measure("tiny", "gradient", _args())
+    assert r["error"].startswith("RuntimeError: RESOURCE_EXHAUSTED")
+    assert r["compile_s"] > 0
+    assert r["xla_plan_gib"] > 0
+    assert "run_s" not in r
