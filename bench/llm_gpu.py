@@ -58,6 +58,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import llm_plan  # noqa: E402
+from bench.llm_cpu_run import _available_gib  # noqa: E402
 
 CONFIGS = ("1b", "8b")
 # per program: (what one unit is, how many units one call runs given the Lanczos steps)
@@ -96,17 +97,6 @@ def _device_stats() -> dict | None:
         return jax.devices()[0].memory_stats() or None
     except Exception:  # a backend without the call
         return None
-
-
-def _available_bytes() -> int | None:
-    """``MemAvailable`` of ``/proc/meminfo`` in bytes (None where there is no such file)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def _timed(fn, *args) -> tuple[object, float]:
@@ -164,8 +154,8 @@ def measure(name: str, program: str, args: argparse.Namespace) -> dict:
     limit = args.memory_limit_gib * 2**30 if args.memory_limit_gib else None
     if limit is None and stats is not None and "bytes_limit" in stats:
         limit = stats["bytes_limit"]
-    if limit is None:  # a CPU: the host's memory available now
-        limit = _available_bytes()
+    if limit is None and _available_gib() is not None:  # a CPU: the host's memory available now
+        limit = _available_gib() * 2**30
     if limit is not None:
         record["memory_limit_gib"] = round(limit / 2**30, 2)
         if plan > limit:
