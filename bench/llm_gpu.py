@@ -200,7 +200,10 @@ def _child(name: str, program: str, args: argparse.Namespace, left: float) -> di
            "--seed", str(args.seed)]  # fmt: skip
     if args.memory_limit_gib:
         cmd += ["--memory-limit-gib", str(args.memory_limit_gib)]
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    # allocate as needed (the peak is then the program's), up to 95% of the device (JAX's
+    # default allows 75%: an 8B program that fits in 139 GiB would be refused at 104)
+    env = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95", **os.environ,
+           "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # fmt: skip
     base = {"decoder": name, "program": program}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=left, env=env)
