@@ -448,6 +448,29 @@ def test_set_runtime_checks_is_the_default_a_block_overrides(monkeypatch):
             pass
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64", "complex64"])
+def test_the_traced_finiteness_test_agrees_with_numpy_entry_by_entry(dtype):
+    # traced, all_finite is one sum of 0 * x over every leaf (NaN for an infinite or NaN entry):
+    # every placement of inf, -inf or NaN in any leaf is caught, under jit and vmap alike, and
+    # no finite value is taken for one, however large (a sum of zeros cannot overflow)
+    big = float(jnp.finfo(dtype).max) if dtype != "complex64" else 3.0e38
+    test = jax.jit(lambda tree: _checks.all_finite(tree, "p"))
+    tree = {
+        "a": jnp.full((3, 4), big, dtype),
+        "b": jnp.ones((5,), "float32"),
+        "e": jnp.zeros((0, 2), dtype),  # no entries
+        "n": jnp.arange(3),  # not floating: not tested
+    }
+    assert bool(test(tree))
+    for leaf, index in (("a", (0, 0)), ("a", (2, 3)), ("b", (4,))):
+        for bad in (jnp.inf, -jnp.inf, jnp.nan):
+            broken = dict(tree, **{leaf: tree[leaf].at[index].set(bad)})
+            assert not bool(test(broken)), (leaf, index, bad)
+    rows = jnp.ones((4, 6), dtype).at[1, 5].set(jnp.nan).at[3, 0].set(jnp.inf)
+    per_row = jax.vmap(lambda r: _checks.all_finite([r], "p"))(rows)
+    np.testing.assert_array_equal(per_row, np.all(np.isfinite(np.asarray(rows)), axis=1))
+
+
 def test_one_finiteness_check_for_plain_and_ordered_checks():
     # kernels._checks.all_finite is the one finiteness test: check_finite and CheckChain.finite
     # raise the same message eagerly, and a chain's later check passes once it failed
