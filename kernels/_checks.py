@@ -712,10 +712,17 @@ def all_finite(tree: Any, name: str) -> jax.Array | None:
             if not np.all(np.isfinite(np.asarray(leaf))):
                 _fail(finite_message(name))
         return None
-    # 0 * x is 0 for a finite x and NaN for an infinite or NaN one (IEEE; XLA does not fold
-    # 0 * x for floats), and a sum of zeros is 0, never an overflow. It reads each leaf once as
-    # jnp.all(jnp.isfinite(leaf)) does, and compiles in under a third of its time (124M
-    # decoder, 11 leaves: 0.10 against 0.34 CPU s, 16 fusions against 33)
+    return finite_verdict(leaves)
+
+
+def finite_verdict(leaves: list) -> jax.Array:
+    """Whether every entry of the floating ``leaves`` is finite, as a (traced) boolean scalar.
+
+    ``0 * x`` is 0 for a finite x and NaN for an infinite or NaN one (IEEE; XLA does not fold
+    ``0 * x`` for floats), and a sum of zeros is 0, never an overflow. It reads each leaf once
+    as ``jnp.all(jnp.isfinite(leaf))`` does, and compiles in under a third of its time (124M
+    decoder, 11 leaves: 0.10 against 0.34 CPU s, 16 fusions against 33).
+    """
     return jnp.all(jnp.stack([jnp.sum(leaf * jnp.zeros((), leaf.dtype)) == 0 for leaf in leaves]))
 
 

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels._checks import check_array_leaves, check_that
+from kernels._checks import check_array_leaves, check_that, finite_verdict
 from kernels._precision import in_compute, work_params
 from kernels.parallel import num_leading
 
@@ -45,8 +45,7 @@ def _check_floating(tree: Any, name: str) -> None:
 
 
 def _all_finite(tree: Any) -> jax.Array:
-    leaves = jax.tree_util.tree_leaves(tree)
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
+    return finite_verdict(jax.tree_util.tree_leaves(tree))
 
 
 def _check_params(params: Any) -> jax.Array:
