@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -150,12 +151,7 @@ def measure(name: str, program: str, args: argparse.Namespace) -> dict:
     mem = compiled.memory_analysis()
     plan = mem.argument_size_in_bytes + mem.temp_size_in_bytes + mem.output_size_in_bytes
     record["xla_plan_gib"] = round(plan / 2**30, 4)
-    stats = _device_stats()
-    limit = args.memory_limit_gib * 2**30 if args.memory_limit_gib else None
-    if limit is None and stats is not None and "bytes_limit" in stats:
-        limit = stats["bytes_limit"]
-    if limit is None and _available_gib() is not None:  # a CPU: the host's memory available now
-        limit = _available_gib() * 2**30
+    limit = _memory_limit(args)
     if limit is not None:
         record["memory_limit_gib"] = round(limit / 2**30, 2)
         if plan > limit:
@@ -185,6 +181,18 @@ def measure(name: str, program: str, args: argparse.Namespace) -> dict:
     if stats is not None and "peak_bytes_in_use" in stats:
         record["peak_gib"] = round(stats["peak_bytes_in_use"] / 2**30, 2)
     return record
+
+
+def _memory_limit(args: argparse.Namespace) -> float | None:
+    """Bytes a program may plan: ``--memory-limit-gib``, else the device's ``bytes_limit``, else
+    (a CPU) the host's memory available now; None where none is known."""
+    if args.memory_limit_gib:
+        return args.memory_limit_gib * 2**30
+    stats = _device_stats()
+    if stats is not None and "bytes_limit" in stats:
+        return stats["bytes_limit"]
+    free = _available_gib()
+    return None if free is None else free * 2**30
 
 
 def _vocab(name: str) -> int:
@@ -321,8 +329,27 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parser.error(f"--out: cannot write in {out}")
     if "gradient" not in programs:  # every ratio is taken against it
         programs = ["gradient", *programs]
+
+    def stop(signum: int, frame: object) -> None:
+        # a stopped run (SIGTERM) ends as an interrupted one: the running program's process is
+        # killed with it, and the records written so far are kept
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+    records: list[dict] = []
+    try:
+        _run_all(configs, programs, args, out, records)
+    except KeyboardInterrupt:
+        print(f"llm_gpu: interrupted; {len(records)} program(s) recorded in "
+              f"{out / 'llm_gpu.json'}", file=sys.stderr)  # fmt: skip
+        raise SystemExit(130) from None
+    print(markdown(records))
+    return records
+
+
+def _run_all(configs, programs, args, out: Path, records: list[dict]) -> None:
+    """Each decoder's programs in turn, within the budget, each record written as it comes."""
     deadline = time.monotonic() + args.budget
-    records = []
     for name in configs:
         for program in programs:
             left = deadline - time.monotonic()
@@ -331,14 +358,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
                           "not_run": f"the budget of {args.budget:g} s was spent"}  # fmt: skip
             else:
                 record = _child(name, program, args, left)
-            print(json.dumps(record), flush=True)
             records.append(record)
-            # written after each program: an interrupted run keeps what it measured
+            # written after each program, then printed: an interrupted run keeps what it measured
             merged = _merge(out / "llm_gpu.json", records)
             (out / "llm_gpu.json").write_text(json.dumps(merged, indent=1) + "\n")
             (out / "llm_gpu.md").write_text(markdown(merged))
-    print(markdown(records))
-    return records
+            print(json.dumps(record), flush=True)
 
 
 if __name__ == "__main__":

@@ -133,3 +133,33 @@ def test_a_program_that_fails_when_run_keeps_its_compile_record(monkeypatch):
     assert r["compile_s"] > 0
     assert r["xla_plan_gib"] > 0
     assert "run_s" not in r
+
+
+def test_a_stopped_run_keeps_its_records_and_leaves_no_process(tmp_path):
+    # SIGTERM once the first program is recorded: the run ends as interrupted (exit 130, a line
+    # saying where its records are), the program running then is killed with it, and what was
+    # finished is on disk
+    import os
+    import signal
+    import subprocess
+
+    out = tmp_path / "results"
+    cmd = [sys.executable, str(ROOT / "bench" / "llm_gpu.py"), "--configs", "tiny",
+           "--programs", "hessian_trace,top_eigenvalues", "--reps", "1", "--seed", "7919",
+           "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"})  # fmt: skip
+    first = json.loads(proc.stdout.readline())  # the gradient's record, printed when written
+    assert first["program"] == "gradient"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert f"recorded in {out / 'llm_gpu.json'}" in err
+    stored = json.loads((out / "llm_gpu.json").read_text())
+    assert stored[0]["program"] == "gradient"
+    assert "per_unit_s" in stored[0]
+    # the child of the program that was running (its seed is this test's own) is gone: the
+    # run waits for it after killing it (an orphan would compile for seconds more)
+    children = subprocess.run(["pgrep", "-af", "llm_gpu.py --child .*--seed 7919"],
+                              capture_output=True, text=True)  # fmt: skip
+    assert children.stdout == "", children.stdout
