@@ -59,16 +59,18 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import llm_plan  # noqa: E402
-from bench.llm_cpu_run import _available_gib  # noqa: E402
+from bench.llm_cpu_run import _available_gib, _timed  # noqa: E402
+from bench.scale import _device_stats  # noqa: E402
 
 CONFIGS = ("1b", "8b")
-# per program: (what one unit is, how many units one call runs given the Lanczos steps)
+# per program: (what one unit is, how many units one call of llm_plan.programs' runs given
+# the Lanczos steps)
 UNITS = {
     "gradient": ("gradient", lambda steps: 1),
-    "hessian_trace": ("probe", lambda steps: 2),
+    "hessian_trace": ("probe", lambda steps: llm_plan.SAMPLES),
     "top_eigenvalues": ("Lanczos step", lambda steps: steps),
-    "average_sharpness": ("pair", lambda steps: 2),
-    "worst_case_sharpness": ("value and gradient", lambda steps: 3),
+    "average_sharpness": ("pair", lambda steps: llm_plan.SAMPLES),
+    "worst_case_sharpness": ("value and gradient", lambda steps: llm_plan.ASCENT_STEPS + 1),
 }
 
 
@@ -89,23 +91,6 @@ def random_weights(shapes, seed: int):
         draw = jax.jit(lambda k, shape=shape: jax.random.normal(k, shape, jnp.bfloat16) * 0.02)
         out.append(draw(key))
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), out)
-
-
-def _device_stats() -> dict | None:
-    import jax
-
-    try:
-        return jax.devices()[0].memory_stats() or None
-    except Exception:  # a backend without the call
-        return None
-
-
-def _timed(fn, *args) -> tuple[object, float]:
-    import jax
-
-    start = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    return out, time.perf_counter() - start
 
 
 def _value(out) -> float | None:

@@ -63,6 +63,8 @@ BATCH, SEQ = 8, 1024
 PROGRAMS = ("gradient", "hessian_trace", "top_eigenvalues", "average_sharpness",
             "worst_case_sharpness")  # fmt: skip
 GOAL = 1.5
+SAMPLES = 2  # Hutchinson probes of hessian_trace, Gaussian pairs of average_sharpness
+ASCENT_STEPS = 2  # worst_case_sharpness's ascent steps (so ASCENT_STEPS + 1 values and gradients)
 DECODERS = ("tiny", "124m", "1b", "8b")  # the names of jaxbounds.models.decoder_config
 
 
@@ -113,19 +115,19 @@ def programs(loss, lanczos_steps: int, shardings) -> dict:
         return value, placed(grad)
 
     def worst_case(p, b, k):
-        out = kernels.worst_case_sharpness(loss, p, b, k, perturbation=ball, num_steps=2)
+        out = kernels.worst_case_sharpness(loss, p, b, k, perturbation=ball, num_steps=ASCENT_STEPS)
         return dataclasses.replace(out, u=placed(out.u))
 
     return {
         "gradient": gradient,
         "hessian_trace": lambda p, b, k: kernels.hessian_trace(
-            loss, p, b, k, num_samples=2, chunk_size=1
+            loss, p, b, k, num_samples=SAMPLES, chunk_size=1
         ),
         "top_eigenvalues": lambda p, b, k: kernels.top_eigenvalues(
             kernels.hvp(loss, p, b), p, k, num_steps=lanczos_steps
         ),
         "average_sharpness": lambda p, b, k: kernels.average_sharpness(
-            loss, p, b, k, perturbation=gaussian, num_samples=2, chunk_size=1
+            loss, p, b, k, perturbation=gaussian, num_samples=SAMPLES, chunk_size=1
         ),
         "worst_case_sharpness": worst_case,
     }
