@@ -199,15 +199,43 @@ def _child(name: str, program: str, args: argparse.Namespace, left: float) -> di
            "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # fmt: skip
     base = {"decoder": name, "program": program}
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=left, env=env)
+        stdout, stderr, code = _wait(cmd, env, left)
     except subprocess.TimeoutExpired:
         return {**base, "not_run": f"stopped: the budget's {left:.0f} s left ran out"}
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         if line.startswith("RECORD "):
             return json.loads(line[len("RECORD ") :])
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()] or [""]
+    lines = [ln for ln in stderr.splitlines() if ln.strip()] or [""]
     why = next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), lines[-1])
-    return {**base, "error": f"exit {proc.returncode}: {why.strip()[:400]}"}
+    return {**base, "error": f"exit {code}: {why.strip()[:400]}"}
+
+
+_STOPS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _wait(cmd: list[str], env: dict, timeout: float) -> tuple[str, str, int]:
+    """Run ``cmd`` to its end: ``(stdout, stderr, exit code)``; killed on a timeout or a stop.
+
+    SIGINT and SIGTERM are held back while the process is started, so that a stop always finds
+    it (one arriving inside ``subprocess.run`` while it started the process left an orphan
+    compiling on); the process inherits them held back and lets them through first thing
+    (``--child``), with no code run between its fork and its exec.
+    """
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    proc = None
+    try:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a stop held back is raised here
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException:  # the timeout, a stop
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        if proc is not None:
+            proc.kill()
+            proc.communicate()
+        raise
+    return stdout, stderr, proc.returncode
 
 
 def summarize(records: list[dict]) -> list[dict]:
@@ -301,6 +329,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     configs = _names(parser, "--configs", args.configs, llm_plan.DECODERS)
     programs = _names(parser, "--programs", args.programs, tuple(UNITS))
     if args.child:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)  # held back by _wait while starting
         print("RECORD " + json.dumps(measure(configs[0], programs[0], args)), flush=True)
         return []
     out = Path(args.out)
