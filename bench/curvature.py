@@ -17,8 +17,9 @@ Measures in one run, interleaving the variants and reporting medians:
   $v^\top H v$ (``mode="auto"``, ``"forms"``, ``"products"``), Lanczos per step
   (``top_eigenvalues``, 10 steps, full and float16 basis), worst-case sharpness per ascent
   step (5 steps) and the sharpness decomposition per pair + probe (forms vs products), each
-  against one gradient: interleaved timings in one process plus XLA's load-independent
-  ``cost_analysis()`` (GFLOP, bytes accessed; a loop body counted once) and
+  against one gradient: interleaved timings in one process, each kernel call beside the
+  median of five gradient calls timed just before it (``paired_times``), plus XLA's
+  load-independent ``cost_analysis()`` (GFLOP, bytes accessed; a loop body counted once) and
   ``memory_analysis()`` temporaries of each compiled program.
 
 Runs unchanged on whatever ``jax.devices()`` holds: on a GPU the PyTorch twin and PyHessian run
@@ -441,8 +442,38 @@ def kernel_programs(args) -> dict:
     }
 
 
+#: Gradient calls timed right before each kernel call; their median is that call's unit.
+GRAD_CALLS = 5
+
+
+def paired_times(compiled: dict, args: tuple, key, *, reps: int):
+    """Per program (``"grad"`` excluded), its call times and beside each the median of
+    :data:`GRAD_CALLS` gradient calls timed just before it, for ``reps`` rounds.
+
+    A gradient here takes tens of milliseconds and a kernel seconds: one gradient call per round
+    made the gradient, not the kernels, the noisy side of every ratio (33-39 ms from run to run
+    while the kernels' own seconds stayed put). Timing the unit beside each kernel call, several
+    times, lets each ratio see the machine the kernel saw.
+    """
+    times = {name: [] for name in compiled if name != "grad"}
+    grads = {name: [] for name in times}
+    for rep in range(reps):
+        k = jax.random.fold_in(key, rep + 1)
+        for name in times:
+            unit = [timed(compiled["grad"], *args, k) for _ in range(GRAD_CALLS)]
+            grads[name].append(statistics.median(unit))
+            times[name].append(timed(compiled[name], *args, k))
+    return times, grads
+
+
+def paired_ratio(times, grads, units: int) -> float:
+    """Median over rounds of (call seconds / units / that round's gradient seconds)."""
+    return statistics.median(t / units / g for t, g in zip(times, grads, strict=True))
+
+
 def bench_kernels(args) -> dict:
-    """Per-unit time over one gradient (interleaved, medians) and XLA's costs of each program."""
+    """Per-unit time over one gradient (each kernel call beside its own gradient timings,
+    medians) and XLA's costs of each program."""
     params, inputs, targets = jax_inputs()
     batch, key = (inputs, targets), jax.random.key(0)
     programs = kernel_programs(args)
@@ -454,24 +485,20 @@ def bench_kernels(args) -> dict:
         costs[name] = {"units": units, "compile_and_first_s": time.perf_counter() - start}
         costs[name].update(ref.xla_costs(compiled[name]))
         emit({"record": "kernel_program", "name": name, **costs[name]})
-    times: dict[str, list[float]] = {name: [] for name in programs}
-    for rep in range(args.reps):
-        k = jax.random.fold_in(key, rep + 1)
-        for name, c in compiled.items():
-            times[name].append(timed(c, params, batch, k))
-    grad = statistics.median(times["grad"])
+    times, grads = paired_times(compiled, (params, batch), key, reps=args.reps)
+    grad = statistics.median(t for ts in grads.values() for t in ts)
     grad_costs = costs["grad"]
     out = {"kernels_grad_ms": 1e3 * grad}
     for name, (_, units) in programs.items():
         if name == "grad":
             continue
-        med = statistics.median(times[name])
         rec = {
             "record": "kernel_ratio",
             "name": name,
             "units": units,
-            "per_unit_over_grad": med / units / grad,
+            "per_unit_over_grad": paired_ratio(times[name], grads[name], units),
             "all_s": [round(t, 4) for t in times[name]],
+            "grad_s": [round(t, 5) for t in grads[name]],
         }
         for field in ("gflop", "gb_accessed", "xla_temp_mb"):
             if field in costs[name] and grad_costs.get(field):
