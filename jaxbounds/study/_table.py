@@ -114,6 +114,8 @@ def _parse_cell(text: Any) -> Any:
     s = text.strip()
     if s == "":
         return None
+    if "_" in s:  # Python reads 1_000 as 1000; a spreadsheet does not
+        return s
     try:
         return int(s)
     except ValueError:
@@ -122,6 +124,15 @@ def _parse_cell(text: Any) -> Any:
         return float(s)
     except ValueError:
         return s
+
+
+def _missing(value: Any) -> bool:
+    """An empty cell: None, or a NaN (``csv.writer`` writes ``float("nan")`` as ``nan``)."""
+    if value is None:
+        return True
+    if isinstance(value, float | np.floating):
+        return bool(np.isnan(value))
+    return isinstance(value, str) and value.strip().lower() in ("", "nan")
 
 
 def _read_csv(path: Path) -> tuple[dict[str, list], list[str]]:
@@ -206,27 +217,80 @@ def _need(columns: Mapping[str, list], argument: str, name: Any) -> list:
     if not isinstance(name, str) or not name:
         raise ValueError(f"{argument}: expected a column name, got {name!r}")
     if name not in columns:
-        shown = ", ".join(list(columns)[:30]) + (", ..." if len(columns) > 30 else "")
+        shown = ", ".join(repr(c) for c in list(columns)[:30]) + (
+            ", ..." if len(columns) > 30 else ""
+        )
         raise ValueError(f"{argument}: column {name!r} is not in the table (columns: {shown})")
     return columns[name]
 
 
-def _floats(values: list, argument: str, name: str, where: Sequence[str]) -> np.ndarray:
+_NOT_A_NUMBER = object()  # float() of it raises TypeError: "is not a number"
+
+
+def _floats(
+    values: list, argument: str, name: str, where: Sequence[str], *, finite: bool = False
+) -> np.ndarray:
+    """A column of numbers, NaN where empty; ``finite``: an infinite value is refused."""
     out = np.empty(len(values), dtype=float)
-    for i, v in enumerate(values):
-        if v is None or (isinstance(v, str) and v.strip().lower() in ("", "nan")):
+    for i, cell in enumerate(values):
+        v = _parse_cell(cell)  # text as a CSV cell is read (a row mapping may hold text)
+        if _missing(v):
             out[i] = math.nan
-        elif isinstance(v, bool):
+            continue
+        if isinstance(v, str):  # neither an int nor a float (or with an underscore)
+            v = _NOT_A_NUMBER
+        if isinstance(v, bool | np.bool_):
             raise ValueError(
                 f"{argument}: column {name!r}, {where[i]}, is a flag ({v}), not a number"
             )
-        else:
-            try:
-                out[i] = float(v)
-            except (TypeError, ValueError):
+        try:
+            out[i] = float(v)
+        except OverflowError:
+            raise ValueError(
+                f"{argument}: column {name!r}, {where[i]}, is a number beyond the float range "
+                f"({str(v)[:20]}..., {len(str(v))} digits)"
+            ) from None
+        except (TypeError, ValueError):
+            shown = repr(cell) if len(repr(cell)) <= 60 else repr(cell)[:57] + "..."
+            raise ValueError(
+                f"{argument}: column {name!r}, {where[i]}, is not a number: {shown}"
+            ) from None
+        if finite and math.isinf(out[i]):
+            raise ValueError(
+                f"{argument}: column {name!r}, {where[i]}, is {out[i]:g}: expected a finite "
+                "number or an empty cell"
+            )
+    return out
+
+
+def _distinct_roles(**roles: Any) -> None:
+    """The family, each axis, the seed and the gap are different columns.
+
+    A seed column given as an axis would make every environment of the sign error a pair of
+    seeds and break up Psi's groups; a repeated role of one column has no meaning.
+    """
+    seen: dict[str, str] = {}
+    for role, names in roles.items():
+        for c in [names] if names is None or isinstance(names, str) else list(names):
+            if c is None:
+                continue
+            if c in seen:
                 raise ValueError(
-                    f"{argument}: column {name!r}, {where[i]}, is not a number: {v!r}"
-                ) from None
+                    f"{role}: column {c!r} is the {seen[c]} column already; the family, the "
+                    "axes, the seed and the gap are different columns"
+                )
+            seen[c] = role
+
+
+def _stderrs(values: list, name: str, where: Sequence[str]) -> np.ndarray:
+    """The gap's standard errors: finite and >= 0 (NaN where empty)."""
+    out = _floats(values, "gap_stderr", name, where, finite=True)
+    below = np.flatnonzero(out < 0)
+    if below.size:
+        i = int(below[0])
+        raise ValueError(
+            f"gap_stderr: column {name!r}, {where[i]}, is {out[i]:g}: a standard error is >= 0"
+        )
     return out
 
 
@@ -259,7 +323,7 @@ def _flags(values: list, argument: str, name: str, where: Sequence[str]) -> np.n
 
 
 def _no_empty(values: np.ndarray, argument: str, name: str, where: Sequence[str]) -> None:
-    empty = np.flatnonzero([v is None for v in values])
+    empty = np.flatnonzero([_missing(v) for v in values])
     if empty.size:
         i = int(empty[0])
         raise ValueError(f"{argument}: column {name!r}, {where[i]}, is empty")
@@ -273,7 +337,7 @@ def _axis_cells(
     An axis empty for every model of a family is an axis that family does not have.
     """
     for axis, values in settings.items():
-        empty = np.array([v is None for v in values], dtype=bool)
+        empty = np.array([v is None for v in values], dtype=bool)  # NaN is None here
         for f in dict.fromkeys(family[empty].tolist()):
             mine = family == f
             if not empty[mine].all():
@@ -329,8 +393,9 @@ def check_gap_range(table: ModelTable, loss_range: float) -> list[str]:
 
 
 def _objects(values: list) -> np.ndarray:
+    """Cells as values (numbers where they parse); an empty or NaN cell as None."""
     out = np.empty(len(values), dtype=object)
-    out[:] = [_parse_cell(v) for v in values]
+    out[:] = [None if _missing(c := _parse_cell(v)) else c for v in values]
     return out
 
 
@@ -383,15 +448,19 @@ def load_table(
         raise ValueError(f"axes: expected a list of at least one column, got {axes!r}")
     if isinstance(measures, str) or not list(measures):
         raise ValueError(f"measures: expected a list of at least one column, got {measures!r}")
-    if len(set(measures)) != len(list(measures)):
-        raise ValueError(f"measures: a column is named twice in {list(measures)!r}")
+    for argument, names in (("axes", axes), ("measures", measures)):
+        if not all(isinstance(c, str) and c for c in names):
+            raise ValueError(f"{argument}: expected column names, got {list(names)!r}")
+        if len(set(names)) != len(list(names)):
+            raise ValueError(f"{argument}: a column is named twice in {list(names)!r}")
+    _distinct_roles(family=family, axes=axes, seed=seed, gap=gap)
     settings = {a: _objects(_need(cols, "axes", a)) for a in axes}
     seeds = _objects(_need(cols, "seed", seed))
     n = len(seeds)
     if n == 0:
         raise ValueError("source: the table has no rows")
     _no_empty(seeds, "seed", seed, where)
-    gaps = _floats(_need(cols, "gap", gap), "gap", gap, where)
+    gaps = _floats(_need(cols, "gap", gap), "gap", gap, where, finite=True)
     values = {m: _floats(_need(cols, "measures", m), "measures", m, where) for m in measures}
     if family is None:
         fam = np.array(["all"] * n, dtype=object)
@@ -403,17 +472,19 @@ def load_table(
     conv = (np.ones(n, dtype=bool) if converged is None
             else _flags(_need(cols, "converged", converged), "converged", converged,
                         where))  # fmt: skip
-    se = None if gap_stderr is None else _floats(
-        _need(cols, "gap_stderr", gap_stderr), "gap_stderr", gap_stderr, where)  # fmt: skip
+    se = None if gap_stderr is None else _stderrs(
+        _need(cols, "gap_stderr", gap_stderr), gap_stderr, where)  # fmt: skip
     rid = None if run_id is None else _objects(_need(cols, "run_id", run_id))
     has_gap = np.isfinite(gaps)
     if num_test is None or isinstance(num_test, str):
         nt = None if num_test is None else _sizes(
             _need(cols, "num_test", num_test), "num_test", num_test, where, has_gap)  # fmt: skip
-    elif isinstance(num_test, int) and not isinstance(num_test, bool) and num_test >= 1:
+    elif (isinstance(num_test, int | np.integer) and not isinstance(num_test, bool)
+          and 1 <= num_test <= 2**53):  # fmt: skip
         nt = np.full(n, float(num_test))
     else:
-        raise ValueError(f"num_test: expected a column name or an int >= 1, got {num_test!r}")
+        shown = repr(num_test) if len(repr(num_test)) <= 40 else repr(num_test)[:37] + "..."
+        raise ValueError(f"num_test: expected a column name or an int in [1, 2**53], got {shown}")
     ts = None if train_size is None else _sizes(
         _need(cols, "train_size", train_size), "train_size", train_size, where,
         has_gap)  # fmt: skip

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxbounds._atomic import check_stop
 from jaxbounds.study import bootstrap, cmi, nulls, ranking, sign_error
 from jaxbounds.study._table import ModelTable, check_gap_range
 
@@ -35,7 +36,8 @@ class MeasureResult:
     Attributes:
       name: the measure.
       num_models: models with a value (of the family's kept models).
-      num_missing: kept models without a value (NaN), left out of this measure's statistics.
+      num_missing: kept models without a finite value (empty, NaN or infinite), left out
+        of this measure's statistics.
       tau: :class:`~jaxbounds.study.ranking.Tau` over the family's kept models.
       tau_interval: its two-way bootstrap interval (of Jiang's tau-a; configurations and
         seeds resampled jointly, :mod:`~jaxbounds.study.bootstrap`).
@@ -327,8 +329,10 @@ def _null_stats(f: _Family, with_cmi: bool) -> Any:
 def _family(t: ModelTable, family: str, opts: dict[str, Any]) -> tuple[FamilyResult, np.ndarray]:
     sel, notes = _select(t, family, opts)
     f = _prepare(sel["kept"], sel["rows"], opts, notes)
-    measures = {name: _measure(f, name, values, sel["capped"], notes)
-                for name, values in f.kept.measures.items()}  # fmt: skip
+    measures = {}
+    for name, values in f.kept.measures.items():
+        check_stop()  # a SIGINT / SIGTERM under jaxbounds study stops between two measures
+        measures[name] = _measure(f, name, values, sel["capped"], notes)
     with_cmi = opts["null_cmi"] and f.pairs is not None and opts["cmi_max_size"] >= 0
     base = nulls.null_draws(f.kept.gap, f.kept.gap_stderr, _null_stats(f, with_cmi),
                             num_samples=opts["num_null_draws"], rng_seed=opts["rng_seed"],
@@ -340,6 +344,62 @@ def _family(t: ModelTable, family: str, opts: dict[str, Any]) -> tuple[FamilyRes
         resamples=f.resamples,
     )  # fmt: skip
     return result, f.rows
+
+
+#: The largest draw and resample counts :func:`analyze` takes: each null draw keeps its
+#: statistics and each resample a weight per model (100,000 resamples of 1,000 models: 0.8 GB).
+MAX_DRAWS = 100_000
+
+
+def _int(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """``value`` as an int in [low, high], refused naming ``name`` (bools and floats too)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"{name}: expected an int, got {value!r} ({type(value).__name__})")
+    if value < low or (high is not None and value > high):
+        span = f">= {low}" if high is None else f"in [{low}, {high:,}]"
+        raise ValueError(f"{name}: expected an int {span}, got {value}")
+    return int(value)
+
+
+def _number(name: str, value: Any, *, positive: bool) -> float:
+    """A finite real number (> 0 with ``positive``), refused naming ``name``."""
+    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or (positive and value <= 0):
+        what = "a finite number > 0" if positive else "a finite number"
+        raise ValueError(f"{name}: expected {what}, got {value!r}")
+    return float(value)
+
+
+def _options(**given: Any) -> dict[str, Any]:
+    """The options of :func:`analyze`, checked: each refused value names its argument."""
+    for name in ("converged_only", "collapse_duplicates", "null_cmi"):
+        if not isinstance(given[name], bool | np.bool_):
+            raise ValueError(f"{name}: expected True or False, got {given[name]!r}")
+    conf = given["confidence"]
+    if not (isinstance(conf, float) and 0.0 < conf < 1.0):
+        raise ValueError(f"confidence: expected a float in (0, 1), got {conf!r}")
+    logs = given["log_measures"]
+    if logs is not None and (isinstance(logs, str) or not isinstance(logs, Sequence)
+                             or not all(isinstance(m, str) for m in logs)):  # fmt: skip
+        raise ValueError(f"log_measures: expected a list of measure names or None, got {logs!r}")
+    sizes = given["sign_error_num_test"]
+    if isinstance(sizes, str) or not isinstance(sizes, Sequence):
+        raise ValueError(f"sign_error_num_test: expected a list of ints, got {sizes!r}")
+    return {
+        "converged_only": bool(given["converged_only"]),
+        "collapse_duplicates": bool(given["collapse_duplicates"]),
+        "num_null_draws": _int("num_null_draws", given["num_null_draws"], 1, MAX_DRAWS),
+        "num_resamples": _int("num_resamples", given["num_resamples"], 1, MAX_DRAWS),
+        "confidence": conf,
+        "rng_seed": _int("rng_seed", given["rng_seed"], 0),
+        "loss_range": _number("loss_range", given["loss_range"], positive=True),
+        "min_ess": _number("min_ess", given["min_ess"], positive=True),
+        "log_measures": None if logs is None else tuple(logs),
+        "cmi_max_size": _int("cmi_max_size", given["cmi_max_size"], -1),
+        "cmi_max_models": _int("cmi_max_models", given["cmi_max_models"], 0),
+        "null_cmi": bool(given["null_cmi"]),
+        "sign_error_num_test": tuple(_int("sign_error_num_test", n, 1, 2**53) for n in sizes),
+    }
 
 
 def kendall_key(value: Any) -> Any:
@@ -383,7 +443,7 @@ def analyze(
         Dziugaite et al.).
       log_measures: the measures on the log scale for the size adjustment; None: the names
         that start with ``log``.
-      cmi_max_size: largest conditioning set of the CMI test (Jiang et al.: 2).
+      cmi_max_size: largest conditioning set of the CMI test (Jiang et al.: 2; -1: no CMI).
       cmi_max_models: families with more kept models skip the CMI test (it uses all n(n-1)
         ordered pairs).
       null_cmi: give the null measures' CMI too (``cmi_0`` ... in their statistics).
@@ -394,8 +454,9 @@ def analyze(
       A :class:`Study`.
 
     Raises:
-      ValueError: for a confidence outside (0, 1), num_null_draws / num_resamples < 1, or
-        (with test-set sizes) a gap beyond ``loss_range``.
+      ValueError: naming the argument, for a value of the wrong type or out of range (a
+        confidence outside (0, 1), num_null_draws / num_resamples outside [1, MAX_DRAWS], a
+        negative rng_seed, ...), or (with test-set sizes) a gap beyond ``loss_range``.
 
     >>> from jaxbounds.study import load_table
     >>> rows = [{"lr": lr, "seed": s, "gap": lr + s / 10, "m": lr} for lr in (1, 2, 3)
@@ -405,20 +466,16 @@ def analyze(
     >>> r.families["all"].measures["m"].psi.psi, r.families["all"].axes
     (1.0, ('lr',))
     """
-    if not (isinstance(confidence, float) and 0.0 < confidence < 1.0):
-        raise ValueError(f"confidence: expected a float in (0, 1), got {confidence!r}")
-    if not (math.isfinite(loss_range) and loss_range > 0):
-        raise ValueError(f"loss_range: expected a finite number > 0, got {loss_range!r}")
-    check_gap_range(table, float(loss_range))
-    opts = {
-        "converged_only": bool(converged_only), "collapse_duplicates": bool(collapse_duplicates),
-        "num_null_draws": num_null_draws, "num_resamples": num_resamples,
-        "confidence": confidence, "rng_seed": rng_seed, "loss_range": float(loss_range),
-        "min_ess": float(min_ess), "log_measures": None if log_measures is None
-        else tuple(log_measures), "cmi_max_size": int(cmi_max_size),
-        "cmi_max_models": int(cmi_max_models), "null_cmi": bool(null_cmi),
-        "sign_error_num_test": tuple(int(n) for n in sign_error_num_test),
-    }  # fmt: skip
+    if not isinstance(table, ModelTable):
+        raise ValueError(f"table: expected a ModelTable (load_table), got {type(table).__name__}")
+    opts = _options(
+        converged_only=converged_only, collapse_duplicates=collapse_duplicates,
+        num_null_draws=num_null_draws, num_resamples=num_resamples, confidence=confidence,
+        rng_seed=rng_seed, loss_range=loss_range, min_ess=min_ess, log_measures=log_measures,
+        cmi_max_size=cmi_max_size, cmi_max_models=cmi_max_models, null_cmi=null_cmi,
+        sign_error_num_test=sign_error_num_test,
+    )  # fmt: skip
+    check_gap_range(table, opts["loss_range"])
     families: dict[str, FamilyResult] = {}
     pooled_rows: list[np.ndarray] = []
     for family in dict.fromkeys(table.family.tolist()):

@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from jaxbounds._atomic import check_stop
+
 __all__ = ["MIN_DRAWS", "NullBaseline", "Summary", "beyond", "null_draws"]
 
 #: Draws a two-sided rank test at level 5% needs: with k draws the smallest p-value is
@@ -116,6 +118,7 @@ def null_draws(
     random_stats: list[dict[str, float]] = []
     noise_stats: list[dict[str, float]] = []
     for _ in range(num_samples):
+        check_stop()  # a SIGINT / SIGTERM under jaxbounds study stops between two draws
         random_measure = np.exp(rng.standard_normal(gap.size))
         noise = rng.standard_normal(gap.size)
         random_stats.append(statistics(random_measure, "random"))

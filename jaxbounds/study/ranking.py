@@ -39,7 +39,8 @@ def signs(values: Any) -> np.ndarray:
     [[0, -1, -1], [1, 0, 1], [1, -1, 0]]
     """
     v = np.asarray(values, dtype=float).reshape(-1)
-    return np.sign(v[:, None] - v[None, :]).astype(np.int8)
+    with np.errstate(over="ignore"):  # 1e308 - (-1e308) is inf: its sign is still right
+        return np.sign(v[:, None] - v[None, :]).astype(np.int8)
 
 
 def tau_a(measure: Any, gap: Any) -> float:
@@ -326,7 +327,8 @@ def granulated_psi(
     g = np.asarray(gap, dtype=float)
     lay = psi_layout(groups) if layout is None else layout
     where = np.arange(mu.size) if index is None else np.asarray(index)
-    sign = np.sign(mu[lay.i] - mu[lay.j]) * np.sign(g[lay.i] - g[lay.j])
+    with np.errstate(over="ignore"):  # a difference beyond the float range keeps its sign
+        sign = np.sign(mu[lay.i] - mu[lay.j]) * np.sign(g[lay.i] - g[lay.j])
     group_tau = (np.add.reduceat(sign, lay.starts) / lay.size if lay.size.size
                  else np.zeros(0))  # fmt: skip
     per_axis, counts, taus, gseeds = {}, {}, {}, {}

@@ -6,11 +6,14 @@ same numbers, and one figure per family is drawn when matplotlib is installed.
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
+from jaxbounds._atomic import write_bytes_atomic, write_text_atomic
 from jaxbounds.study import nulls
 from jaxbounds.study.analysis import FamilyResult, MeasureResult, Study
 
@@ -38,9 +41,14 @@ def _band(summary: Any, signed: bool = True) -> str:
     return f"{fmt(summary.median)} [{fmt(summary.low)}, {fmt(summary.high)}]"
 
 
+def _cell(text: str) -> str:
+    """A table cell: a ``|`` in a name escaped, a line break a space (one row stays one row)."""
+    return " ".join(str(text).replace("|", "\\|").split("\n"))
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
     return lines
 
 
@@ -95,7 +103,7 @@ def _measure_row(fr: FamilyResult, m: MeasureResult) -> list[str]:
         (" / ".join(_u(cmi.get(k)) for k in sorted(cmi)) + f" (tau {_sign(m.tau.tau)})"
          if cmi else "n/a"),
         _u(se.mean), _u(se.p90), _u(se.worst), str(se.num_environments),
-        (m.tau.note or se.note or "") + (f"; {m.num_missing} without a value"
+        (m.tau.note or se.note or "") + (f"; {m.num_missing} without a finite value"
                                          if m.num_missing else ""),
     ]  # fmt: skip
 
@@ -234,10 +242,13 @@ def _figure(fr: FamilyResult, path: Path) -> bool:
         ax.axvline(0.0, color="black", lw=0.5)
         ax.set_title(f"{fr.family}: {stat}")
         ax.set_yticks(range(len(names)), names, fontsize=7)
-    axes[0].legend(fontsize=7)
+    if axes[0].get_legend_handles_labels()[0]:  # no null band drawn: no legend
+        axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=100)
     plt.close(fig)
+    write_bytes_atomic(path, image.getvalue())
     return True
 
 
@@ -247,7 +258,8 @@ def render_report(study: Study, out_dir: str | Path, *, title: str = "Measures v
 
     Args:
       study: the :class:`~jaxbounds.study.Study`.
-      out_dir: the folder (created).
+      out_dir: the folder (created). Each file is written atomically; figures of an earlier
+        study with more families (``figure_<k>_tau_psi.png`` not drawn now) are removed.
       title: the report's title.
       figures: draw the figures (skipped, and said in the report, without matplotlib).
 
@@ -269,6 +281,9 @@ def render_report(study: Study, out_dir: str | Path, *, title: str = "Measures v
                 links = ["Figures: matplotlib is not installed, none drawn."]
                 break
         text += "\n## Figures\n\n" + "\n\n".join(links) + "\n"
-    (out / "report.md").write_text(text, encoding="utf-8")
-    (out / "study.json").write_text(study_json(study), encoding="utf-8")
+    write_text_atomic(out / "report.md", text)
+    write_text_atomic(out / "study.json", study_json(study))
+    for stale in out.glob("figure_*_tau_psi.png"):  # an earlier study's, with more families
+        if stale not in written and re.fullmatch(r"figure_\d+_tau_psi\.png", stale.name):
+            stale.unlink()
     return [out / "report.md", out / "study.json", *written]

@@ -219,7 +219,8 @@ def robust_sign_error(
         else:
             h = hoeffding_weight(g[i] - g[j], np.minimum(nt[i], nt[j]), loss_range=loss_range)
             w = np.where(h > min_weight, h - min_weight, 0.0)
-        e = 0.5 * (1.0 - np.sign(mu[i] - mu[j]) * np.sign(g[i] - g[j]))
+        with np.errstate(over="ignore"):  # a difference beyond the float range keeps its sign
+            e = 0.5 * (1.0 - np.sign(mu[i] - mu[j]) * np.sign(g[i] - g[j]))
         total, squares = float(w.sum()), float((w**2).sum())
         ess = total**2 / squares if squares > 0 else 0.0
         if not (ess > min_ess or math.isclose(ess, min_ess)) or total == 0:

@@ -1,6 +1,9 @@
 """``jaxbounds study --from CSV`` on a CSV with its own column names."""
 
+import errno
 import json
+import os
+import signal
 
 import pytest
 
@@ -135,7 +138,10 @@ def test_num_test_zero_exits_2_naming_the_column(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == f"{ERR}--num-test: column 'nt', row 6 of {path}, is 0: expected a size >= 1\n"
     assert main(_args(path, tmp_path / "out", **{"--num-test": "0"})) == 2
-    assert "--num-test: expected a column name or an int >= 1, got 0" in capsys.readouterr().err
+    assert (
+        "--num-test: expected a column name or an int in [1, 2**53], got 0"
+        in capsys.readouterr().err
+    )
 
 
 def test_too_few_null_draws_say_so_instead_of_beyond_null(tmp_path, capsys):
@@ -193,3 +199,106 @@ def test_a_short_row_names_its_spreadsheet_row(tmp_path, capsys):
     assert main(_args(path, tmp_path / "out")) == 2
     n = _rows_before() + 2
     assert f"--from: row {n} of {path} has 8 cells, the header 9" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("over", "says"),
+    [({"--axes": "eta,eta"}, "--axes: a column is named twice in ['eta', 'eta']"),
+     ({"--axes": "eta,rep"}, "--seed: column 'rep' is the axes column already"),
+     ({"--rng-seed": "-1"}, "--rng-seed: expected an integer >= 0, got -1"),
+     ({"--resamples": "100000000000"}, "--resamples: expected an integer in [1, 100,000], got"),
+     ({"--null-draws": str(10**22)}, "--null-draws: expected an integer in [1, 100,000], got"),
+     ({"--loss-range": "inf"}, "--loss-range: expected a finite number > 0, got inf"),
+     ({"--num-test": "1" + "0" * 400}, "--num-test: expected a column name or an int in")],
+)  # fmt: skip
+def test_bad_flags_exit_2_naming_the_flag_and_leave_no_folder(tmp_path, capsys, over, says):
+    out = tmp_path / "new" / "a" / "b"
+    assert main(_args(_csv(tmp_path), out, **over)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{ERR}{says}")
+    assert err.count("\n") == 1  # one line, no traceback
+    assert not (tmp_path / "new").exists()  # nothing made for a run that did not start
+
+
+def test_a_big_integer_cell_names_its_row_and_column(tmp_path, capsys):
+    path = _csv(tmp_path, extra=f"cnn,0.2,2,0,0.5,0.001,1{'0' * 400},7,true\n")
+    assert main(_args(path, tmp_path / "out")) == 2
+    assert (f"--measures: column 'flat', row {_rows_before() + 2} of {path}, is a number "
+            "beyond the float range") in capsys.readouterr().err  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "says"), [("dir", "is a directory"), ("fifo", "is not a regular file")]
+)
+def test_from_a_directory_or_a_pipe_says_what_it_is(tmp_path, capsys, kind, says):
+    source = tmp_path / "src"
+    source.mkdir() if kind == "dir" else os.mkfifo(source)
+    assert main(_args(source, tmp_path / "out")) == 2
+    assert f"--from {source}: {says}" in capsys.readouterr().err
+
+
+def test_a_second_study_into_a_locked_folder_stops_at_once(tmp_path, capsys):
+    from jaxbounds._atomic import exclusive_lock
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with exclusive_lock(out):  # another study writing there
+        assert main(_args(_csv(tmp_path), out)) == 2
+    assert "--out" in (err := capsys.readouterr().err)
+    assert "another jaxbounds study is writing there" in err
+    assert list(out.iterdir()) == []
+    assert main(_args(_csv(tmp_path), out)) == 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_during_the_analysis_writes_nothing_and_says_so(tmp_path, capsys, monkeypatch,
+                                                               signum):  # fmt: skip
+    from jaxbounds.study import analysis
+
+    measure = analysis._measure
+
+    def stopped(*args, **kwargs):  # the signal arrives while the first measure is studied
+        os.kill(os.getpid(), signum)
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(analysis, "_measure", stopped)
+    out = tmp_path / "new" / "out"
+    assert main(_args(_csv(tmp_path), out)) == 128 + signum
+    err = capsys.readouterr().err
+    assert err.endswith(f"interrupted by {signal.Signals(signum).name} before the report was "
+                        "written; nothing was written (the study writes its report at the "
+                        "end: run the command again)\n")  # fmt: skip
+    assert not (tmp_path / "new").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+
+
+def test_no_model_left_to_analyse_exits_1_writing_nothing(tmp_path, capsys):
+    path = _csv(tmp_path)
+    path.write_text(path.read_text().replace(",true\n", ",false\n"))  # every run capped
+    assert main(_args(path, tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert f"--from {path}: no model left to analyse (cnn: 12 rows, 0 without a gap, 12 " in err
+    assert "(--all-models analyses capped models too); nothing written" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_write_names_the_file_and_leaves_no_record_of_the_job(tmp_path, capsys,
+                                                                      monkeypatch):  # fmt: skip
+    from jaxbounds.study import report
+
+    path, out = _csv(tmp_path), tmp_path / "out"
+    assert main(_args(path, out)) == 0
+    assert (out / "study_job.json").exists()
+
+    def full(target, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
+
+    monkeypatch.setattr(report, "write_text_atomic", full)
+    assert main([*_args(path, out), "--title", "B", "--fresh"]) == 1
+    err = capsys.readouterr().err
+    assert f"--out {out}: cannot write {out / 'report.md'} (No space left on device)" in err
+    # the folder holds the earlier report without its record: a rerun must say --fresh
+    assert not (out / "study_job.json").exists()
+    monkeypatch.undo()
+    assert main(_args(path, out)) == 2
+    assert "--fresh" in capsys.readouterr().err

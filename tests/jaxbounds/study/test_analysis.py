@@ -29,7 +29,7 @@ ARGS = {"family": "fam", "axes": ["lr", "bs"], "seed": "seed", "gap": "gap",
 
 
 def _study(rows, **kw):
-    return analyze(load_table(rows, **ARGS), num_null_draws=20, num_resamples=30, **kw)
+    return analyze(load_table(rows, **ARGS), **({"num_null_draws": 20, "num_resamples": 30} | kw))
 
 
 def test_per_family_tau_is_the_family_tau_and_pooled_is_apart():
@@ -159,3 +159,38 @@ def test_the_constant_null_and_the_sign_error_at_another_test_size():
     m = f.measures["m"]
     assert set(m.sign_error_at) == {10000}
     assert m.sign_error_at[10000].num_environments > m.sign_error.num_environments
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [("converged_only", "no", r"^converged_only: expected True or False, got 'no'"),
+     ("collapse_duplicates", "False", r"^collapse_duplicates: expected True or False"),
+     ("log_measures", "logm", r"^log_measures: expected a list of measure names or None"),
+     ("cmi_max_size", 2.5, r"^cmi_max_size: expected an int, got 2.5"),
+     ("min_ess", math.nan, r"^min_ess: expected a finite number > 0, got nan"),
+     ("min_ess", -1, r"^min_ess: expected a finite number > 0"),
+     ("rng_seed", -1, r"^rng_seed: expected an int >= 0, got -1"),
+     ("rng_seed", "a", r"^rng_seed: expected an int, got 'a'"),
+     ("loss_range", "1", r"^loss_range: expected a finite number > 0, got '1'"),
+     ("loss_range", None, r"^loss_range: expected a finite number > 0, got None"),
+     ("num_null_draws", 0, r"^num_null_draws: expected an int in \[1, 100,000\], got 0"),
+     ("num_resamples", 10**11, r"^num_resamples: expected an int in \[1, 100,000\]"),
+     ("sign_error_num_test", (0,), r"^sign_error_num_test: expected an int in \[1, "),
+     ("sign_error_num_test", 100, r"^sign_error_num_test: expected a list of ints")],
+)  # fmt: skip
+def test_each_bad_option_is_refused_naming_it(option, value, says):
+    # a string flag was read as True, "logm" as the names 'l', 'o', 'g', 'm', 2.5 as 2, and
+    # num_null_draws=0 was refused as "num_samples"
+    with pytest.raises(ValueError, match=says):
+        _study(_rows(), **{option: value})
+
+
+def test_numpy_integers_are_counts_and_a_dict_is_not_a_table():
+    a = _study(_rows(), num_null_draws=np.int64(20), rng_seed=np.uint32(0))
+    b = _study(_rows())
+    assert (
+        a.families["small"].nulls["random"].stats["tau"]
+        == (b.families["small"].nulls["random"].stats["tau"])
+    )
+    with pytest.raises(ValueError, match=r"^table: expected a ModelTable \(load_table\), got"):
+        analyze({}, num_null_draws=20)

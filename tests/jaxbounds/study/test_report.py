@@ -66,3 +66,40 @@ def test_cmi_ignores_direction_so_the_report_prints_taus_sign():
     nulls = study.families["all"].nulls
     assert nulls["random"].stats["cmi_0"].median < 0.2
     assert nulls["gap+noise"].stats["cmi_0"].median > 0.5
+
+
+def _two_measures(name, scale=1.0):
+    rows = [{"lr": lr, "seed": s, "gap": (lr + 0.01 * s) / 10, name: scale * (lr - 2),
+             "other": -scale * (lr - 2)} for lr in (1, 2, 3) for s in (0, 1)]  # fmt: skip
+    t = load_table(rows, axes=["lr"], seed="seed", gap="gap", measures=[name, "other"])
+    return analyze(t, num_null_draws=5, num_resamples=5)
+
+
+def test_a_bar_in_a_measure_name_keeps_its_row_in_the_table():
+    text = study_markdown(_two_measures("mag|x"))
+    header = next(line for line in text.splitlines() if line.startswith("| measure |"))
+    row = next(line for line in text.splitlines() if line.startswith("| mag"))
+    assert row.startswith("| mag\\|x | 6 | +0.800 |")  # 12 of 15 pairs agree, 3 tie
+    assert row.replace("\\|", "").count("|") == header.count("|")
+
+
+def test_values_beyond_the_float_range_give_their_signs_without_warnings(tmp_path):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow and matplotlib's empty legend
+        study = _two_measures("m", scale=1.7e308)  # differences of 3.4e308 overflow
+        render_report(study, tmp_path)
+    m = study.families["all"].measures
+    assert (m["m"].tau.tau, m["other"].tau.tau) == (12 / 15, -12 / 15)
+
+
+def test_the_figures_of_an_earlier_study_with_more_families_go(tmp_path):
+    for stale in ("figure_1_tau_psi.png", "figure_2_tau_psi.png"):
+        (tmp_path / stale).write_bytes(b"old")
+    (tmp_path / "figure_notes.png").write_bytes(b"mine")  # not a name the report uses
+    paths = render_report(_study(), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "figure_0_tau_psi.png", "figure_notes.png", "report.md", "study.json"]  # fmt: skip
+    assert (tmp_path / "figure_0_tau_psi.png").read_bytes()[:4] == b"\x89PNG"
+    assert [p.name for p in paths][-1] == "figure_0_tau_psi.png"
