@@ -255,6 +255,36 @@ def _first_vector(flat: _Flat, key: jax.Array, v0: list | None) -> list:
     return [a.astype(flat.dtype) for a in v0]
 
 
+# a restart probe gets at most _RESTART_PASSES Gram-Schmidt passes to come out orthogonal (a
+# pass that keeps 1/sqrt(2) of its input's norm, as DGKS), else another probe is drawn, at most
+# _RESTART_PROBES of them. A sign vector lies in the basis's span with a probability of 1/4 and
+# more in a small dimension, and normalising what Gram-Schmidt leaves of a vector in (or near)
+# the span gives one that is not orthogonal to the basis (Ritz values above the largest
+# eigenvalue) or zero (a spurious eigenvalue 0): a restart probe's signs are weighted off the
+# lattice of sign vectors (:func:`_off_lattice`)
+_RESTART_PASSES = 3
+_RESTART_PROBES = 4
+
+
+_GOLDEN = 0.6180339887498949
+
+
+def _off_lattice(probe: list) -> list:
+    """Sign leaves times weights in [1, 2): entry i of leaf l times ``1 + frac((i + l/7) phi)``.
+
+    Distinct weights (phi the golden ratio's fraction) take the probe off the lattice of sign
+    vectors, in whose span a small Krylov basis often lies (one sign vector cancels another's
+    part); a Gaussian draw would do the same but takes one Threefry hash per leaf (a loop each
+    in a CPU program: 25 more loops and 15% more compile time for the 124M decoder), where the
+    signs take one for the whole vector.
+    """
+    out = []
+    for leaf, signs in enumerate(probe):
+        index = jnp.arange(signs.size, dtype=jnp.float32).reshape(signs.shape)
+        out.append(signs * (1 + jnp.mod((index + leaf / 7) * _GOLDEN, 1.0)).astype(signs.dtype))
+    return out
+
+
 def _next_vector(
     flat: _Flat,
     basis: _Basis,
@@ -267,47 +297,78 @@ def _next_vector(
 ) -> tuple[list, jax.Array, jax.Array, jax.Array]:
     r"""Lanczos step j's next vector from ``w``: orthogonalised, normalised, or a restart.
 
-    ``w`` is orthogonalised against the basis's rows ``0 .. j``, giving $\beta_j$; a
-    $\beta_j$ at the rounding level of the running estimate ``scale`` of $\|A\|$ is a
-    breakdown, and the next vector is then the probe of ``restart_key`` orthogonalised against
-    the same rows and normalised. Both go through one Gram-Schmidt, in a loop of at most two
-    passes (the second only on breakdown: for probes vmapped together, when any of them broke,
-    each keeping its own result, :func:`_any_in_batch`), so the program holds that code once;
-    a branch of its own for the restart measured 3.5 s of 14 s compiling ``top_eigenvalues``
-    for the tiny reference decoder on 8 CPU devices.
+    ``w`` is orthogonalised against the basis's rows ``0 .. j`` (one pass, a second when the
+    first cancelled), giving $\beta_j$; a $\beta_j$ at the rounding level of the running
+    estimate ``scale`` of $\|A\|$ is a breakdown, and the next vector is then a probe (the
+    signs of ``fold_in(restart_key, i)``, i = 0, 1, ..., weighted by :func:`_off_lattice`)
+    orthogonalised against the same rows until a
+    pass keeps $1/\sqrt 2$ of its input's norm (:data:`_RESTART_PASSES` passes per probe, then
+    the next probe), and normalised. Every pass is the one Gram-Schmidt call of a loop (probes
+    vmapped together: the loop runs while any of them has a pass to do, each keeping its own
+    result, :func:`_any_in_batch`), so the program holds that code once; a branch of its own
+    for the restart measured 3.5 s of 14 s compiling ``top_eigenvalues`` for the tiny
+    reference decoder on 8 CPU devices.
 
     Returns:
-      ``(next vector, beta_j (0 on breakdown), scale, whether it broke down)``.
+      ``(next vector, beta_j (0 on breakdown), scale, whether it broke down)``; the next vector
+      is zero where no probe came out orthogonal (the basis spans the space to working
+      precision).
     """
     eps = jnp.finfo(flat.dtype).eps
+    done = 3  # stages: 0 w's first pass, 1 its second, 2 a restart probe's pass, 3 done
 
     def verdict(beta: jax.Array) -> tuple[jax.Array, jax.Array]:
         new_scale = jnp.maximum(scale, jnp.abs(alpha) + beta_prev + beta)
         return new_scale, beta <= _BREAKDOWN * eps * new_scale
 
-    def again(state: tuple) -> jax.Array:
-        t, _, norm, _ = state  # after the first pass, ``norm`` is beta_j
-        return jnp.logical_or(t == 0, jnp.logical_and(t == 1, _any_in_batch(verdict(norm)[1])))
+    def more(state: tuple) -> jax.Array:
+        t, stage = state[0], state[4]
+        limit = 2 + _RESTART_PASSES * _RESTART_PROBES
+        return jnp.logical_and(t < limit, _any_in_batch(stage < done))
 
-    def restart(vec: list, norm: jax.Array) -> list:
-        # the probe where this vector broke down; a vector that did not (vmapped with one that
-        # did) goes through Gram-Schmidt again, which leaves it as it is up to rounding
-        broke = verdict(norm)[1]
-        probe = flat.probe_leaves(restart_key)
-        return [jnp.where(broke, p, a) for p, a in zip(probe, vec, strict=True)]
+    def fresh_probe(vec: list, fresh: jax.Array, probes: jax.Array) -> list:
+        probe = _off_lattice(flat.probe_leaves(jax.random.fold_in(restart_key, probes)))
+        return [jnp.where(fresh, p, a) for p, a in zip(probe, vec, strict=True)]
 
     def attempt(state: tuple) -> tuple:
-        # one vector in the loop: w, then (after a breakdown) the restart probe, orthogonalised
-        t, vec, norm, first_norm = state
-        candidate = jax.lax.cond(t == 0, lambda v, n: list(v), restart, vec, norm)
-        vec, norm = basis.orthogonalize(candidate, j + 1)
-        return (t + 1, vec, norm, jnp.where(t == 0, norm, first_norm))
+        t, vec, norm, beta, stage, passes, probes = state
+        fresh = jnp.logical_and(stage == 2, passes == 0)
+        candidate = jax.lax.cond(
+            _any_in_batch(fresh), fresh_probe, lambda v, f, p: list(v), vec, fresh, probes
+        )
+        before = jnp.where(fresh, tree_norm2(candidate), norm)
+        out = basis.project_out(candidate, j + 1)
+        after = tree_norm2(out)
+        kept = after >= _DGKS * before  # this pass left w orthogonal to working precision
+        # w: its norm after its passes is beta_j; a breakdown turns to a restart probe
+        w_final = jnp.logical_or(stage == 1, jnp.logical_and(stage == 0, kept))
+        beta = jnp.where(w_final, after, beta)
+        w_next = jnp.where(w_final, jnp.where(verdict(after)[1], 2, done), 1)
+        # a restart probe: accepted, another pass, or (after _RESTART_PASSES) the next probe
+        accepted = jnp.logical_and(kept, after > 0)
+        last = jnp.logical_and(passes + 1 >= _RESTART_PASSES, probes + 1 >= _RESTART_PROBES)
+        probe_next = jnp.where(jnp.logical_or(accepted, last), done, 2)
+        new_stage = jnp.where(stage == 2, probe_next, w_next)
+        new_passes = jnp.where(stage == 2, (passes + 1) % _RESTART_PASSES, 0)
+        new_probes = probes + jnp.logical_and(stage == 2, new_passes == 0).astype(probes.dtype)
+        failed = jnp.logical_and(stage == 2, jnp.logical_and(last, ~accepted))
+        active = stage < done
+        out = [jnp.where(failed, jnp.zeros_like(o), o) for o in out]
+        vec = [jnp.where(active, o, a) for o, a in zip(out, vec, strict=True)]
+        norm = jnp.where(active, jnp.where(failed, 0.0, after), norm).astype(norm.dtype)
+        return (
+            t + 1,
+            vec,
+            norm,
+            beta,
+            jnp.where(active, new_stage, stage),
+            jnp.where(active, new_passes, passes),
+            jnp.where(active, new_probes, probes),
+        )
 
-    zero = jnp.zeros((), flat.dtype)
-    init = (jnp.zeros((), jnp.int32), list(w), zero, zero)
-    _, out, norm, first_norm = jax.lax.while_loop(again, attempt, init)
-    # beta_j is the first pass's norm where it broke down (then set to 0), else the last one's
-    beta = jnp.where(verdict(first_norm)[1], first_norm, norm)
+    zero, first = jnp.zeros((), flat.dtype), jnp.zeros((), jnp.int32)
+    init = (first, list(w), tree_norm2(list(w)), zero, first, first, first)
+    _, out, norm, beta, _, _, _ = jax.lax.while_loop(more, attempt, init)
     scale, broke = verdict(beta)
     fresh_norm = jnp.where(norm > 0, norm, 1.0)
     nxt = [a / jnp.where(broke, fresh_norm, beta) for a in out]
