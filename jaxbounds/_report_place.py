@@ -130,8 +130,9 @@ def _read_report(path: Path) -> tuple[Any, str | None]:
 def _finished_report_check(path: Path, config: Any, args: argparse.Namespace) -> None:
     """A finished report of another job at ``path`` is replaced only with ``--fresh``.
 
-    The same job (model, seed, scale and sections; a newer package version is the same job
-    computed again) replaces its own report. Checked before any work: exit 2, nothing written.
+    The same job (model, seed, scale, sections and precision; a newer package version is the
+    same job computed again) replaces its own report. Checked before any work: exit 2, nothing
+    written.
     """
     if args.fresh or not path.exists():
         return

@@ -166,6 +166,17 @@ def package_version() -> str:
         return __version__
 
 
+def _precision_tag() -> str:
+    """``"+x64"`` under ``JAX_ENABLE_X64``, else ``""``: a suffix of the version in unit keys.
+
+    A unit computed in float64 is another unit than the float32 one (a run stopped in float32
+    and resumed with x64 on would mix their rows); float32 keys are those of earlier versions.
+    """
+    from jaxbounds.report.job import precision
+
+    return "+x64" if precision() == "float64" else ""
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSummary:
     """What :func:`run_experiment` did.
@@ -642,7 +653,7 @@ def run_experiment(
         experiment, scale, seeds, out_dir, from_dir, jobs, process_index, process_count
     )
     units_dir = (source or run_dir) / "units"
-    version, log = package_version(), _Log(quiet)
+    version, log = package_version() + _precision_tag(), _Log(quiet)
     check_size(experiment, scale, seeds)
     check_packages(experiment, rendering_only=source is not None)
     if not fresh:

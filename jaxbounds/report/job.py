@@ -1,12 +1,12 @@
 """The ``jaxbounds estimate`` job: build a model's run, run its sections, collect the report.
 
-A job is fixed by its :class:`JobConfig` (model, seed, scale, the selected sections and the
-package version). :func:`run_estimate` can stop between two steps (``should_stop``), hand each
-partial report to a callback as soon as a section is done (``on_section``, which the command
-line writes to disk), and resume from such a partial report (``resume``): the finished
-sections are kept as they are and only the others run. Every random choice derives from the
-seed and the section's name, so a resumed job ends with the same numbers as an uninterrupted
-one.
+A job is fixed by its :class:`JobConfig` (model, seed, scale, the selected sections, the
+package version and JAX's default float precision). :func:`run_estimate` can stop between two
+steps (``should_stop``), hand each partial report to a callback as soon as a section is done
+(``on_section``, which the command line writes to disk), and resume from such a partial report
+(``resume``): the finished sections are kept as they are and only the others run. Every random
+choice derives from the seed and the section's name, so a resumed job ends with the same
+numbers as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import jax
 from jaxbounds.report import registry
 from jaxbounds.report.rows import Report, Row
 
-__all__ = ["MAX_SEED", "JobConfig", "check_seed", "job_config", "run_estimate"]
+__all__ = ["MAX_SEED", "JobConfig", "check_seed", "job_config", "precision", "run_estimate"]
 
 #: Seeds are integers in ``[0, MAX_SEED)`` (what ``jax.random.key`` takes in every mode).
 MAX_SEED = 2**32
@@ -51,6 +51,20 @@ def _version() -> str:
     return __version__
 
 
+def precision() -> str:
+    """The float dtype JAX computes in by default: ``"float64"`` under ``JAX_ENABLE_X64``.
+
+    Part of a job's identity: a run started in float32 and resumed with x64 on would mix
+    rows of two trained models.
+
+    >>> precision() in ("float32", "float64")
+    True
+    """
+    import jax.numpy as jnp
+
+    return jnp.dtype(jnp.result_type(float)).name
+
+
 @dataclasses.dataclass(frozen=True)
 class JobConfig:
     """What fixes the numbers of a job; a saved partial report is resumed only under the same.
@@ -61,6 +75,8 @@ class JobConfig:
       quick: the small default run (False: ``--full``).
       sections: the selected sections, in report order.
       version: the ``jaxbounds`` version.
+      precision: JAX's default float dtype (:func:`precision`); a report recorded without one
+        was computed in float32 (JAX's default).
     """
 
     model: str
@@ -68,6 +84,7 @@ class JobConfig:
     quick: bool
     sections: tuple[str, ...]
     version: str
+    precision: str = "float32"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, stored in the report's ``meta["job"]``."""
@@ -77,6 +94,7 @@ class JobConfig:
             "scale": "quick" if self.quick else "full",
             "sections": list(self.sections),
             "version": self.version,
+            "precision": self.precision,
         }
 
     def differences(
@@ -97,10 +115,11 @@ class JobConfig:
         if not isinstance(recorded, Mapping):
             return ["no job configuration recorded"]
         now = self.to_dict()
+        before = {"precision": "float32", **recorded}  # recorded before precision was
         return [
-            f"{key} {recorded.get(key)} (now {now[key]})"
+            f"{key} {before.get(key)} (now {now[key]})"
             for key in now
-            if key not in ignore and recorded.get(key) != now[key]
+            if key not in ignore and before.get(key) != now[key]
         ]
 
 
@@ -115,7 +134,7 @@ def job_config(
     """
     chosen = registry.sections_for(model, sections)
     names = tuple(s.name for s in chosen)
-    return JobConfig(model, check_seed(seed), bool(quick), names, _version())
+    return JobConfig(model, check_seed(seed), bool(quick), names, _version(), precision())
 
 
 def _resumed(resume: Report | None, config: JobConfig) -> tuple[list[Row], list[str], dict]:

@@ -14,6 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import jax
 import pytest
 
 import jaxbounds
@@ -298,7 +299,7 @@ def test_report_is_standard_json_and_matches_the_table(toy, tmp_path, capsys):
     assert report["sections_done"] == ["first", "second", "third"]
     assert report["meta"]["job"] == {
         "model": "toy", "seed": 3, "scale": "quick", "sections": ["first", "second", "third"],
-        "version": jaxbounds.__version__,
+        "version": jaxbounds.__version__, "precision": "float64",  # this suite runs with x64
     }  # fmt: skip
     nan_row = report["rows"][1]
     assert nan_row["value"] is None
@@ -395,7 +396,9 @@ def test_resume_needs_a_matching_partial_report(toy, tmp_path, capsys):
 def _spawn(tmp_path, argv, **env):
     script = tmp_path / "toy_cli.py"
     script.write_text(SCRIPT)
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    # this process's precision, which _earlier_report records: a job in another is another job
+    x64 = "1" if jax.config.jax_enable_x64 else "0"
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_ENABLE_X64": x64, **env}
     return subprocess.Popen(
         [sys.executable, str(script), *argv],
         stdout=subprocess.PIPE,
@@ -419,7 +422,7 @@ def _wait_for(predicate, proc, timeout=180.0):
 def _earlier_report(seed, sections=("first", "second", "third")):
     """The text of a finished (empty) report of the toy job with this seed and sections."""
     job = {"model": "toy", "seed": seed, "scale": "quick", "sections": list(sections),
-           "version": jaxbounds.__version__}  # fmt: skip
+           "version": jaxbounds.__version__, "precision": "float64"}  # fmt: skip
     meta = {"seed": seed, "job": job}
     report = {"model": "toy", "complete": True, "sections_done": list(sections), "meta": meta}
     return json.dumps({**report, "rows": []}) + "\n"

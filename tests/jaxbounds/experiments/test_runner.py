@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -188,7 +189,9 @@ def test_results_csv_and_summary(tmp_path):
 
 
 def _start(out_dir: Path, sleep: float) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu",
+           # this process's precision: units of the other one are other units
+           "JAX_ENABLE_X64": "1" if jax.config.jax_enable_x64 else "0"}  # fmt: skip
     return subprocess.Popen(
         [sys.executable, __file__, str(out_dir), str(sleep)],
         env=env,
@@ -785,3 +788,21 @@ def test_a_second_signal_inside_a_gc_callback_is_sent_again_after_the_collection
     finally:
         signal.signal(signal.SIGINT, previous)
     assert sys.unraisablehook != guard._unraisable  # restored
+
+
+def test_a_run_under_another_precision_never_reuses_units(tmp_path, monkeypatch):
+    # a run stopped in float32 and resumed with JAX_ENABLE_X64 mixed float32 and float64 rows
+    from jaxbounds.experiments import runner
+    from jaxbounds.report import job
+
+    calls = []
+    monkeypatch.setattr(job, "precision", lambda: "float32")
+    _run(tmp_path, experiment=make_toy(calls=calls))
+    float32_units = {p.name for p in _units(tmp_path)}
+    assert runner._precision_tag() == ""  # the keys of float32 runs are the earlier versions'
+    calls.clear()
+    monkeypatch.setattr(job, "precision", lambda: "float64")
+    assert runner._precision_tag() == "+x64"
+    _run(tmp_path, experiment=make_toy(calls=calls), fresh=True)
+    assert len(calls) == NUM_SMOKE_UNITS  # every unit computed again
+    assert {p.name for p in _units(tmp_path)} > float32_units

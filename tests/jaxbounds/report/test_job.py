@@ -6,7 +6,7 @@ import pytest
 
 from jaxbounds.report import registry
 from jaxbounds.report.facts import Run
-from jaxbounds.report.job import JobConfig, check_seed, job_config, run_estimate
+from jaxbounds.report.job import JobConfig, check_seed, job_config, precision, run_estimate
 from jaxbounds.report.rows import Report, Row
 
 
@@ -131,7 +131,8 @@ def test_resume_refuses_another_job(toy):
 
 def test_job_config_fingerprint(toy):
     config = job_config("toy", seed=4, quick=False, sections=["second"])
-    assert config == JobConfig("toy", 4, False, ("second",), config.version)
+    assert config == JobConfig("toy", 4, False, ("second",), config.version, precision())
+    assert config.precision == "float64"  # this suite's (x64 on)
     assert config.to_dict()["scale"] == "full"
     assert config.differences(config.to_dict()) == []
     assert config.differences(None) == ["no job configuration recorded"]
@@ -174,3 +175,22 @@ def test_timing_line_adds_up_and_puts_training_in_the_build():
     assert numbers, line
     build_s, _, sections_s, _, total = (float(x) for x in numbers.groups())
     assert total == pytest.approx(build_s + sections_s, abs=0.051)  # printed to 0.1 s
+
+
+def test_a_job_under_another_precision_is_another_job(toy, monkeypatch):
+    # a partial report of a float32 run resumed with JAX_ENABLE_X64 kept float32 training rows
+    # beside float64 bounds of another trained model, and said it was complete
+    from jaxbounds.report import job
+
+    monkeypatch.setattr(job, "precision", lambda: "float32")
+    partials = []
+    run_estimate("toy", seed=2, log=None, on_section=partials.append,
+                 should_stop=lambda: bool(partials))  # fmt: skip
+    assert partials[0].meta["job"]["precision"] == "float32"
+    monkeypatch.setattr(job, "precision", lambda: "float64")
+    with pytest.raises(ValueError, match=r"another job: precision float32 \(now float64\)"):
+        run_estimate("toy", seed=2, log=None, resume=partials[0])
+    older = {k: v for k, v in partials[0].meta["job"].items() if k != "precision"}
+    assert job_config("toy", seed=2).differences(older) == ["precision float32 (now float64)"]
+    monkeypatch.setattr(job, "precision", lambda: "float32")
+    assert job_config("toy", seed=2).differences(older) == []  # recorded before: float32
