@@ -80,7 +80,8 @@ def _output_paths(
     _not_empty("--out", args.out)
     _not_empty("--json", args.json)
     if args.json is not None:
-        if args.json.endswith(("/", os.sep)):  # Path() would drop the slash: a file named DIR
+        if args.json.endswith(("/", os.sep)) or Path(args.json).name in ("", ".", ".."):
+            # Path() would drop the slash (a file named DIR); "." names the directory itself
             raise _UsageError(f"--json {args.json}: expected a file name, got a directory path")
         path, flag = Path(args.json), "--json"
         directory = path.parent

@@ -186,6 +186,7 @@ def _bad_places(tmp_path):
         "json in a missing directory": (["--json", str(tmp_path / "nope" / "r.json")], "does not"),
         "json below a file": (["--json", str(a_file / "r.json")], "is not a directory"),
         "json a directory path": (["--json", f"{tmp_path}/new/"], "expected a file name"),
+        "json is dot": (["--json", "."], "--json .: expected a file name, got a directory path"),
     }
 
 
@@ -198,6 +199,7 @@ def _bad_places(tmp_path):
         "json in a missing directory",
         "json below a file",
         "json a directory path",
+        "json is dot",  # exited 1: "PosixPath('.') has an empty name"
     ],
 )
 def test_bad_output_place_is_an_error_before_any_work(toy, tmp_path, capsys, case):
