@@ -284,8 +284,12 @@ def worst_case_sharpness(
     it only proposes candidates, which are formed, projected and evaluated in float32).
 
     The result is the loss increase at a feasible point, hence a **lower bound** of the true
-    maximum (exact only if the ascent finds the global maximiser, e.g. for a convex quadratic's
-    trust-region problem with enough steps).
+    maximum, exact only if the ascent finds the global maximiser. The step size only shrinks
+    (halved at each rejection), so the ascent can stop short of a stationary point however many
+    steps it gets: on a convex quadratic over an $\ell_2$ ball (6 dimensions,
+    $\rho = 0.1$) it stopped at 2.379858 against the maximum 2.380279 with 20 and with 1000
+    steps, while ``step_size=0.01`` reached it; more restarts or a smaller ``step_size`` come
+    closer.
 
     Args:
       loss_fn: ``(params, batch) -> scalar`` (differentiable). Static (by identity).
