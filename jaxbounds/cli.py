@@ -109,6 +109,7 @@ from jaxbounds._report_place import (
     _saved_partial,
     _UsageError,
 )
+from jaxbounds._startup import release_startup
 from jaxbounds.study import _cli as study_cli
 
 __all__ = ["main", "script"]
@@ -700,6 +701,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       traceback with ``--debug``), 2 for bad options (argparse's own errors raise
       ``SystemExit(2)``), 128 + signal number when SIGINT (130) or SIGTERM (143) stopped it.
     """
+    release_startup()  # a Ctrl-C from here on is the command's to handle
     parser = _parser()
     args = parser.parse_args(argv)
     # JAX's persistent compilation cache (docs/large-models.md): a second run of the same job

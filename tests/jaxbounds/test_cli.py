@@ -1242,3 +1242,48 @@ def test_reproduce_list_takes_no_name(capsys):
     code, out, err = _run(["reproduce", "--list", "tt-sequence-length"], capsys)
     assert (code, out) == (2, "")
     assert err == "jaxbounds reproduce: error: --list takes no NAME (got 'tt-sequence-length')\n"
+
+
+_STARTUP = """
+import os, signal, sys, time
+sys.argv[0] = {argv0!r}
+import jaxbounds
+from jaxbounds._startup import release_startup
+print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
+if {release}:
+    release_startup()
+
+    class Swallowed:  # what Python hands its hook for a Ctrl-C inside a gc callback
+        exc_value = KeyboardInterrupt()
+
+    try:
+        sys.unraisablehook(Swallowed())
+        time.sleep(30)
+        print("lost", flush=True)
+    except KeyboardInterrupt:
+        print("raised again", flush=True)
+else:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
+    print("not stopped", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv0", "release", "code", "out", "err"),
+    [("/venv/bin/jaxbounds", False, 130, "False\n",
+      "jaxbounds: interrupted by SIGINT while starting; nothing was done\n"),
+     ("/venv/bin/jaxbounds", True, 0, "False\nraised again\n", ""),
+     ("my_program.py", False, -signal.SIGINT, "True\n", None)],
+)  # fmt: skip
+def test_a_ctrl_c_while_the_console_script_starts_is_one_line(argv0, release, code, out, err):
+    # a Ctrl-C while JAX was imported gave a traceback, a "reinstall" error, an abort, or was
+    # swallowed by JAX's gc callback and the command ran to its end; a program that imports
+    # jaxbounds keeps Python's handler
+    script = _STARTUP.format(argv0=argv0, release=release)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=120)  # fmt: skip
+    assert (done.returncode, done.stdout) == (code, out), done.stderr
+    if err is not None:
+        assert done.stderr == err
