@@ -122,6 +122,22 @@ def test_exact_bad_arguments_raise():
         rad.rademacher_exact(lambda s: jnp.log(s[:, 0]), num_examples=3)
 
 
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_exact_refuses_a_sup_that_does_not_return_one_value_per_sign_vector(keepdims):
+    """A scalar (or [1, 1]) from a function sup was broadcast into a wrong average."""
+    v = jnp.asarray(np.random.default_rng(0).normal(size=(3, 4)))
+
+    def sup(s):
+        return jnp.max(s @ v.T, axis=None, keepdims=keepdims) / 5
+
+    with pytest.raises(ValueError, match=r"^sup: expected values of shape \(16,\).*got shape"):
+        rad.rademacher_exact(sup, num_examples=4)
+    with pytest.raises(ValueError, match=r"^sup: expected values of shape \(1,\)"):
+        rad.rademacher_exact(sup, num_examples=4, chunk_size=None)
+    right = rad.rademacher_exact(lambda s: jnp.max(s @ v.T, axis=1) / 5, num_examples=4)
+    np.testing.assert_allclose(right.mean, np.mean(np.max(all_signs(4) @ v.T, axis=1)) / 5)
+
+
 # ----------------------------------------------------------------------------- linear classes
 
 
