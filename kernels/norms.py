@@ -26,8 +26,9 @@ arrays and float16/bfloat16 inputs are refused with a ``ValueError`` naming the 
 sums overflow and round too early for a norm to mean anything). A projection's ``radius`` may be
 traced: a non-positive or non-finite radius, and NaN or infinite entries of the projected array,
 raise an error eagerly and inside ``jax.jit`` (see :mod:`kernels._checks`; turned off with
-``kernels.set_runtime_checks(False)``). The rank (:func:`schatten_norm` at ``p=0``) also checks
-its input, since a NaN matrix would otherwise count as rank 0.
+``kernels.set_runtime_checks(False)``). The spectral and Schatten norms (the rank at ``p=0``
+included) also check their input the same way: an SVD of a NaN or infinite matrix gives NaN, and
+a NaN matrix would count as rank 0.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from kernels._checks import check_finite, describe
+from kernels._checks import check_finite, check_that, describe, is_concrete
 from kernels._devices import keep_sharding
 from kernels._jit import compile_once
 from kernels._names import warn_renamed
@@ -372,13 +373,15 @@ def spectral_norm(w: jax.Array) -> jax.Array:
     r"""Spectral norm $\|W\|_2 = \sigma_{\max}(W)$ (exact, by SVD).
 
     Raises:
-      ValueError: if ``w`` is not 2-D.
+      ValueError: if ``w`` is not 2-D, or has a NaN or infinite entry (eagerly and under
+        ``jit``).
 
     >>> import jax.numpy as jnp
     >>> float(spectral_norm(jnp.diag(jnp.array([3.0, -5.0]))))
     5.0
     """
     w = _check_matrix(w)
+    check_finite(w, "w")
     return jnp.linalg.svd(w, compute_uv=False)[0]
 
 
@@ -431,11 +434,12 @@ def schatten_norm(w: jax.Array, *, p: float, rtol: float | None = None) -> jax.A
     Args:
       w: matrix.
       p: 0 or a number in [1, inf]. Static.
-      rtol: relative threshold for the rank (only used at p = 0).
+      rtol: relative threshold for the rank, finite and >= 0 (only used at p = 0; may be
+        traced).
 
     Raises:
-      ValueError: if ``w`` is not 2-D or ``p`` is out of range; at p = 0 also if ``w`` has a
-        NaN or infinite entry (eagerly and under ``jit``).
+      ValueError: if ``w`` is not 2-D, ``p`` is out of range, ``rtol`` is not a finite number
+        >= 0, or ``w`` has a NaN or infinite entry (the last two also under ``jit``).
 
     >>> import jax.numpy as jnp
     >>> w = jnp.diag(jnp.array([3.0, 4.0, 0.0]))
@@ -444,17 +448,40 @@ def schatten_norm(w: jax.Array, *, p: float, rtol: float | None = None) -> jax.A
     """
     w = _check_matrix(w)
     p = _check_exponent(p, "p", allow_zero=True)
+    _check_rtol(rtol)
     _warn_spectral("schatten_norm", p, math.inf)
     return _schatten_norm(w, p, rtol)
 
 
+def _check_rtol(rtol: Any) -> None:
+    """``rtol`` is None or a real scalar, finite and >= 0 (a traced one checked at run time)."""
+    if rtol is None:
+        return
+    expected = "rtol: expected None or a finite number >= 0, got"
+    real = isinstance(rtol, int | float | np.integer | np.floating | np.ndarray | jax.Array)
+    if (
+        isinstance(rtol, bool | np.bool_)
+        or not real
+        or jnp.shape(rtol) != ()
+        or jnp.result_type(rtol).kind not in "iuf"
+    ):
+        raise ValueError(f"{expected} {describe(rtol)}")
+    if is_concrete(rtol):
+        value = float(rtol)
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{expected} {describe(rtol)}")
+        return
+    check_that(
+        jnp.logical_and(jnp.isfinite(rtol), rtol >= 0), f"{expected} a negative or non-finite value"
+    )
+
+
 def _schatten_norm(w: jax.Array, p: float, rtol: float | None) -> jax.Array:
-    if p == 0:
-        check_finite(w, "w")
+    check_finite(w, "w")
     s = jnp.linalg.svd(w, compute_uv=False)
     if p == 0:
         tol = rtol if rtol is not None else max(w.shape) * float(jnp.finfo(w.dtype).eps)
-        return jnp.sum(s > tol * s[0])
+        return jnp.sum(s > jnp.asarray(tol, s.dtype) * s[0])
     return _lp(s, p)
 
 
@@ -528,6 +555,7 @@ def tree_schatten_norms(
 ) -> Any:
     r"""Schatten-$p$ norm (rank at $p=0$) of every leaf, leaves read as matrices."""
     p = _check_exponent(p, "p", allow_zero=True)
+    _check_rtol(rtol)
     return _tree_matrix_map(lambda m: _schatten_norm(_check_matrix(m), p, rtol), tree, split_axis)
 
 

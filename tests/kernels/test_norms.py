@@ -430,6 +430,45 @@ def test_rank_of_nan_matrix_raises():
         jax.block_until_ready(rank(jnp.full((2, 2), jnp.nan)))
 
 
+SVD_NORMS = {
+    "spectral": norms.spectral_norm,
+    "schatten1": lambda w: norms.schatten_norm(w, p=1),
+    "schatten3": lambda w: norms.schatten_norm(w, p=3),
+    "operator2": lambda w: norms.tree_operator_norms({"w": w}, p=2)["w"],
+    "tree_schatten2": lambda w: norms.tree_schatten_norms({"w": w}, p=2)["w"],
+}
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+@pytest.mark.parametrize("name", sorted(SVD_NORMS))
+def test_svd_norms_of_a_nonfinite_matrix_raise(name, bad):
+    """They returned NaN silently; now the check the rank (p=0) already made."""
+    w = jnp.eye(3).at[1, 2].set(bad)
+    with pytest.raises(ValueError, match=r"^w: expected finite values"):
+        SVD_NORMS[name](w)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="kernels check failed: w"):
+        jax.block_until_ready(jax.jit(SVD_NORMS[name])(w))
+
+
+@pytest.mark.parametrize("rtol", [-1.0, math.nan, math.inf, "0.1", np.ones(2), True])
+def test_rank_rtol_must_be_a_finite_number_at_least_zero(rtol):
+    w = jnp.eye(3)
+    with pytest.raises(ValueError, match=r"^rtol: expected None or a finite number >= 0"):
+        norms.schatten_norm(w, p=0, rtol=rtol)
+    with pytest.raises(ValueError, match=r"^rtol: expected None or a finite number >= 0"):
+        norms.tree_schatten_norms({"w": w}, p=0, rtol=rtol)
+
+
+def test_rank_rtol_accepts_numbers_and_checks_a_traced_one():
+    w = jnp.diag(jnp.array([1.0, 0.5, 1e-3]))
+    assert int(norms.schatten_norm(w, p=0, rtol=0)) == 3
+    assert int(norms.schatten_norm(w, p=0, rtol=np.float32(0.1))) == 2
+    rank = jax.jit(lambda r: norms.schatten_norm(w, p=0, rtol=r))
+    assert int(rank(jnp.asarray(0.6))) == 1
+    with pytest.raises(jax.errors.JaxRuntimeError, match="kernels check failed: rtol"):
+        jax.block_until_ready(rank(jnp.asarray(-1.0)))
+
+
 def test_checks_run_once_under_vmap_and_keep_gradients():
     """A vmapped projection holds a fixed number of runtime checks, not one per element."""
     project = jax.vmap(lambda v, r: norms.project_lp_ball(v, p=2, radius=r))
