@@ -590,19 +590,24 @@ def _l2(v: jax.Array, r: jax.Array) -> jax.Array:
     """Projection of all entries of ``v`` onto the l2 ball: ``v * min(1, r / ||v||_2)``.
 
     With ``v = 2**e u`` (exact power-of-two scaling): ``min(1, (r 2**-e) / ||u||_2)``, so a
-    norm above the dtype's range still projects (the plain formula gave ``v * 0``).
+    norm above the dtype's range still projects (the plain formula gave ``v * 0``). The square
+    root is of a sum made positive where it is 0 (the double ``where``), so at ``v = 0`` the
+    gradient is that of the identity, not NaN (both branches are differentiated under ``vmap``).
     """
     one = jnp.ones((), v.dtype)
 
+    def factor(squares: jax.Array, radius: jax.Array) -> jax.Array:
+        positive = squares > 0
+        nrm = jnp.sqrt(jnp.where(positive, squares, one))
+        return jnp.where(positive, jnp.minimum(one, radius / nrm), one)
+
     def plain() -> jax.Array:
-        return jnp.minimum(one, r / jnp.sqrt(total))
+        return factor(total, r)
 
     def scaled() -> jax.Array:
         down, _ = pow2_factors(jnp.max(jnp.abs(v)))
         u = v * down
-        nrm = jnp.sqrt(jnp.sum(u * u))
-        factor = jnp.minimum(one, (r * down) / jnp.where(nrm > 0, nrm, one))
-        return jnp.where(nrm > 0, factor, one)
+        return factor(jnp.sum(u * u), r * down)
 
     total = jnp.sum(v * v)  # one pass; the scaled branch only past the safe range (lax.cond)
     return v * jax.lax.cond(_plain_sum_is_safe(total, v.size), plain, scaled)

@@ -488,6 +488,26 @@ def test_checks_run_once_under_vmap_and_keep_gradients():
     np.testing.assert_allclose(grad(v), [0.2 - 9 / 125, -12 / 125], rtol=1e-12)
 
 
+@pytest.mark.parametrize("p", [1, 2, INF])
+def test_projection_gradient_at_zero_is_the_identity(p):
+    """Inside the ball the projection is the identity: its gradient at 0 too (p=2 gave NaN)."""
+
+    def total(v):
+        return jnp.sum(norms.project_lp_ball(v, p=p, radius=1.0))
+
+    def tree_total(v):
+        return jnp.sum(norms.tree_project_lp_ball({"a": v[:1], "b": v[1:]}, p=p, radius=1.0)["b"])
+
+    zero = jnp.zeros(2)
+    np.testing.assert_array_equal(jax.grad(total)(zero), [1.0, 1.0])
+    np.testing.assert_array_equal(jax.jit(jax.grad(total))(zero), [1.0, 1.0])
+    np.testing.assert_array_equal(jax.grad(tree_total)(zero), [0.0, 1.0])
+    # under vmap both branches of the safe-range cond are differentiated
+    batch = jnp.zeros((2, 2)).at[1].set(jnp.array([0.1, 0.2]))
+    np.testing.assert_array_equal(jax.vmap(jax.grad(total))(batch), np.ones((2, 2)))
+    np.testing.assert_array_equal(norms.project_lp_ball(zero, p=p, radius=1.0), zero)
+
+
 def test_projection_second_call_compiles_nothing():
     rng = np.random.default_rng(50)
     first, second = (jnp.asarray(rng.normal(size=(4, 3))) for _ in range(2))
