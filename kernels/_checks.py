@@ -79,6 +79,7 @@ from kernels._arguments import (
     check_scalar_fn,
     concrete_int,
     describe,
+    real_number,
 )
 
 __all__ = [
@@ -96,6 +97,7 @@ __all__ = [
     "ensure_that",
     "failed_check_message",
     "host_callbacks_raise",
+    "real_number",
     "runtime_checks",
     "runtime_checks_enabled",
     "set_runtime_checks",

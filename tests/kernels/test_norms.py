@@ -147,6 +147,41 @@ def test_bad_arguments_raise():
         norms.tree_norm({"a": jnp.zeros((0,))})
 
 
+EXPONENT_USES = {
+    "vector_norm": lambda x, p: norms.vector_norm(x, p),
+    "tree_norm": lambda x, p: norms.tree_norm({"a": x}, p=p),
+    "group_norm_q": lambda x, p: norms.group_norm(x, q=p, p=1),
+    "group_norm_p": lambda x, p: norms.group_norm(x, q=1, p=p),
+    "schatten_norm": lambda x, p: norms.schatten_norm(x, p=p),
+    "dual_exponent": lambda x, p: norms.dual_exponent(p),
+    "project_lp_ball": lambda x, p: norms.project_lp_ball(x, p=p, radius=1.0),
+    "project_group_ball": lambda x, p: norms.project_group_ball(x, q=p, p=INF, radius=1.0),
+    "project_schatten_ball": lambda x, p: norms.project_schatten_ball(x, p=p, radius=1.0),
+    "tree_project_lp_ball": lambda x, p: norms.tree_project_lp_ball({"a": x}, p=p, radius=1.0)["a"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPONENT_USES))
+def test_every_exponent_takes_python_and_numpy_numbers_alike(name):
+    """np.float64(2) was traced by the projections' jit boundary and refused (a tracer shown)."""
+    use = EXPONENT_USES[name]
+    x = jnp.asarray(np.random.default_rng(6).normal(size=(3, 2)))
+    want = np.asarray(use(x, 2))
+    for p in (2.0, np.float64(2), np.int64(2), np.float32(2), np.int8(2)):
+        np.testing.assert_array_equal(np.asarray(use(x, p)), want)
+
+
+@pytest.mark.parametrize("p", ["2", np.array(2.0), jnp.float32(2), np.ones(2), np.complex64(2)])
+@pytest.mark.parametrize("name", sorted(EXPONENT_USES))
+def test_every_exponent_refuses_strings_and_arrays(name, p):
+    """A string ('2') was read as the number 2; arrays were traced (a tracer in the message)."""
+    x = jnp.ones((3, 2))
+    arg = "q" if name in ("group_norm_q", "project_group_ball") else "p"
+    with pytest.raises(ValueError, match=rf"^{arg}: expected a Python or NumPy number") as info:
+        EXPONENT_USES[name](x, p)
+    assert "Traced" not in str(info.value)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
 def test_half_precision_is_refused(dtype):
     x = jnp.ones((2, 2), dtype)

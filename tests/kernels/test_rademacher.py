@@ -1214,6 +1214,38 @@ def test_finite_huge_outputs_give_finite_stderr():
         )
 
 
+@pytest.mark.parametrize("norm", [np.int64(2), np.float64(2), np.float32(INF), np.int32(1)])
+def test_numpy_exponents_are_python_numbers(norm):
+    """A NumPy norm was traced by the jit boundary and refused with a tracer in the message."""
+    x = jnp.asarray(np.random.default_rng(3).normal(size=(5, 3)))
+    want = rad.rademacher_linear(x, KEY, norm=float(norm), radius=1.0, num_samples=4)
+    got = rad.rademacher_linear(x, KEY, norm=norm, radius=1.0, num_samples=4)
+    assert float(got.mean) == float(want.mean)
+    u = jnp.ones(2)
+    pair = rad.rademacher_linear(x, KEY, norm=(norm, np.int64(1)), readout=u, radius=1.0,
+                                 num_samples=4)  # fmt: skip
+    plain = rad.rademacher_linear(x, KEY, norm=(float(norm), 1), readout=u, radius=1.0,
+                                  num_samples=4)  # fmt: skip
+    assert float(pair.mean) == float(plain.mean)
+    assert rad.linear_sup(x, norm=norm, radius=1.0).dual == norms.dual_exponent(float(norm))
+    kw = readout_kw(readout_norm=norm)
+    est = rad.rademacher_readout_search(fixed_features, jnp.ones(1), jnp.eye(3), KEY, **kw)
+    ref = readout_kw(readout_norm=float(norm))
+    assert float(est.mean) == float(
+        rad.rademacher_readout_search(fixed_features, jnp.ones(1), jnp.eye(3), KEY, **ref).mean
+    )
+
+
+@pytest.mark.parametrize("norm", ["2", jnp.float32(2), np.array(2.0), np.ones(2), np.complex64(2)])
+def test_string_and_array_exponents_are_refused(norm):
+    with pytest.raises(ValueError, match=r"^norm: expected an exponent.*Python or NumPy number"):
+        rad.rademacher_linear(jnp.eye(3), KEY, norm=norm, radius=1.0, num_samples=4)
+    with pytest.raises(ValueError, match=r"^readout_norm: expected .*Python or NumPy number"):
+        rad.rademacher_readout_search(
+            fixed_features, jnp.ones(1), jnp.eye(3), KEY, **readout_kw(readout_norm=norm)
+        )
+
+
 @pytest.mark.parametrize("norm", [0.5, -1, float("nan"), "two", (2, 0.5), (0, 2)])
 def test_linear_bad_norm_names_norm(norm):
     readout = jnp.ones(2) if isinstance(norm, tuple) else None
