@@ -500,6 +500,28 @@ def test_spectral_density_recovers_two_clusters():
     assert mass_low == pytest.approx(0.75, abs=0.1)
 
 
+def test_python_float_params_and_numpy_integer_sizes():
+    """A Python float params and a NumPy integer like work as for the other kernels.
+
+    hessian_trace raised AttributeError ('float' object has no attribute 'dtype');
+    hutchinson_trace refused np.int64(3) with a dtype message.
+    """
+    key = jax.random.key(0)
+    est = hessian_trace(lambda p, b: p**2, 2.0, (), key, num_samples=4)
+    assert float(est.mean) == 2.0
+    assert float(est.stderr) == 0.0
+    tree = hessian_trace(lambda p, b: p["a"] ** 3, {"a": 2.0}, (), key, num_matvecs=4,
+                         method="hutchpp")  # fmt: skip
+    assert float(tree.mean) == pytest.approx(12.0)
+    for n in (np.int64(3), np.int32(3), jnp.int32(3)):
+        got = hutchinson_trace(lambda v: 2 * v, n, key, num_samples=4)
+        assert float(got.mean) == 6.0
+        nodes = slq_nodes(lambda v: 2 * v, n, key, num_samples=1, num_steps=1).nodes
+        assert float(nodes[0, 0]) == 2.0
+    with pytest.raises(ValueError, match=r"^params: expected float16, bfloat16"):
+        hessian_trace(lambda p, b: p**2, 2, (), key, num_samples=4)
+
+
 # --------------------------------------------------------------------------- invariances
 
 

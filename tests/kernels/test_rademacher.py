@@ -89,6 +89,17 @@ def test_sign_bad_arguments_raise():
         rad.sign_chunk(KEY, 0, chunk_size=True, num_examples=3)
 
 
+def test_sign_vectors_refuses_more_than_2_31_entries_up_front():
+    """2**40 x 4 signs were allocated lazily (17.6 TB) and failed at block_until_ready."""
+    with pytest.raises(ValueError, match=r"^num_samples: .* more than the 2\*\*31.*sign_chunk"):
+        rad.sign_vectors(KEY, num_samples=2**40, num_examples=4)
+    with pytest.raises(ValueError, match=r"^num_samples: 536870913 sign vectors of 4 examples"):
+        rad.sign_vectors(KEY, num_samples=2**29 + 1, num_examples=4)
+    assert jax.eval_shape(
+        lambda k: rad.sign_vectors(k, num_samples=2**29, num_examples=4), KEY
+    ).shape == (2**29, 4)
+
+
 # ----------------------------------------------------------------------------- exact reference
 
 
