@@ -21,6 +21,7 @@ __all__ = [
     "check_scalar_fn",
     "concrete_int",
     "describe",
+    "real_number",
 ]
 
 
@@ -41,6 +42,23 @@ def concrete_int(value: Any) -> int | None:
         dtype = np.dtype(value.dtype) if not _is_key_array(value) else None
         if dtype is not None and value.shape == () and np.issubdtype(dtype, np.integer):
             return int(value)
+    return None
+
+
+def real_number(value: Any) -> float | None:
+    """``value`` as a float if it is a Python or NumPy real scalar (int or float), else None.
+
+    The form every exponent argument (``p``, ``q``, ``norm``, ``readout_norm``) accepts: an
+    exponent is static (it picks the program), so strings, bools, complex numbers and arrays
+    (NumPy 0-d arrays and JAX scalars included) are not numbers here.
+
+    >>> real_number(2), real_number(np.float32(1.5)), real_number("2"), real_number(np.ones(()))
+    (2.0, 1.5, None, None)
+    """
+    if isinstance(value, bool | np.bool_):
+        return None
+    if isinstance(value, int | float | np.integer | np.floating):
+        return float(value)
     return None
 
 

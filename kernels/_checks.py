@@ -79,6 +79,7 @@ from kernels._arguments import (
     check_scalar_fn,
     concrete_int,
     describe,
+    real_number,
 )
 
 __all__ = [
@@ -96,6 +97,7 @@ __all__ = [
     "ensure_that",
     "failed_check_message",
     "host_callbacks_raise",
+    "real_number",
     "runtime_checks",
     "runtime_checks_enabled",
     "set_runtime_checks",
@@ -723,6 +725,7 @@ def finite_verdict(leaves: list) -> jax.Array:
     as ``jnp.all(jnp.isfinite(leaf))`` does, and compiles in under a third of its time (124M
     decoder, 11 leaves: 0.10 against 0.34 CPU s, 16 fusions against 33).
     """
+    leaves = [jnp.asarray(leaf) for leaf in leaves]  # Python floats too
     return jnp.all(jnp.stack([jnp.sum(leaf * jnp.zeros((), leaf.dtype)) == 0 for leaf in leaves]))
 
 

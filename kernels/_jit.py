@@ -12,7 +12,11 @@ kernel's ``batch`` argument (``loss_fn(params, batch)``) instead of closing over
 a size, a ``chunk_size``) is static whatever type the caller passes: a concrete NumPy or JAX
 integer scalar (``np.int64(16)``, ``jnp.int32(16)``, a 0-d integer array) becomes the int 16, any
 other concrete array reaches the kernel's own check unchanged (so its error describes it), and a
-traced value stays traced (the kernel refuses it: a count fixes the program's shapes).
+traced value stays traced (the kernel refuses it: a count fixes the program's shapes). Likewise an
+exponent (a parameter named ``p``, ``q``, ``norm`` or ``readout_norm``, or an entry of a pair
+``norm=(q, p)``) is static: a NumPy real scalar (``np.float64(2)``, ``np.int64(2)``) becomes its
+Python float, and a concrete array reaches the kernel's check unchanged; a ``like`` given as a
+NumPy or JAX integer scalar becomes the int n.
 
 Inside a user's ``jax.jit`` / ``vmap`` / ``grad`` the wrapped kernel is an inner ``jit`` call,
 which JAX inlines into the outer program.
@@ -148,25 +152,43 @@ def _placed(leaves: list[Any]) -> tuple | None:
     return shardings if any(s is not None for s in shardings) else None
 
 
-def _int_parameters(fn: Callable[..., Any]) -> tuple[dict[int, str], frozenset[str]]:
-    """The parameters annotated as an int (``int``, ``int | None``, ``int | Literal[...]``).
+# exponents, static by name whatever their annotation (kernels.norms, the Rademacher classes)
+_EXPONENTS = frozenset({"p", "q", "norm", "readout_norm"})
 
-    Returns their positions (positional parameters) and their names.
+Converter = Callable[[Any], Any]
+
+
+def _static_parameters(fn: Callable[..., Any]) -> tuple[dict[int, Converter], dict[str, Converter]]:
+    """How the parameters made static are converted, by position and by name.
+
+    Those annotated as an int (``int``, ``int | None``, ``int | Literal[...]``):
+    :func:`_static_int`; the exponents (:data:`_EXPONENTS`): :func:`_static_exponent`; the
+    template ``like``: :func:`_static_like`.
     """
-    positions: dict[int, str] = {}
-    names: set[str] = set()
+    positions: dict[int, Converter] = {}
+    names: dict[str, Converter] = {}
     for index, param in enumerate(inspect.signature(fn).parameters.values()):
-        annotation = param.annotation
-        text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-        parts = {part.strip() for part in str(text).split("|")}
-        if "int" not in parts or not all(
-            p in ("int", "None", "str") or p.startswith("Literal[") for p in parts
-        ):
+        convert = _converter(param)
+        if convert is None:
             continue
-        names.add(param.name)
+        names[param.name] = convert
         if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
-            positions[index] = param.name
-    return positions, frozenset(names)
+            positions[index] = convert
+    return positions, names
+
+
+def _converter(param: inspect.Parameter) -> Converter | None:
+    if param.name in _EXPONENTS:
+        return _static_exponent
+    if param.name == "like":
+        return _static_like
+    annotation = param.annotation
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    parts = {part.strip() for part in str(text).split("|")}
+    other = ("int", "None", "str")
+    if "int" in parts and all(p in other or p.startswith("Literal[") for p in parts):
+        return _static_int
+    return None
 
 
 def _static_int(value: Any) -> Any:
@@ -180,6 +202,30 @@ def _static_int(value: Any) -> Any:
         return value
     num = _checks.concrete_int(value)
     return _Opaque(value) if num is None else num
+
+
+def _static_exponent(value: Any) -> Any:
+    """An exponent (or each entry of a pair ``(q, p)``) made static: a NumPy real scalar's float.
+
+    Any other concrete array is handed to the kernel's check as it is (static), so its message
+    shows what the caller passed; a traced value stays traced (the check refuses it).
+    """
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, jax.core.Tracer) or not _is_dynamic(x):
+            return x
+        num = _checks.real_number(x)
+        return _Opaque(x) if num is None else num
+
+    return jax.tree_util.tree_map(leaf, value)
+
+
+def _static_like(value: Any) -> Any:
+    """``like`` given as a concrete NumPy / JAX integer scalar: the int n (else unchanged)."""
+    if isinstance(value, jax.core.Tracer) or not _is_dynamic(value):
+        return value
+    num = _checks.concrete_int(value)
+    return value if num is None else num
 
 
 class _Opaque:
@@ -295,14 +341,14 @@ def compile_once(fn: F) -> F:
     except (TypeError, ValueError):  # pragma: no cover - a callable without a signature
         signature = None
 
-    positions, names = _int_parameters(fn)
+    positions, names = _static_parameters(fn)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if positions and any(i < len(args) for i in positions):
-            args = tuple(_static_int(a) if i in positions else a for i, a in enumerate(args))
-        for name in names.intersection(kwargs):
-            kwargs[name] = _static_int(kwargs[name])
+            args = tuple(positions[i](a) if i in positions else a for i, a in enumerate(args))
+        for name in names.keys() & kwargs.keys():
+            kwargs[name] = names[name](kwargs[name])
         if parallel.window_cache_key() is not None:
             # inside a block of a sample stream (kernels.blocks): inline, so that the block's
             # sums recorded by sample_statistics stay values of the block's own program

@@ -592,7 +592,8 @@ def rademacher_exact(
       Estimate(mean, stderr=0, num_samples=2^n).
 
     Raises:
-      ValueError: if n > 20 or not positive, on a bad chunk size or dtype, or if the sup is
+      ValueError: if n > 20 or not positive, on a bad chunk size or dtype, if ``sup`` does not
+        return one value per sign vector (shape ``[c]`` for ``signs[c, n]``), or if the sup is
         non-finite at some sign vector (also under ``jit``).
 
     >>> import jax.numpy as jnp
@@ -613,7 +614,13 @@ def rademacher_exact(
     def one_chunk(c: jax.Array) -> tuple[jax.Array, jax.Array]:
         t = c.astype(jnp.uint32) * jnp.uint32(chunk) + jnp.arange(chunk, dtype=jnp.uint32)
         signs = jnp.where(((t[:, None] >> bits[None, :]) & jnp.uint32(1)) == 1, -one, one)
-        vals = jnp.asarray(sup(signs)).astype(dtype)
+        vals = jnp.asarray(sup(signs))
+        if vals.shape != (chunk,):
+            raise ValueError(
+                f"sup: expected values of shape ({chunk},), one per sign vector of signs"
+                f"[{chunk}, {n}], got shape {vals.shape}"
+            )
+        vals = vals.astype(dtype)
         real = t < jnp.uint32(total)
         bad = jnp.sum(jnp.logical_and(real, ~jnp.isfinite(vals)))
         return jnp.sum(jnp.where(real, vals, 0)), bad

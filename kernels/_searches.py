@@ -15,6 +15,8 @@ import numpy as np
 from kernels._checks import (
     check_key,
     check_positive_int,
+    describe,
+    real_number,
     runtime_checks,
     runtime_checks_enabled,
 )
@@ -328,11 +330,13 @@ def _smooth_lp(v: jax.Array, p: float) -> jax.Array:
 
 def _readout_exponent(readout_norm: Any) -> float:
     """The dual exponent $q^*$ of ``readout_norm`` = q in [1, inf]; else raise naming it."""
-    if isinstance(readout_norm, bool) or not isinstance(readout_norm, int | float | np.number):
-        raise ValueError(f"readout_norm: expected a number q in [1, inf], got {readout_norm!r}")
-    if math.isnan(readout_norm) or readout_norm < 1:
-        raise ValueError(f"readout_norm: expected a number q in [1, inf], got {readout_norm!r}")
-    return dual_exponent(float(readout_norm))
+    q = real_number(readout_norm)
+    if q is None or math.isnan(q) or q < 1:
+        raise ValueError(
+            "readout_norm: expected a number q in [1, inf] (a Python or NumPy number), got "
+            f"{describe(readout_norm)}"
+        )
+    return dual_exponent(q)
 
 
 @jax.tree_util.register_dataclass

@@ -29,6 +29,8 @@ from kernels.parallel import (
 )
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# the most entries sign_vectors materialises (8 GiB of float32): beyond, sign_chunk
+_MAX_SIGN_ENTRIES = 2**31
 
 
 # --------------------------------------------------------------------------- argument checks
@@ -221,7 +223,7 @@ def sign_vectors(
 
     Row $k$ depends only on ``(key, k)``, so any chunk of rows can be regenerated alone with
     :func:`sign_chunk`. The kernels never materialise all draws; this is for tests and small
-    problems (memory ``num_samples * num_examples * itemsize``).
+    problems (memory ``num_samples * num_examples * itemsize``, at most ``2**31`` entries).
 
     Args:
       key: PRNG key.
@@ -230,7 +232,8 @@ def sign_vectors(
       dtype: float32 or float64, the dtype of the signs.
 
     Raises:
-      ValueError: on a bad key, size or dtype.
+      ValueError: on a bad key, size or dtype, or more than ``2**31`` entries in all
+        (``num_samples * num_examples``; draw larger streams in chunks with :func:`sign_chunk`).
 
     >>> import jax
     >>> s = sign_vectors(jax.random.key(1), num_samples=2, num_examples=3)
@@ -238,5 +241,11 @@ def sign_vectors(
     ((2, 3), dtype('float32'), True)
     """
     num = check_positive_int(num_samples, "num_samples")
+    n = check_positive_int(num_examples, "num_examples")
+    if num * n > _MAX_SIGN_ENTRIES:
+        raise ValueError(
+            f"num_samples: {num} sign vectors of {n} examples are {num * n} entries, more than "
+            "the 2**31 one array of sign_vectors holds (draw them in chunks with sign_chunk)"
+        )
     start = np.zeros(2, np.uint32)
     return _sign_rows(key, start, num_rows=num, num_examples=num_examples, dtype=dtype)

@@ -7,11 +7,13 @@ from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from kernels._checks import (
     check_key,
     check_positive,
     check_positive_int,
+    describe,
 )
 from kernels._flat import _check_kept_count, _check_linearize, _indices, _num_bad_rows, _setup
 from kernels._hessian import Matvec
@@ -107,8 +109,27 @@ def _slq_block(
 
 def _check_density_options(num_grid: Any, bandwidth: Any) -> None:
     check_positive_int(num_grid, "num_grid", minimum=2)
-    if bandwidth is not None:
-        check_positive(bandwidth, "bandwidth")
+    if bandwidth is None:
+        return
+    if isinstance(bandwidth, np.ndarray | jax.Array) and bandwidth.shape != ():
+        raise ValueError(
+            f"bandwidth: expected a finite scalar > 0 (or None), got {describe(bandwidth)}"
+        )
+    check_positive(bandwidth, "bandwidth")
+
+
+def _default_width(lo: jax.Array, hi: jax.Array) -> jax.Array:
+    r"""The range the default bandwidth is 1% of: $\max(hi - lo, f \max(|lo|, |hi|))$.
+
+    The floor $f = \max(10^{-6}, 2^{17}\varepsilon)$ is relative to the nodes' scale (1 where
+    all nodes are 0), so a spectrum of one repeated value gets a bandwidth far above the dtype's
+    resolution at that value (the default grid's points are distinct and the density integrates
+    to 1), and tiny eigenvalues (1e-10) are not smeared by an absolute floor.
+    """
+    scale = jnp.maximum(jnp.abs(lo), jnp.abs(hi))
+    scale = jnp.where(scale > 0, scale, jnp.ones_like(scale))
+    floor = max(1e-6, 2**17 * float(jnp.finfo(lo.dtype).eps))
+    return jnp.maximum(hi - lo, scale * jnp.asarray(floor, lo.dtype))
 
 
 def _density(
@@ -117,8 +138,8 @@ def _density(
     """The smoothed density of :func:`spectral_density` from the nodes and weights (P, k)."""
     num_samples = nodes.shape[0]
     lo, hi = jnp.min(nodes), jnp.max(nodes)
-    width = jnp.maximum(hi - lo, jnp.maximum(jnp.abs(hi), 1.0) * 1e-6)
-    sigma = 0.01 * width if bandwidth is None else jnp.asarray(bandwidth, nodes.dtype)
+    sigma = 0.01 * _default_width(lo, hi) if bandwidth is None else bandwidth
+    sigma = jnp.asarray(sigma, nodes.dtype)
     grid = jnp.linspace(lo - 5 * sigma, hi + 5 * sigma, num_grid, dtype=nodes.dtype)
     z = (grid[:, None] - nodes.reshape(-1)[None, :]) / sigma
     kernel = jnp.exp(-0.5 * z**2) / (jnp.sqrt(2 * jnp.pi).astype(nodes.dtype) * sigma)
@@ -237,8 +258,10 @@ def spectral_density(
       num_samples: probes, P >= 1 (``num_probes`` is its deprecated name). Static.
       num_steps: Lanczos steps per probe. Static.
       num_grid: grid size >= 2. Static.
-      bandwidth: smoothing $\sigma > 0$ (a float is static, an array traced); default 1% of
-        the range of the nodes.
+      bandwidth: smoothing $\sigma > 0$, a scalar (a float is static, an array traced);
+        default 1% of the range of the nodes, or of $f\max|\theta|$ where that is larger,
+        $f = \max(10^{-6}, 2^{17}\varepsilon)$ (0.016 in float32): a spectrum of one repeated
+        value still gets a grid of distinct points and a density that integrates to 1.
       chunk_size: probes per vectorised batch, an int >= 1; ``None`` (default) runs them one
         at a time; ``"auto"``: ``None`` on a CPU, 16 on a GPU or TPU. Static.
       basis_dtype: dtype the Lanczos basis is stored in, as in :func:`lanczos`. Static.
@@ -251,8 +274,8 @@ def spectral_density(
       5 bandwidths either side.
 
     Raises:
-      ValueError: as :func:`slq_nodes`, and for num_grid < 2 or (also at runtime) a
-        non-positive or non-finite ``bandwidth``.
+      ValueError: as :func:`slq_nodes`, and for num_grid < 2, a ``bandwidth`` that is not a
+        scalar or (also at runtime) a non-positive or non-finite one.
 
     References:
       Ghorbani, Krishnan, Xiao 2019, arXiv:1901.10159.

@@ -14,6 +14,7 @@ import numpy as np
 from kernels._checks import (
     check_positive_int,
     describe,
+    real_number,
 )
 from kernels._ordered import CheckChain
 from kernels._signs import _check_float_array, _check_float_dtype, _check_float_tree, _check_signs
@@ -28,13 +29,17 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def _check_exponent(value: Any, prefix: str) -> float:
-    """``value`` as a float in [1, inf]; else a ValueError starting with ``prefix``."""
-    try:
-        exponent = float(value)
-    except (TypeError, ValueError):
-        exponent = math.nan
-    if isinstance(value, bool) or math.isnan(exponent) or exponent < 1:
-        raise ValueError(f"{prefix}expected an exponent in [1, inf], got {describe(value)}")
+    """``value`` as a float in [1, inf]; else a ValueError starting with ``prefix``.
+
+    A Python or NumPy real number (:func:`kernels._checks.real_number`): a string or an array
+    is refused.
+    """
+    exponent = real_number(value)
+    if exponent is None or math.isnan(exponent) or exponent < 1:
+        raise ValueError(
+            f"{prefix}expected an exponent in [1, inf] (a Python or NumPy number), got "
+            f"{describe(value)}"
+        )
     return exponent
 
 
@@ -47,10 +52,10 @@ def _parse_norm(norm: Any, readout: Any) -> tuple[float, float | None]:
             raise ValueError("readout: a matrix class norm=(q, p) needs a readout vector u")
         q, p = (_check_exponent(v, f"norm: the pair (q, p) = {tuple(norm)!r}: ") for v in norm)
         return p, q
-    _check_exponent(norm, "norm: ")
+    p = _check_exponent(norm, "norm: ")
     if readout is not None:
         raise ValueError("readout: only used with a matrix class norm=(q, p)")
-    return float(norm), None
+    return p, None
 
 
 @jax.tree_util.register_dataclass

@@ -72,8 +72,11 @@ def estimate_from_samples(samples: jax.Array, axis: int = 0) -> Estimate:
     \mathrm{se} = \sqrt{\frac{1}{K(K-1)}\sum_k (Y_k - \hat\mu)^2}.$$
 
     Holds all K samples in memory: Monte Carlo kernels stream theirs through
-    :func:`kernels.parallel.sample_statistics` instead. NaN or infinite samples make the
-    mean and stderr NaN or inf (they are not dropped; kernels check their samples first).
+    :func:`kernels.parallel.sample_statistics` instead. Computed on the samples scaled by a power
+    of two (exact) and shifted by the first one, so equal samples give a standard error of
+    exactly 0 and neither the sum nor the squares overflow or underflow where the result is
+    representable (float32 samples of 3e38 or 1e-30 included). NaN or infinite samples make
+    the mean and stderr NaN or inf (they are not dropped; kernels check their samples first).
 
     Args:
       samples: float32/float64 array whose ``axis`` indexes i.i.d. Monte Carlo samples (at
@@ -104,6 +107,37 @@ def estimate_from_samples(samples: jax.Array, axis: int = 0) -> Estimate:
     num = samples.shape[axis]
     if num < 2:
         raise ValueError(f"samples: need at least 2 samples along axis {axis}, got {num}")
-    mean = jnp.mean(samples, axis=axis)
-    stderr = jnp.std(samples, axis=axis, ddof=1) / jnp.sqrt(jnp.asarray(num, samples.dtype))
-    return Estimate(mean=mean, stderr=stderr, num_samples=num)
+    return _shifted_scaled_moments(samples, axis, num)
+
+
+def _shifted_scaled_moments(samples: jax.Array, axis: int, num: int) -> Estimate:
+    r"""Mean and standard error of ``samples`` computed on $y = 2^{-e} x$ shifted by $y_0$.
+
+    $2^e$ (exact) is the power of two just above $\max|x|$ along ``axis``, so $|y| < 1$ and
+    $d = y - y_0 \in (-2, 2)$: squares neither overflow (3e38 in float32) nor underflow
+    (1e-30), and equal samples give $d = 0$, a standard error of exactly 0. The variance is the
+    corrected two-pass sum $\sum r^2 - (\sum r)^2 / K$ with $r = d - \bar d$.
+    """
+    top = jax.lax.stop_gradient(jnp.max(jnp.abs(samples), axis=axis, keepdims=True))
+    _, e = jnp.frexp(top)
+    e = jnp.where(jnp.logical_and(jnp.isfinite(top), top > 0), e, 0)
+    y = _times_pow2(samples, -e)
+    shift = jax.lax.index_in_dim(y, 0, axis=axis, keepdims=True)
+    d = y - shift
+    d_mean = jnp.mean(d, axis=axis, keepdims=True)
+    r = d - d_mean
+    count = jnp.asarray(num, samples.dtype)
+    squares = jnp.sum(r * r, axis=axis, keepdims=True)
+    var = jnp.maximum(squares - jnp.sum(r, axis=axis, keepdims=True) ** 2 / count, 0) / (count - 1)
+    mean = _times_pow2(shift + d_mean, e)
+    stderr = _times_pow2(jnp.sqrt(var / count), e)
+    return Estimate(
+        mean=jnp.squeeze(mean, axis=axis), stderr=jnp.squeeze(stderr, axis=axis), num_samples=num
+    )
+
+
+def _times_pow2(x: jax.Array, e: jax.Array) -> jax.Array:
+    """``x * 2**e`` as two products by normal powers of two (exact in the normal range)."""
+    one = jnp.ones((), x.dtype)
+    half = e // 2
+    return x * jnp.ldexp(one, half) * jnp.ldexp(one, e - half)

@@ -26,8 +26,9 @@ arrays and float16/bfloat16 inputs are refused with a ``ValueError`` naming the 
 sums overflow and round too early for a norm to mean anything). A projection's ``radius`` may be
 traced: a non-positive or non-finite radius, and NaN or infinite entries of the projected array,
 raise an error eagerly and inside ``jax.jit`` (see :mod:`kernels._checks`; turned off with
-``kernels.set_runtime_checks(False)``). The rank (:func:`schatten_norm` at ``p=0``) also checks
-its input, since a NaN matrix would otherwise count as rank 0.
+``kernels.set_runtime_checks(False)``). The spectral and Schatten norms (the rank at ``p=0``
+included) also check their input the same way: an SVD of a NaN or infinite matrix gives NaN, and
+a NaN matrix would count as rank 0.
 """
 
 from __future__ import annotations
@@ -40,11 +41,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from kernels._checks import check_finite, describe
+from kernels._checks import check_finite, check_that, describe, is_concrete, real_number
 from kernels._devices import keep_sharding
 from kernels._jit import compile_once
 from kernels._names import warn_renamed
 from kernels._ordered import CheckChain
+from kernels._pow2 import ldexp_exact as ldexp_exact
+from kernels._pow2 import pow2_exponent as pow2_exponent
+from kernels._pow2 import pow2_factors
 
 __all__ = [
     "as_matrix",
@@ -68,14 +72,16 @@ __all__ = [
 
 
 def _check_exponent(p: Any, name: str, *, allow_zero: bool = False) -> float:
-    try:
-        value = float(p)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a number in [1, inf], got {p!r}") from None
-    low_ok = value >= 1 or (allow_zero and value == 0)
-    if math.isnan(value) or not low_ok:
-        lo = "{0} or [1, inf]" if allow_zero else "[1, inf]"
-        raise ValueError(f"{name}: expected a number in {lo}, got {p!r}")
+    """``p`` as a float in [1, inf] (or 0): a Python or NumPy real number, never an array."""
+    value = real_number(p)
+    lo = "{0} or [1, inf]" if allow_zero else "[1, inf]"
+    if value is None:
+        raise ValueError(
+            f"{name}: expected a Python or NumPy number in {lo}, got {describe(p)} (an exponent "
+            "is static: not a string, nor an array)"
+        )
+    if math.isnan(value) or not (value >= 1 or (allow_zero and value == 0)):
+        raise ValueError(f"{name}: expected a number in {lo}, got {describe(p)}")
     return value
 
 
@@ -134,87 +140,6 @@ def dual_exponent(p: float) -> float:
     if math.isinf(p):
         return 1.0
     return p / (p - 1)
-
-
-def pow2_factors(m: jax.Array) -> tuple[jax.Array, jax.Array]:
-    r"""``(2**-e, 2**e)`` with $2^{e-1} \le m < 2^e$: exact rescaling factors for magnitudes ~m.
-
-    ``e`` is clipped so that both factors are finite normal numbers of ``m``'s dtype
-    ($|e| \le 126$ in float32), and is 0 where ``m`` is 0 or not finite. Multiplying by a power
-    of two is exact (barring under/overflow), so a sum of squares of ``x * 2**-e`` rounds
-    exactly as that of ``x`` would in the normal range, but never overflows or underflows.
-
-    >>> down, up = pow2_factors(jnp.float32(3e19))
-    >>> float(up), float(down) * float(up)
-    (3.6893488147419103e+19, 1.0)
-    """
-    m = jax.lax.stop_gradient(jnp.asarray(m))
-    info = jnp.finfo(m.dtype)
-    _, e = jnp.frexp(m)
-    lim = int(info.maxexp) - 2
-    e = jnp.where(jnp.logical_and(jnp.isfinite(m), m > 0), jnp.clip(e, -lim, lim), 0)
-    one = jnp.ones((), m.dtype)
-    return jnp.ldexp(one, -e), jnp.ldexp(one, e)
-
-
-def pow2_exponent(m: jax.Array) -> jax.Array:
-    r"""The int32 exponent $e$ with $2^{e-1} \le m < 2^e$ (0 where ``m`` is 0 or not finite).
-
-    Unlike :func:`pow2_factors` it is not clipped: with :func:`ldexp_exact` it carries scales
-    beyond the dtype's normal range (a float32 radius of 1e-37 over 100 examples).
-
-    >>> int(pow2_exponent(jnp.float32(3.0))), int(pow2_exponent(jnp.float32(1e-37)))
-    (2, -122)
-    """
-    m = jax.lax.stop_gradient(jnp.asarray(m))
-    _, e = jnp.frexp(m)
-    ok = jnp.logical_and(jnp.isfinite(m), m > 0)
-    return jnp.where(ok, e, 0).astype(jnp.int32)
-
-
-def ldexp_exact(x: jax.Array, e: jax.Array) -> jax.Array:
-    r"""$x \cdot 2^e$ rounded once, subnormal results included, for finite ``x`` and int ``e``.
-
-    ``jnp.ldexp`` and a product with a power of two lose a result below the smallest normal
-    number wherever denormals are flushed to zero (XLA on a CPU): 1.5 * 2**-140 in float32 gives
-    0. Here a normal result is two products by normal powers of two (exact), and a subnormal one
-    is built from its integer significand (rounded half to even) by a bitcast, so the value is
-    the correctly rounded $x 2^e$ in both ranges; beyond the largest finite number it is
-    $\pm\infty$. Used to scale the Rademacher kernels' results back from their working units.
-
-    Args:
-      x: float32 or float64 array (finite; NaN and inf pass through).
-      e: integer exponents, broadcast against ``x``.
-
-    Returns:
-      The scaled array, in ``x``'s dtype.
-
-    >>> import numpy as np
-    >>> y = ldexp_exact(jnp.float32(1.5), jnp.int32(-140))
-    >>> float(np.asarray(y)) == 1.5 * 2.0**-140
-    True
-    """
-    x = jnp.asarray(x)
-    dtype = x.dtype
-    info = jnp.finfo(dtype)
-    e = jnp.asarray(e, jnp.int32)
-    mant, ex = jnp.frexp(x)  # x = mant 2^ex, 1/2 <= |mant| < 1
-    total = ex.astype(jnp.int32) + e
-    lim = int(info.maxexp) - 2
-    e1 = jnp.clip(e // 2, -lim, lim)
-    e2 = jnp.clip(e - e1, -lim, lim)
-    one = jnp.ones((), dtype)
-    normal = x * jnp.ldexp(one, e1) * jnp.ldexp(one, e2)
-    # subnormal: |x| 2^e = k 2^(minexp - nmant) with k = |mant| 2^(total - minexp + nmant) < 2^nmant
-    nmant, minexp = int(info.nmant), int(info.minexp)
-    shift = total - minexp + nmant  # <= nmant where the result is below the normal range
-    scaled = jnp.abs(mant) * jnp.ldexp(one, jnp.clip(shift, -2, nmant))
-    k = jnp.where(shift < -1, 0, jnp.round(scaled))
-    itype = jnp.int32 if dtype == jnp.float32 else jnp.int64
-    bits = k.astype(itype) | jnp.where(mant < 0, jnp.array(1, itype) << (info.bits - 1), 0)
-    tiny = jax.lax.bitcast_convert_type(bits.astype(itype), dtype)
-    sub = jnp.logical_and(total - 1 < minexp, jnp.isfinite(x))
-    return jnp.where(jnp.logical_and(sub, x != 0), tiny, normal)
 
 
 def _scaled_l2_norm(a: jax.Array, axis: Any = None) -> jax.Array:
@@ -372,13 +297,15 @@ def spectral_norm(w: jax.Array) -> jax.Array:
     r"""Spectral norm $\|W\|_2 = \sigma_{\max}(W)$ (exact, by SVD).
 
     Raises:
-      ValueError: if ``w`` is not 2-D.
+      ValueError: if ``w`` is not 2-D, or has a NaN or infinite entry (eagerly and under
+        ``jit``).
 
     >>> import jax.numpy as jnp
     >>> float(spectral_norm(jnp.diag(jnp.array([3.0, -5.0]))))
     5.0
     """
     w = _check_matrix(w)
+    check_finite(w, "w")
     return jnp.linalg.svd(w, compute_uv=False)[0]
 
 
@@ -431,11 +358,12 @@ def schatten_norm(w: jax.Array, *, p: float, rtol: float | None = None) -> jax.A
     Args:
       w: matrix.
       p: 0 or a number in [1, inf]. Static.
-      rtol: relative threshold for the rank (only used at p = 0).
+      rtol: relative threshold for the rank, finite and >= 0 (only used at p = 0; may be
+        traced).
 
     Raises:
-      ValueError: if ``w`` is not 2-D or ``p`` is out of range; at p = 0 also if ``w`` has a
-        NaN or infinite entry (eagerly and under ``jit``).
+      ValueError: if ``w`` is not 2-D, ``p`` is out of range, ``rtol`` is not a finite number
+        >= 0, or ``w`` has a NaN or infinite entry (the last two also under ``jit``).
 
     >>> import jax.numpy as jnp
     >>> w = jnp.diag(jnp.array([3.0, 4.0, 0.0]))
@@ -444,17 +372,40 @@ def schatten_norm(w: jax.Array, *, p: float, rtol: float | None = None) -> jax.A
     """
     w = _check_matrix(w)
     p = _check_exponent(p, "p", allow_zero=True)
+    _check_rtol(rtol)
     _warn_spectral("schatten_norm", p, math.inf)
     return _schatten_norm(w, p, rtol)
 
 
+def _check_rtol(rtol: Any) -> None:
+    """``rtol`` is None or a real scalar, finite and >= 0 (a traced one checked at run time)."""
+    if rtol is None:
+        return
+    expected = "rtol: expected None or a finite number >= 0, got"
+    real = isinstance(rtol, int | float | np.integer | np.floating | np.ndarray | jax.Array)
+    if (
+        isinstance(rtol, bool | np.bool_)
+        or not real
+        or jnp.shape(rtol) != ()
+        or jnp.result_type(rtol).kind not in "iuf"
+    ):
+        raise ValueError(f"{expected} {describe(rtol)}")
+    if is_concrete(rtol):
+        value = float(rtol)
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{expected} {describe(rtol)}")
+        return
+    check_that(
+        jnp.logical_and(jnp.isfinite(rtol), rtol >= 0), f"{expected} a negative or non-finite value"
+    )
+
+
 def _schatten_norm(w: jax.Array, p: float, rtol: float | None) -> jax.Array:
-    if p == 0:
-        check_finite(w, "w")
+    check_finite(w, "w")
     s = jnp.linalg.svd(w, compute_uv=False)
     if p == 0:
         tol = rtol if rtol is not None else max(w.shape) * float(jnp.finfo(w.dtype).eps)
-        return jnp.sum(s > tol * s[0])
+        return jnp.sum(s > jnp.asarray(tol, s.dtype) * s[0])
     return _lp(s, p)
 
 
@@ -528,6 +479,7 @@ def tree_schatten_norms(
 ) -> Any:
     r"""Schatten-$p$ norm (rank at $p=0$) of every leaf, leaves read as matrices."""
     p = _check_exponent(p, "p", allow_zero=True)
+    _check_rtol(rtol)
     return _tree_matrix_map(lambda m: _schatten_norm(_check_matrix(m), p, rtol), tree, split_axis)
 
 
@@ -562,19 +514,24 @@ def _l2(v: jax.Array, r: jax.Array) -> jax.Array:
     """Projection of all entries of ``v`` onto the l2 ball: ``v * min(1, r / ||v||_2)``.
 
     With ``v = 2**e u`` (exact power-of-two scaling): ``min(1, (r 2**-e) / ||u||_2)``, so a
-    norm above the dtype's range still projects (the plain formula gave ``v * 0``).
+    norm above the dtype's range still projects (the plain formula gave ``v * 0``). The square
+    root is of a sum made positive where it is 0 (the double ``where``), so at ``v = 0`` the
+    gradient is that of the identity, not NaN (both branches are differentiated under ``vmap``).
     """
     one = jnp.ones((), v.dtype)
 
+    def factor(squares: jax.Array, radius: jax.Array) -> jax.Array:
+        positive = squares > 0
+        nrm = jnp.sqrt(jnp.where(positive, squares, one))
+        return jnp.where(positive, jnp.minimum(one, radius / nrm), one)
+
     def plain() -> jax.Array:
-        return jnp.minimum(one, r / jnp.sqrt(total))
+        return factor(total, r)
 
     def scaled() -> jax.Array:
         down, _ = pow2_factors(jnp.max(jnp.abs(v)))
         u = v * down
-        nrm = jnp.sqrt(jnp.sum(u * u))
-        factor = jnp.minimum(one, (r * down) / jnp.where(nrm > 0, nrm, one))
-        return jnp.where(nrm > 0, factor, one)
+        return factor(jnp.sum(u * u), r * down)
 
     total = jnp.sum(v * v)  # one pass; the scaled branch only past the safe range (lax.cond)
     return v * jax.lax.cond(_plain_sum_is_safe(total, v.size), plain, scaled)

@@ -500,6 +500,74 @@ def test_spectral_density_recovers_two_clusters():
     assert mass_low == pytest.approx(0.75, abs=0.1)
 
 
+def _integral(sd):
+    grid = np.asarray(sd.grid, np.float64)
+    return float(np.trapezoid(np.asarray(sd.density, np.float64), grid))
+
+
+def test_spectral_density_of_a_repeated_eigenvalue_in_float32():
+    """c*I: the default bandwidth is relative to the nodes' scale.
+
+    It sat below float32's resolution at 3: 4 distinct grid values, an integral of 3.17.
+    """
+    like = jnp.zeros(5, jnp.float32)
+    sd = spectral_density(lambda v: 3.0 * v, like, jax.random.key(0), num_samples=4, num_steps=1)
+    assert sd.grid.dtype == jnp.float32
+    assert np.unique(np.asarray(sd.grid)).size == sd.grid.size
+    assert _integral(sd) == pytest.approx(1.0, abs=1e-3)
+    assert float(sd.grid[jnp.argmax(sd.density)]) == pytest.approx(3.0, rel=1e-3)
+    zero = spectral_density(lambda v: 0.0 * v, like, jax.random.key(0), num_samples=2, num_steps=1)
+    assert np.unique(np.asarray(zero.grid)).size == zero.grid.size
+    assert _integral(zero) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_spectral_density_of_tiny_eigenvalues_is_not_smeared():
+    """Eigenvalues 1e-10 * (1, 2, 3, 4): four peaks, the grid spans the nodes and 5 bandwidths.
+
+    The absolute floor of the default bandwidth (1e-6) spread the grid over [-5e-8, 5e-8].
+    """
+    d = 1e-10 * jnp.arange(1.0, 5.0)
+    sd = spectral_density(lambda v: d * v, 4, jax.random.key(1), num_samples=2, num_steps=4)
+    grid, density = np.asarray(sd.grid), np.asarray(sd.density)
+    assert 0.8e-10 < grid.min() < 1e-10
+    assert 4e-10 < grid.max() < 4.2e-10
+    assert _integral(sd) == pytest.approx(1.0, abs=1e-6)
+    peaks = np.interp(np.asarray(d), grid, density)
+    valleys = np.interp(np.asarray(d[:-1]) + 0.5e-10, grid, density)
+    assert peaks.min() > 100 * valleys.max()
+
+
+@pytest.mark.parametrize("bandwidth", [jnp.array([1.0, 2.0]), np.ones(1), [1.0], "1"])
+def test_spectral_density_bandwidth_must_be_a_scalar(bandwidth):
+    with pytest.raises(ValueError, match=r"^bandwidth: expected a finite"):
+        spectral_density(
+            lambda v: 2.0 * v, 4, jax.random.key(0), num_samples=2, num_steps=2,
+            bandwidth=bandwidth,
+        )  # fmt: skip
+
+
+def test_python_float_params_and_numpy_integer_sizes():
+    """A Python float params and a NumPy integer like work as for the other kernels.
+
+    hessian_trace raised AttributeError ('float' object has no attribute 'dtype');
+    hutchinson_trace refused np.int64(3) with a dtype message.
+    """
+    key = jax.random.key(0)
+    est = hessian_trace(lambda p, b: p**2, 2.0, (), key, num_samples=4)
+    assert float(est.mean) == 2.0
+    assert float(est.stderr) == 0.0
+    tree = hessian_trace(lambda p, b: p["a"] ** 3, {"a": 2.0}, (), key, num_matvecs=4,
+                         method="hutchpp")  # fmt: skip
+    assert float(tree.mean) == pytest.approx(12.0)
+    for n in (np.int64(3), np.int32(3), jnp.int32(3)):
+        got = hutchinson_trace(lambda v: 2 * v, n, key, num_samples=4)
+        assert float(got.mean) == 6.0
+        nodes = slq_nodes(lambda v: 2 * v, n, key, num_samples=1, num_steps=1).nodes
+        assert float(nodes[0, 0]) == 2.0
+    with pytest.raises(ValueError, match=r"^params: expected float16, bfloat16"):
+        hessian_trace(lambda p, b: p**2, 2, (), key, num_samples=4)
+
+
 # --------------------------------------------------------------------------- invariances
 
 

@@ -108,3 +108,30 @@ def test_num_evaluations_is_static_metadata():
     assert len(leaves) == 2
     assert jax.tree_util.tree_unflatten(treedef, leaves).num_evaluations == 8
     assert jax.jit(lambda e: e)(est).num_evaluations == 8
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.full(1000, 1e8),  # equal samples: stderr exactly 0 (was 0.253)
+        np.array([1e-30, 2e-30, 3e-30]),  # squares underflow float32 (stderr was 0)
+        np.array([3e38, 3e38, -3e38]),  # the sum overflows float32 (mean was inf)
+        np.array([-2e-37, 1.5e-37, 3e-37, 5e-37]),  # near the smallest normal float32
+        1e4 + np.random.default_rng(0).standard_normal(1000),  # large offset, small spread
+    ],
+    ids=["constant", "tiny", "huge", "near-tiny", "offset"],
+)
+def test_float32_samples_match_a_float64_reference(values):
+    """float32 in, float32 out, within float32 rounding of the float64 mean and stderr."""
+    x = jnp.asarray(values, jnp.float32)
+    est = estimate_from_samples(x)
+    assert est.mean.dtype == est.stderr.dtype == jnp.float32
+    ref = np.asarray(x, np.float64)
+    ref_mean, ref_se = ref.mean(), ref.std(ddof=1) / np.sqrt(ref.size)
+    eps = float(jnp.finfo(jnp.float32).eps)
+    scale = np.abs(ref).max()
+    assert abs(float(est.mean) - ref_mean) <= 4 * eps * scale
+    assert abs(float(est.stderr) - ref_se) <= 16 * eps * max(ref_se, eps * scale)
+    if np.all(ref == ref[0]):
+        assert float(est.stderr) == 0.0
+        assert float(est.mean) == ref[0]

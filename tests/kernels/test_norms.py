@@ -147,6 +147,41 @@ def test_bad_arguments_raise():
         norms.tree_norm({"a": jnp.zeros((0,))})
 
 
+EXPONENT_USES = {
+    "vector_norm": lambda x, p: norms.vector_norm(x, p),
+    "tree_norm": lambda x, p: norms.tree_norm({"a": x}, p=p),
+    "group_norm_q": lambda x, p: norms.group_norm(x, q=p, p=1),
+    "group_norm_p": lambda x, p: norms.group_norm(x, q=1, p=p),
+    "schatten_norm": lambda x, p: norms.schatten_norm(x, p=p),
+    "dual_exponent": lambda x, p: norms.dual_exponent(p),
+    "project_lp_ball": lambda x, p: norms.project_lp_ball(x, p=p, radius=1.0),
+    "project_group_ball": lambda x, p: norms.project_group_ball(x, q=p, p=INF, radius=1.0),
+    "project_schatten_ball": lambda x, p: norms.project_schatten_ball(x, p=p, radius=1.0),
+    "tree_project_lp_ball": lambda x, p: norms.tree_project_lp_ball({"a": x}, p=p, radius=1.0)["a"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPONENT_USES))
+def test_every_exponent_takes_python_and_numpy_numbers_alike(name):
+    """np.float64(2) was traced by the projections' jit boundary and refused (a tracer shown)."""
+    use = EXPONENT_USES[name]
+    x = jnp.asarray(np.random.default_rng(6).normal(size=(3, 2)))
+    want = np.asarray(use(x, 2))
+    for p in (2.0, np.float64(2), np.int64(2), np.float32(2), np.int8(2)):
+        np.testing.assert_array_equal(np.asarray(use(x, p)), want)
+
+
+@pytest.mark.parametrize("p", ["2", np.array(2.0), jnp.float32(2), np.ones(2), np.complex64(2)])
+@pytest.mark.parametrize("name", sorted(EXPONENT_USES))
+def test_every_exponent_refuses_strings_and_arrays(name, p):
+    """A string ('2') was read as the number 2; arrays were traced (a tracer in the message)."""
+    x = jnp.ones((3, 2))
+    arg = "q" if name in ("group_norm_q", "project_group_ball") else "p"
+    with pytest.raises(ValueError, match=rf"^{arg}: expected a Python or NumPy number") as info:
+        EXPONENT_USES[name](x, p)
+    assert "Traced" not in str(info.value)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
 def test_half_precision_is_refused(dtype):
     x = jnp.ones((2, 2), dtype)
@@ -430,6 +465,45 @@ def test_rank_of_nan_matrix_raises():
         jax.block_until_ready(rank(jnp.full((2, 2), jnp.nan)))
 
 
+SVD_NORMS = {
+    "spectral": norms.spectral_norm,
+    "schatten1": lambda w: norms.schatten_norm(w, p=1),
+    "schatten3": lambda w: norms.schatten_norm(w, p=3),
+    "operator2": lambda w: norms.tree_operator_norms({"w": w}, p=2)["w"],
+    "tree_schatten2": lambda w: norms.tree_schatten_norms({"w": w}, p=2)["w"],
+}
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+@pytest.mark.parametrize("name", sorted(SVD_NORMS))
+def test_svd_norms_of_a_nonfinite_matrix_raise(name, bad):
+    """They returned NaN silently; now the check the rank (p=0) already made."""
+    w = jnp.eye(3).at[1, 2].set(bad)
+    with pytest.raises(ValueError, match=r"^w: expected finite values"):
+        SVD_NORMS[name](w)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="kernels check failed: w"):
+        jax.block_until_ready(jax.jit(SVD_NORMS[name])(w))
+
+
+@pytest.mark.parametrize("rtol", [-1.0, math.nan, math.inf, "0.1", np.ones(2), True])
+def test_rank_rtol_must_be_a_finite_number_at_least_zero(rtol):
+    w = jnp.eye(3)
+    with pytest.raises(ValueError, match=r"^rtol: expected None or a finite number >= 0"):
+        norms.schatten_norm(w, p=0, rtol=rtol)
+    with pytest.raises(ValueError, match=r"^rtol: expected None or a finite number >= 0"):
+        norms.tree_schatten_norms({"w": w}, p=0, rtol=rtol)
+
+
+def test_rank_rtol_accepts_numbers_and_checks_a_traced_one():
+    w = jnp.diag(jnp.array([1.0, 0.5, 1e-3]))
+    assert int(norms.schatten_norm(w, p=0, rtol=0)) == 3
+    assert int(norms.schatten_norm(w, p=0, rtol=np.float32(0.1))) == 2
+    rank = jax.jit(lambda r: norms.schatten_norm(w, p=0, rtol=r))
+    assert int(rank(jnp.asarray(0.6))) == 1
+    with pytest.raises(jax.errors.JaxRuntimeError, match="kernels check failed: rtol"):
+        jax.block_until_ready(rank(jnp.asarray(-1.0)))
+
+
 def test_checks_run_once_under_vmap_and_keep_gradients():
     """A vmapped projection holds a fixed number of runtime checks, not one per element."""
     project = jax.vmap(lambda v, r: norms.project_lp_ball(v, p=2, radius=r))
@@ -447,6 +521,26 @@ def test_checks_run_once_under_vmap_and_keep_gradients():
     grad = jax.grad(lambda v: norms.project_lp_ball(v, p=2, radius=jnp.asarray(1.0))[0])
     v = jnp.array([3.0, 4.0])  # d(v_0 / |v|) / dv = (1/|v| - v_0^2/|v|^3, -v_0 v_1 / |v|^3)
     np.testing.assert_allclose(grad(v), [0.2 - 9 / 125, -12 / 125], rtol=1e-12)
+
+
+@pytest.mark.parametrize("p", [1, 2, INF])
+def test_projection_gradient_at_zero_is_the_identity(p):
+    """Inside the ball the projection is the identity: its gradient at 0 too (p=2 gave NaN)."""
+
+    def total(v):
+        return jnp.sum(norms.project_lp_ball(v, p=p, radius=1.0))
+
+    def tree_total(v):
+        return jnp.sum(norms.tree_project_lp_ball({"a": v[:1], "b": v[1:]}, p=p, radius=1.0)["b"])
+
+    zero = jnp.zeros(2)
+    np.testing.assert_array_equal(jax.grad(total)(zero), [1.0, 1.0])
+    np.testing.assert_array_equal(jax.jit(jax.grad(total))(zero), [1.0, 1.0])
+    np.testing.assert_array_equal(jax.grad(tree_total)(zero), [0.0, 1.0])
+    # under vmap both branches of the safe-range cond are differentiated
+    batch = jnp.zeros((2, 2)).at[1].set(jnp.array([0.1, 0.2]))
+    np.testing.assert_array_equal(jax.vmap(jax.grad(total))(batch), np.ones((2, 2)))
+    np.testing.assert_array_equal(norms.project_lp_ball(zero, p=p, radius=1.0), zero)
 
 
 def test_projection_second_call_compiles_nothing():

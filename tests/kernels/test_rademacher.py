@@ -89,6 +89,17 @@ def test_sign_bad_arguments_raise():
         rad.sign_chunk(KEY, 0, chunk_size=True, num_examples=3)
 
 
+def test_sign_vectors_refuses_more_than_2_31_entries_up_front():
+    """2**40 x 4 signs were allocated lazily (17.6 TB) and failed at block_until_ready."""
+    with pytest.raises(ValueError, match=r"^num_samples: .* more than the 2\*\*31.*sign_chunk"):
+        rad.sign_vectors(KEY, num_samples=2**40, num_examples=4)
+    with pytest.raises(ValueError, match=r"^num_samples: 536870913 sign vectors of 4 examples"):
+        rad.sign_vectors(KEY, num_samples=2**29 + 1, num_examples=4)
+    assert jax.eval_shape(
+        lambda k: rad.sign_vectors(k, num_samples=2**29, num_examples=4), KEY
+    ).shape == (2**29, 4)
+
+
 # ----------------------------------------------------------------------------- exact reference
 
 
@@ -120,6 +131,22 @@ def test_exact_bad_arguments_raise():
         rad.rademacher_exact(sup, chunk_size=0)
     with pytest.raises(ValueError, match="sup: non-finite"):
         rad.rademacher_exact(lambda s: jnp.log(s[:, 0]), num_examples=3)
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_exact_refuses_a_sup_that_does_not_return_one_value_per_sign_vector(keepdims):
+    """A scalar (or [1, 1]) from a function sup was broadcast into a wrong average."""
+    v = jnp.asarray(np.random.default_rng(0).normal(size=(3, 4)))
+
+    def sup(s):
+        return jnp.max(s @ v.T, axis=None, keepdims=keepdims) / 5
+
+    with pytest.raises(ValueError, match=r"^sup: expected values of shape \(16,\).*got shape"):
+        rad.rademacher_exact(sup, num_examples=4)
+    with pytest.raises(ValueError, match=r"^sup: expected values of shape \(1,\)"):
+        rad.rademacher_exact(sup, num_examples=4, chunk_size=None)
+    right = rad.rademacher_exact(lambda s: jnp.max(s @ v.T, axis=1) / 5, num_examples=4)
+    np.testing.assert_allclose(right.mean, np.mean(np.max(all_signs(4) @ v.T, axis=1)) / 5)
 
 
 # ----------------------------------------------------------------------------- linear classes
@@ -1195,6 +1222,38 @@ def test_finite_huge_outputs_give_finite_stderr():
     with pytest.raises(ValueError, match=r"^outputs_fn: non-finite value .* beyond the range"):
         rad.rademacher_finite(
             take_rows, jnp.full((3, 4), 3e38, jnp.float32), KEY, num_samples=4, num_members=3
+        )
+
+
+@pytest.mark.parametrize("norm", [np.int64(2), np.float64(2), np.float32(INF), np.int32(1)])
+def test_numpy_exponents_are_python_numbers(norm):
+    """A NumPy norm was traced by the jit boundary and refused with a tracer in the message."""
+    x = jnp.asarray(np.random.default_rng(3).normal(size=(5, 3)))
+    want = rad.rademacher_linear(x, KEY, norm=float(norm), radius=1.0, num_samples=4)
+    got = rad.rademacher_linear(x, KEY, norm=norm, radius=1.0, num_samples=4)
+    assert float(got.mean) == float(want.mean)
+    u = jnp.ones(2)
+    pair = rad.rademacher_linear(x, KEY, norm=(norm, np.int64(1)), readout=u, radius=1.0,
+                                 num_samples=4)  # fmt: skip
+    plain = rad.rademacher_linear(x, KEY, norm=(float(norm), 1), readout=u, radius=1.0,
+                                  num_samples=4)  # fmt: skip
+    assert float(pair.mean) == float(plain.mean)
+    assert rad.linear_sup(x, norm=norm, radius=1.0).dual == norms.dual_exponent(float(norm))
+    kw = readout_kw(readout_norm=norm)
+    est = rad.rademacher_readout_search(fixed_features, jnp.ones(1), jnp.eye(3), KEY, **kw)
+    ref = readout_kw(readout_norm=float(norm))
+    assert float(est.mean) == float(
+        rad.rademacher_readout_search(fixed_features, jnp.ones(1), jnp.eye(3), KEY, **ref).mean
+    )
+
+
+@pytest.mark.parametrize("norm", ["2", jnp.float32(2), np.array(2.0), np.ones(2), np.complex64(2)])
+def test_string_and_array_exponents_are_refused(norm):
+    with pytest.raises(ValueError, match=r"^norm: expected an exponent.*Python or NumPy number"):
+        rad.rademacher_linear(jnp.eye(3), KEY, norm=norm, radius=1.0, num_samples=4)
+    with pytest.raises(ValueError, match=r"^readout_norm: expected .*Python or NumPy number"):
+        rad.rademacher_readout_search(
+            fixed_features, jnp.ones(1), jnp.eye(3), KEY, **readout_kw(readout_norm=norm)
         )
 
 

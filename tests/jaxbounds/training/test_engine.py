@@ -174,6 +174,20 @@ def test_divergence_stops_the_run():
         hyperparams={"learning_rate": jnp.array([0.5, 1e200])}, num_steps=20, runs=2,
     )  # fmt: skip
     np.testing.assert_array_equal(result.diverged, [False, True])
+
+
+def test_divergence_to_infinite_weights_with_spectral_norms_stops_the_run():
+    """The lane's weights jump to inf: its spectral norm is recorded, not a failed check."""
+
+    def loss(params, data):
+        return jnp.sum(jnp.exp(params["w"])) + 0.0 * jnp.sum(data)
+
+    result = train(
+        loss, {"w": jnp.full((2, 2, 2), 10.0)}, jnp.zeros((3, 2)), optimizer=optax.sgd,
+        hyperparams={"learning_rate": jnp.array([1e-3, -1e306])}, num_steps=3, runs=2,
+        norms="spectral",
+    )  # fmt: skip
+    np.testing.assert_array_equal(result.diverged, [False, True])
     np.testing.assert_array_equal(result.hit_cap, [True, False])
     assert int(result.steps[1]) < 20
     assert not np.isfinite(result.metrics["loss"][1, int(result.num_evals[1]) - 1])
