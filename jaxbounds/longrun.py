@@ -10,7 +10,8 @@ atomically every ``checkpoint_every`` seconds and at the end) holds the merged s
 given an existing checkpoint resumes from it, and checkpoints of disjoint runs (other processes
 or machines: ``worker``/``num_workers``) merge with :func:`merge_checkpoints`. Memory is that of
 one block's chunk, constant in the number of samples. The block size defaults to about
-``block_seconds`` of work, measured on the first blocks (the calibration's time is recorded).
+``block_seconds`` of work, measured on the first blocks (the calibration's time is recorded; at
+most :data:`MAX_BLOCK_SIZE`).
 
 Stopping rule (:func:`target_reached`): after at least ``min_samples`` samples, stop at the
 first block end where $\hat s_n/\sqrt n \le \varepsilon$ (absolute target $\varepsilon$) or
@@ -50,8 +51,10 @@ import numpy as np
 from jaxbounds._atomic import Interrupted, SignalGuard, write_json_atomic
 from kernels.blocks import MonteCarloBlocks, MonteCarloState, merge_states
 from kernels.estimate import Estimate
+from kernels.parallel import MAX_SAMPLES
 
 __all__ = [
+    "MAX_BLOCK_SIZE",
     "LongRun",
     "Progress",
     "RunFailed",
@@ -64,6 +67,8 @@ __all__ = [
 
 FORMAT = "jaxbounds.longrun/1"
 Z95 = 1.959963984540054  # the 0.975 quantile of the standard normal
+# the largest block (--block-size's too): a stop waits for a block's end (docs/long-runs.md)
+MAX_BLOCK_SIZE = 2**24
 
 
 @dataclasses.dataclass(frozen=True)
@@ -571,7 +576,8 @@ class _Runner:
         bound = self.target * abs(mean) if self.opts.relative else self.target
         if not (math.isfinite(stderr) and bound > 0):
             return None
-        need = max(self.state.count * (stderr / bound) ** 2, self.opts.min_samples)
+        ratio = min(stderr / bound, 2.0**27)  # a tiny target: the count saturates at 2**53
+        need = min(max(self.state.count * ratio**2, self.opts.min_samples), MAX_SAMPLES)
         return max(math.ceil(need) - self.state.count, 1)
 
     # -- blocks
@@ -641,10 +647,15 @@ class _Runner:
             took = max(self.run_block(size, calibrating=True), 1e-6)
             reason = self.stop_reason() or _requested(guard)
             wanted = size * self.opts.block_seconds / took
-            if reason is not None or took >= 0.25 * self.opts.block_seconds or size >= 2**40:
+            if (
+                reason is not None
+                or took >= 0.25 * self.opts.block_seconds
+                or size >= MAX_BLOCK_SIZE
+            ):
                 # keep the size just compiled when it is near the wanted one
                 near = 0.5 <= wanted / size <= 4 or reason is not None
-                self.block_size = size if near else max(2, 2 ** round(math.log2(wanted)))
+                wanted = min(max(2, 2 ** round(math.log2(wanted))), MAX_BLOCK_SIZE)
+                self.block_size = size if near else wanted
                 break
             if self.opts.max_time is not None and self.this_run() + 4 * took > self.opts.max_time:
                 self.block_size = size  # no time left to compile a larger block
@@ -652,7 +663,7 @@ class _Runner:
             # grow towards one block_seconds (by 2x to 256x; a small block's time includes the
             # dispatch overhead, so this errs on the small side), but not past the samples the
             # target is predicted to need (a larger block would overshoot it by that much)
-            grown = size * 2 ** min(max(round(math.log2(wanted / size)), 1), 8)
+            grown = min(size * 2 ** min(max(round(math.log2(wanted / size)), 1), 8), MAX_BLOCK_SIZE)
             need = self.samples_to_target()
             if need is not None and need <= size:
                 self.block_size = size

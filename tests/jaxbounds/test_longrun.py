@@ -412,3 +412,24 @@ def test_slq_nodes_run_on_the_stream_of_rayleigh_quotients():
     signs = [start(p) for p in range(48)]
     want = [s @ np.asarray(a) @ s / 5 for s in signs]
     np.testing.assert_allclose(rayleigh, want, rtol=1e-9)
+
+
+def test_the_calibration_stays_within_the_largest_block(monkeypatch):
+    from jaxbounds import longrun
+
+    monkeypatch.setattr(longrun, "MAX_BLOCK_SIZE", 64)
+    reports = []
+    got = run_blocks(_linear_blocks(), max_samples=1000, block_seconds=100.0,
+                     callback=reports.append, handle_signals=False)  # fmt: skip
+    assert got.num_samples == 1000
+    assert max(r.block_size for r in reports) == 64
+    assert got.block_size == 64
+
+
+def test_tiny_targets_saturate_the_samples_needed():
+    # (stderr / 1e-160) ** 2 overflowed a float: OverflowError from the calibration and the ETA
+    reports = []
+    got = run_blocks(_linear_blocks(), target_stderr=1e-300, max_samples=600,
+                     callback=reports.append, handle_signals=False)  # fmt: skip
+    assert (got.reason, got.num_samples) == ("max_samples", 600)
+    assert all(r.eta is not None and r.eta > 0 for r in reports[1:])
