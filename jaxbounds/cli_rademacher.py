@@ -10,8 +10,9 @@ samples used. The file's dtype is the compute dtype: a float64 file runs in floa
 checkpoint and the ``--json`` file are each locked while a job runs and may not be the inputs
 file; a ``--json`` file that holds another job's result is replaced only with ``--fresh`` (which
 also starts over an existing checkpoint). Exit status: 0 when a stopping rule ended the run, 2
-for a bad flag, 1 for bad data or a failed block (the checkpoint and the JSON of the samples
-finished are written first), 130 (SIGINT) or 143 (SIGTERM) when a signal stopped it.
+for a bad flag or a checkpoint that cannot be resumed (another problem or block size, damaged),
+1 for bad data or a failed block (the checkpoint and the JSON of the samples finished are written
+first), 130 (SIGINT) or 143 (SIGTERM) when a signal stopped it.
 """
 
 from __future__ import annotations
@@ -497,7 +498,7 @@ def _error(text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``rademacher`` subcommand; return the exit status."""
-    from jaxbounds.longrun import RunFailed
+    from jaxbounds.longrun import CheckpointError, RunFailed
 
     try:
         with contextlib.ExitStack() as held:
@@ -513,6 +514,12 @@ def run(args: argparse.Namespace) -> int:
                 _check_json_owner(args.json_out, job.blocks.fingerprint, args.fresh)
             try:
                 result = job.run()
+            except CheckpointError as err:
+                own = "" if _same_file(err.path, args.checkpoint) else f" ({err.path})"
+                raise UsageError(
+                    f"--checkpoint {args.checkpoint}{own}: {err.reason}; pass --fresh to start "
+                    "over, or choose another --checkpoint"
+                ) from None
             except RunFailed as failed:
                 with _held_signals():
                     job.write(failed.partial)

@@ -11,7 +11,7 @@ given an existing checkpoint resumes from it, and checkpoints of disjoint runs (
 or machines: ``worker``/``num_workers``) merge with :func:`merge_checkpoints`. Memory is that of
 one block's chunk, constant in the number of samples. The block size defaults to about
 ``block_seconds`` of work, measured on the first blocks (the calibration's time is recorded; at
-most :data:`MAX_BLOCK_SIZE`).
+most :data:`MAX_BLOCK_SIZE`; a calibration cut short is not saved and is done again on resume).
 
 Stopping rule (:func:`target_reached`): after at least ``min_samples`` samples, stop at the
 first block end where $\hat s_n/\sqrt n \le \varepsilon$ (absolute target $\varepsilon$) or
@@ -55,6 +55,7 @@ from kernels.parallel import MAX_SAMPLES
 
 __all__ = [
     "MAX_BLOCK_SIZE",
+    "CheckpointError",
     "LongRun",
     "Progress",
     "RunFailed",
@@ -69,6 +70,18 @@ FORMAT = "jaxbounds.longrun/1"
 Z95 = 1.959963984540054  # the 0.975 quantile of the standard normal
 # the largest block (--block-size's too): a stop waits for a block's end (docs/long-runs.md)
 MAX_BLOCK_SIZE = 2**24
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed: unreadable, not a checkpoint, or of another run.
+
+    Attributes:
+      path: the checkpoint file; ``reason`` what is wrong with it (the message without the path).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        super().__init__(f"checkpoint {path}: {reason}")
+        self.path, self.reason = Path(path), reason
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,15 +230,22 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a checkpoint of :func:`run_blocks` (its ``"state"`` as a MonteCarloState).
 
     Raises:
-      ValueError: if the file is not such a checkpoint.
+      CheckpointError: (a ValueError) if the file cannot be read or is not such a checkpoint.
     """
     try:
         data = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"checkpoint {path}: not JSON ({err})") from None
+    except OSError as err:
+        raise CheckpointError(path, f"cannot be read ({err.strerror or err})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(path, f"not JSON ({err})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"checkpoint {path}: not a {FORMAT} checkpoint")
-    data["state"] = MonteCarloState.from_json(data["state"])
+        raise CheckpointError(path, f"not a {FORMAT} checkpoint")
+    try:
+        if "state" not in data:
+            raise ValueError("it holds no state")
+        data["state"] = MonteCarloState.from_json(data["state"])
+    except ValueError as err:
+        raise CheckpointError(path, f"a damaged checkpoint ({err})") from None
     return data
 
 
@@ -465,7 +485,8 @@ def run_blocks(
       A :class:`LongRun` with the estimate, the state and the reason the run stopped.
 
     Raises:
-      ValueError: for bad options, a checkpoint of another problem or block size.
+      ValueError: for bad options; its subclass CheckpointError for a checkpoint that cannot be
+        resumed (unreadable, damaged, of another problem, block size or worker).
       RunFailed: a kernel error in a block (after the checkpoint of the finished blocks is
         written; its ``partial`` holds their run).
     """
@@ -487,6 +508,7 @@ class _Runner:
         self.blocks, self.opts, self.path = blocks, opts, path
         self.state: MonteCarloState | None = None
         self.block_size = opts.block_size
+        self.calibrated = opts.block_size is not None  # an unfinished calibration is not saved
         self.seconds_before = 0.0
         self.calibration = 0.0
         self.done_here = 0
@@ -506,19 +528,20 @@ class _Runner:
         try:
             self.state = self.blocks.check(saved["state"])
         except ValueError as err:
-            raise ValueError(f"checkpoint {path}: {err}") from None
+            raise CheckpointError(path, str(err)) from None
         saved_size = saved.get("block_size")
         if self.block_size is not None and saved_size not in (None, self.block_size):
-            raise ValueError(
-                f"block_size: {self.block_size}, but checkpoint {path} ran blocks of {saved_size}"
+            raise CheckpointError(
+                path, f"it ran blocks of {saved_size}, not the block_size {self.block_size} given"
             )
         self.block_size = saved_size or self.block_size
+        self.calibrated = self.block_size is not None
         self.seconds_before = float(saved.get("seconds", 0.0))
         self.calibration = float(saved.get("calibration_seconds", 0.0))
         owner = (saved.get("worker", 0), saved.get("num_workers", 1))
         if owner != (self.opts.worker, self.opts.num_workers):
-            raise ValueError(
-                f"worker, num_workers: checkpoint {path} belongs to worker {owner[0]} of {owner[1]}"
+            raise CheckpointError(
+                path, f"worker, num_workers: it belongs to worker {owner[0]} of {owner[1]}"
             )
 
     # -- time, units, rules
@@ -533,7 +556,7 @@ class _Runner:
         return {
             "kernel": self.blocks.name,
             "fingerprint": self.blocks.fingerprint,
-            "block_size": self.block_size,
+            "block_size": self.block_size if self.calibrated else None,
             "calibration_seconds": self.calibration,
             "seconds": self.elapsed(),
             "worker": self.opts.worker,
@@ -636,7 +659,10 @@ class _Runner:
             )
 
     def calibrate(self, guard: SignalGuard | None) -> str | None:
-        """Blocks of growing sizes until one takes about ``block_seconds``; they all count."""
+        """Blocks of growing sizes until one takes about ``block_seconds``; they all count.
+
+        One cut short (a rule, a signal, no time left) is not saved: a resumed run calibrates.
+        """
         t0 = time.monotonic()
         size, reason = 16, None
         while reason is None:
@@ -647,15 +673,13 @@ class _Runner:
             took = max(self.run_block(size, calibrating=True), 1e-6)
             reason = self.stop_reason() or _requested(guard)
             wanted = size * self.opts.block_seconds / took
-            if (
-                reason is not None
-                or took >= 0.25 * self.opts.block_seconds
-                or size >= MAX_BLOCK_SIZE
-            ):
+            if reason is not None:
+                break
+            if took >= 0.25 * self.opts.block_seconds or size >= MAX_BLOCK_SIZE:
                 # keep the size just compiled when it is near the wanted one
-                near = 0.5 <= wanted / size <= 4 or reason is not None
+                near = 0.5 <= wanted / size <= 4
                 wanted = min(max(2, 2 ** round(math.log2(wanted))), MAX_BLOCK_SIZE)
-                self.block_size = size if near else wanted
+                self.block_size, self.calibrated = size if near else wanted, True
                 break
             if self.opts.max_time is not None and self.this_run() + 4 * took > self.opts.max_time:
                 self.block_size = size  # no time left to compile a larger block
@@ -670,7 +694,7 @@ class _Runner:
                 break
             size = grown if need is None else min(grown, 2 ** math.ceil(math.log2(need)))
         self.block_size = self.block_size or size
-        self.calibration = time.monotonic() - t0
+        self.calibration += time.monotonic() - t0  # with an unfinished one that this resumes
         return reason
 
     def loop(self, guard: SignalGuard | None) -> str:

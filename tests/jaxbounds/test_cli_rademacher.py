@@ -1,7 +1,7 @@
 """``jaxbounds rademacher`` against hostile input and long-run faults (issue 38, cases 1-7).
 
 The second round (a tester's hostile command lines) is at the end: outputs over the inputs,
-a huge .npy header, tiny targets, numbers.
+refused checkpoints, a huge .npy header, tiny targets.
 """
 
 import itertools
@@ -305,7 +305,34 @@ def test_sigint_twice_twenty_times(data, sigint_default):
         _two_sigints(data[0], pause=pauses[attempt % len(pauses)])
 
 
-# -- the second round: outputs over inputs, tiny targets, numbers
+# -- the second round: outputs over inputs, checkpoints, numbers
+
+
+def test_refused_checkpoints_name_the_flag_and_fresh(data, capsys):
+    # 8: another problem's or block size's checkpoint, or a damaged one: exit 2 naming --checkpoint
+    flags = ["--max-samples", "128", "--checkpoint", "c.json"]
+    code, _, err = _run(capsys, *BASE, *flags, "--block-size", "64")
+    assert code == 0, err
+    other = [(["--norm", "1"], "another problem"), (["--seed", "5"], "another problem"),
+             (["--block-size", "32"], "it ran blocks of 64")]  # fmt: skip
+    for extra, why in other:
+        code, _, err = _run(capsys, *BASE, *flags, *extra)
+        assert code == 2, err
+        assert err.startswith("jaxbounds rademacher: error: --checkpoint c.json: "), err
+        assert why in err
+        assert "pass --fresh to start over" in err
+        assert len(err.strip().splitlines()) == 1
+    saved = json.loads(Path("c.json").read_text())
+    damaged = {"nostate.json": {k: v for k, v in saved.items() if k != "state"},
+               "badstate.json": {**saved, "state": 3}}  # fmt: skip
+    for name, value in damaged.items():
+        Path(name).write_text(json.dumps(value))
+        code, _, err = _run(capsys, *BASE, "--max-samples", "128", "--checkpoint", name)
+        assert code == 2, err
+        assert f"--checkpoint {name}: a damaged checkpoint" in err
+        assert len(err.strip().splitlines()) == 1, err
+    code, _, err = _run(capsys, *BASE, *flags, "--norm", "1", "--fresh")
+    assert code == 0, err  # --fresh starts over
 
 
 @pytest.mark.parametrize("target", ["1e-160", "1e-300"])

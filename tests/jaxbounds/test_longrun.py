@@ -414,6 +414,30 @@ def test_slq_nodes_run_on_the_stream_of_rayleigh_quotients():
     np.testing.assert_allclose(rayleigh, want, rtol=1e-9)
 
 
+def test_a_calibration_cut_short_is_calibrated_again(tmp_path, sigint_default):
+    # a stop during the calibration saved its first block size (16) for every resumed run
+    blocks = _linear_blocks()
+    ck = tmp_path / "run.json"
+
+    def stop_at_once(progress):
+        if progress.num_samples == 16:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    first = run_blocks(blocks, max_samples=3000, checkpoint=ck, callback=stop_at_once)
+    assert (first.reason, first.num_samples) == ("interrupted", 16)
+    saved = load_checkpoint(ck)
+    assert saved["block_size"] is None  # no block size measured
+    reports = []
+    resumed = run_blocks(blocks, max_samples=3000, checkpoint=ck, callback=reports.append)
+    assert reports[0].calibrating  # the resumed run calibrates again
+    assert max(r.block_size for r in reports) > 16
+    assert resumed.calibration_seconds >= saved["calibration_seconds"]
+    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_samples=3000)
+    assert resumed.num_samples == 3000
+    np.testing.assert_allclose(float(resumed.estimate.mean), float(one.mean), rtol=1e-12)
+    np.testing.assert_allclose(float(resumed.estimate.stderr), float(one.stderr), rtol=1e-10)
+
+
 def test_the_calibration_stays_within_the_largest_block(monkeypatch):
     from jaxbounds import longrun
 
@@ -433,3 +457,18 @@ def test_tiny_targets_saturate_the_samples_needed():
                      callback=reports.append, handle_signals=False)  # fmt: skip
     assert (got.reason, got.num_samples) == ("max_samples", 600)
     assert all(r.eta is not None and r.eta > 0 for r in reports[1:])
+
+
+def test_checkpoint_errors_are_value_errors_naming_the_file(tmp_path):
+    from jaxbounds.longrun import CheckpointError
+
+    blocks = _linear_blocks()
+    ck = tmp_path / "run.json"
+    run_blocks(blocks, max_samples=64, block_size=32, checkpoint=ck, handle_signals=False)
+    data = json.loads(ck.read_text())
+    del data["state"]
+    ck.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match="holds no state") as info:
+        run_blocks(blocks, max_samples=128, block_size=32, checkpoint=ck, handle_signals=False)
+    assert isinstance(info.value, ValueError)
+    assert info.value.path == ck
