@@ -4,15 +4,17 @@
 --checkpoint run.json --json out.json`` runs :func:`kernels.rademacher_linear`'s sample stream
 block by block (:func:`jaxbounds.longrun.run_blocks`): a progress bar, Ctrl-C/SIGTERM between
 blocks (the state reached is saved to the checkpoint; the same command again resumes; a second
-Ctrl-C saves it and exits at once), and at the end the estimate with its 95% interval and the
-samples used. The file's dtype is the compute dtype: a float64 file runs in float64 (JAX's
-64-bit mode is switched on for it), a float16 one in float32 (exact), with a note. The
-checkpoint and the ``--json`` file are each locked while a job runs and may not be the inputs
-file; a ``--json`` file that holds another job's result is replaced only with ``--fresh`` (which
-also starts over an existing checkpoint). Exit status: 0 when a stopping rule ended the run, 2
-for a bad flag or a checkpoint that cannot be resumed (another problem or block size, damaged),
-1 for bad data or a failed block (the checkpoint and the JSON of the samples finished are written
-first), 130 (SIGINT) or 143 (SIGTERM) when a signal stopped it.
+Ctrl-C saves it and exits at once, and later ones cannot cut those writes short), and at the end
+the estimate with its 95% interval and the samples used, printed after the checkpoint and the
+``--json`` file are written (a closed stdout loses only the line). The file's dtype is the
+compute dtype: a float64 file runs in float64 (JAX's 64-bit mode is switched on for it), a
+float16 one in float32 (exact), with a note. The checkpoint and the ``--json`` file are each
+locked while a job runs and may not be the inputs file; a ``--json`` file that holds another
+job's result is replaced only with ``--fresh`` (which also starts over an existing checkpoint).
+Exit status: 0 when a stopping rule ended the run, 2 for a bad flag or a checkpoint that cannot
+be resumed (another problem or block size, damaged), 1 for bad data or a failed block (the
+checkpoint and the JSON of the samples finished are written first), 130 (SIGINT) or 143
+(SIGTERM) when a signal stopped it.
 """
 
 from __future__ import annotations
@@ -23,11 +25,8 @@ import json
 import math
 import os
 import re
-import signal
 import sys
 import tempfile
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -455,18 +454,23 @@ class _Job:
         )  # fmt: skip
 
     def write(self, result: Any) -> None:
+        """The ``--json`` record of ``result`` (None: nothing to write)."""
         if self.args.json_out and self.main_process and result is not None:
             from jaxbounds._atomic import write_json_atomic
 
             record = _record(self.args, self.opts, result, self.blocks.fingerprint, self.dtype)
             write_json_atomic(self.args.json_out, record)
 
-    def abort(self, result: Any) -> None:
-        """A second signal: the result line and the JSON of the samples finished, then exit."""
-        if result is not None and self.main_process:
-            print(_result_line(result), flush=True)
+    def report(self, result: Any) -> None:
+        """The files first (a closed stdout must not lose them), then the result line."""
         self.write(result)
-        _say_interrupted(self.args.checkpoint)
+        if result is not None and self.main_process:
+            _print_result(_result_line(result))
+
+    def abort(self, result: Any) -> None:
+        """A second signal: the JSON and the result line of the samples finished, then exit."""
+        self.report(result)
+        _say_interrupted(self.args.checkpoint, started=result is not None)
 
     def run(self) -> Any:
         from jaxbounds.longrun import run_processes
@@ -482,8 +486,21 @@ class _Job:
         )  # fmt: skip
 
 
-def _say_interrupted(checkpoint: str | None) -> None:
+def _print_result(line: str) -> None:
+    """Print the result line; a reader that has gone (``... | head``) only loses the line."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError):  # no later write or flush fails again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+
+
+def _say_interrupted(checkpoint: str | None, *, started: bool = True) -> None:
     where = f"saved to {checkpoint}" if checkpoint else "not saved (no --checkpoint)"
+    if not started:
+        where = "not saved (no block had finished)"
     print(
         f"jaxbounds rademacher: interrupted; the state is {where}; run the same command again "
         "to resume",
@@ -498,7 +515,7 @@ def _error(text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``rademacher`` subcommand; return the exit status."""
-    from jaxbounds.longrun import CheckpointError, RunFailed
+    from jaxbounds._atomic import SignalGuard
 
     try:
         with contextlib.ExitStack() as held:
@@ -512,45 +529,42 @@ def run(args: argparse.Namespace) -> int:
             job.build()
             if args.json_out:
                 _check_json_owner(args.json_out, job.blocks.fingerprint, args.fresh)
-            try:
-                result = job.run()
-            except CheckpointError as err:
-                own = "" if _same_file(err.path, args.checkpoint) else f" ({err.path})"
-                raise UsageError(
-                    f"--checkpoint {args.checkpoint}{own}: {err.reason}; pass --fresh to start "
-                    "over, or choose another --checkpoint"
-                ) from None
-            except RunFailed as failed:
-                with _held_signals():
-                    job.write(failed.partial)
-                    _error(f"{failed} (the samples finished are saved)")
-                return 1
-            with _held_signals() as late:  # a signal now waits until the outputs are written
-                print(_result_line(result), flush=True)
-                job.write(result)
+            # SIGINT/SIGTERM from here to the end only ask to stop (the run's own guard acts on
+            # them while it runs) and never cut the writes of the outputs short
+            with SignalGuard(hold=True) as stop:
+                code, result = _run_job(job)
     except UsageError as err:
         _error(str(err))
         return 2
     except InputError as err:
         _error(str(err))
         return 1
-    if result.reason == "interrupted" or late:
+    signum = (result.signal if result is not None else None) or stop.requested
+    if code == 0 and signum is not None:
         _say_interrupted(args.checkpoint)
-        return 128 + (result.signal or (late[0] if late else signal.SIGINT))
-    return 0
+        return 128 + signum
+    return code
 
 
-@contextlib.contextmanager
-def _held_signals() -> Iterator[list[int]]:
-    """SIGINT/SIGTERM are recorded, not acted on, inside the block (the outputs' writes)."""
-    got: list[int] = []
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            if signal.getsignal(signum) is not signal.SIG_IGN:
-                previous[signum] = signal.signal(signum, lambda n, _frame: got.append(n))
+def _run_job(job: _Job) -> tuple[int, Any]:
+    """Run the job and write its outputs: ``(exit status, result)``."""
+    from jaxbounds._atomic import Interrupted
+    from jaxbounds.longrun import CheckpointError, RunFailed
+
     try:
-        yield got
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        result = job.run()
+    except CheckpointError as err:
+        own = "" if _same_file(err.path, job.args.checkpoint) else f" ({err.path})"  # a process's
+        raise UsageError(
+            f"--checkpoint {job.args.checkpoint}{own}: {err.reason}; pass --fresh to start over, "
+            "or choose another --checkpoint"
+        ) from None
+    except RunFailed as failed:
+        job.write(failed.partial)
+        _error(f"{failed} (the samples finished are saved)")
+        return 1, None
+    except Interrupted as err:  # asked to stop before the first block: nothing to write
+        _say_interrupted(None, started=False)
+        return err.exit_code, None
+    job.report(result)
+    return 0, result

@@ -489,6 +489,7 @@ def run_blocks(
         resumed (unreadable, damaged, of another problem, block size or worker).
       RunFailed: a kernel error in a block (after the checkpoint of the finished blocks is
         written; its ``partial`` holds their run).
+      Interrupted: a stop asked before the first block (nothing to save or return).
     """
     opts = _Options.check(
         target_stderr=target_stderr, relative=bool(relative), max_samples=max_samples,
@@ -718,7 +719,8 @@ class _Runner:
                             desc=self.blocks.name)  # fmt: skip
             if self.state is not None:
                 self.bar.update(self.state.count)
-        guard = SignalGuard() if handle_signals else None
+        # a burst of signals: the one that stops at once is the last one acted on
+        guard = SignalGuard(raise_once=True) if handle_signals else None
         with guard or contextlib.nullcontext():
             try:
                 try:
@@ -756,20 +758,29 @@ class _Runner:
             _save(self.path, self.state, **self.info(), reason=reason)
 
     def finish(self, reason: str, signum: int | None) -> LongRun:
+        if self.state is None and reason == "interrupted":
+            raise Interrupted(signum)  # asked to stop before its first block: nothing to save
         if self.state is None:
             raise ValueError("the run stopped before its first block")
         self.save(reason)  # one sample has no estimate (every kernel takes two or more)
         return self.partial(reason, signum, estimate=self.state.count >= 2)
 
     def abort(self, signum: int) -> LongRun:
-        """A second signal: save, then exit at once (``"exit"``) or return the run."""
+        """A second signal: save, then exit at once (``"exit"``) or return the run.
+
+        Later signals are only recorded (the guard raises once): a burst cannot cut the writes
+        short. A run stopped before its first block raises :class:`Interrupted` (``"raise"``).
+        """
         self.save("interrupted")
         if self.opts.on_second_signal == "exit":
             if self.on_abort is not None:
                 self.on_abort(self.partial("interrupted", signum, estimate=False))
-            sys.stdout.flush()
-            sys.stderr.flush()
+            with contextlib.suppress(OSError, ValueError):  # a closed stdout: nothing to flush
+                sys.stdout.flush()
+                sys.stderr.flush()
             os._exit(128 + signum)
+        if self.state is None:
+            raise Interrupted(signum)
         return self.finish("interrupted", signum)
 
     def fail(self, err: Exception) -> None:

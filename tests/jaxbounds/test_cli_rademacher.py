@@ -1,7 +1,7 @@
 """``jaxbounds rademacher`` against hostile input and long-run faults (issue 38, cases 1-7).
 
-The second round (a tester's hostile command lines) is at the end: outputs over the inputs,
-refused checkpoints, a huge .npy header, tiny targets.
+The second round (a tester's hostile command lines) is at the end: a burst of signals, a closed
+stdout, outputs over the inputs, refused checkpoints, a huge .npy header, tiny targets.
 """
 
 import itertools
@@ -305,7 +305,64 @@ def test_sigint_twice_twenty_times(data, sigint_default):
         _two_sigints(data[0], pause=pauses[attempt % len(pauses)])
 
 
-# -- the second round: outputs over inputs, checkpoints, numbers
+# -- the second round: bursts of signals, closed pipes, outputs over inputs, checkpoints
+
+
+class _Exit(BaseException):
+    """``os._exit`` in a test: the status, without ending pytest's process."""
+
+
+def test_a_burst_of_signals_exits_130_with_every_output(data, capsys, monkeypatch, sigint_default):
+    # 1: a third signal while the second one's checkpoint is written raised out of the stop
+    from jaxbounds import _atomic
+
+    real_run, real_write = MonteCarloBlocks.run, _atomic.write_bytes_atomic
+    burst = []
+
+    def run(self, start, stop):
+        if start >= 128 and not burst:
+            burst.append(start)
+            os.kill(os.getpid(), signal.SIGINT)  # the first: stop after this block
+            os.kill(os.getpid(), signal.SIGINT)  # the second: at once
+        return real_run(self, start, stop)
+
+    def write(path, data):
+        with _atomic.critical_section():  # the rest of the burst, while each file is written
+            if burst:
+                os.kill(os.getpid(), signal.SIGINT)
+            return real_write(path, data)
+
+    def exit_(code):
+        raise _Exit(code)
+
+    monkeypatch.setattr(MonteCarloBlocks, "run", run)
+    monkeypatch.setattr(_atomic, "write_bytes_atomic", write)
+    monkeypatch.setattr(os, "_exit", exit_)
+    flags = ["--block-size", "64", "--max-samples", "10000", "--checkpoint", "c.json"]
+    with pytest.raises(_Exit) as info:
+        main([*BASE, *flags, "--checkpoint-every", "0", "--json", "o.json"])
+    out, err = capsys.readouterr()
+    assert info.value.args == (130,)
+    assert "stopped: interrupted" in out
+    assert err.strip().splitlines() == [
+        "jaxbounds rademacher: interrupted; the state is saved to c.json; run the same command "
+        "again to resume"
+    ]
+    assert load_checkpoint("c.json")["state"].ranges == ((0, 128),)
+    record = json.loads(Path("o.json").read_text())
+    assert (record["reason"], record["num_samples"]) == ("interrupted", 128)
+
+
+def test_a_closed_stdout_loses_no_file(data):
+    # 7: the result line was printed first: a closed pipe lost the --json and exited 1
+    proc = _cli(data[0], "--max-samples", "100", "--json", "o.json", "--checkpoint", "c.json")
+    proc.stdout.close()  # `jaxbounds rademacher ... | true`
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0, err
+    assert "Traceback" not in err
+    assert err == ""
+    assert json.loads((data[0] / "o.json").read_text())["num_samples"] == 100
+    assert load_checkpoint(data[0] / "c.json")["state"].count == 100
 
 
 def test_refused_checkpoints_name_the_flag_and_fresh(data, capsys):

@@ -414,6 +414,30 @@ def test_slq_nodes_run_on_the_stream_of_rayleigh_quotients():
     np.testing.assert_allclose(rayleigh, want, rtol=1e-9)
 
 
+def test_a_burst_of_signals_cannot_cut_the_stop_short(tmp_path, monkeypatch, sigint_default):
+    # a third signal while the second one's checkpoint was written raised out of the stop
+    from jaxbounds import _atomic, longrun
+
+    blocks = _linear_blocks()
+    ck = tmp_path / "run.json"
+    real = longrun.write_json_atomic
+
+    def write_in_a_burst(path, value):
+        with _atomic.critical_section():
+            os.kill(os.getpid(), signal.SIGINT)  # the third, fourth, ... signal
+            return real(path, value)
+
+    def burst(progress):
+        if progress.num_samples == 64:
+            monkeypatch.setattr(longrun, "write_json_atomic", write_in_a_burst)
+            os.kill(os.getpid(), signal.SIGINT)  # the first: stop after this block
+            os.kill(os.getpid(), signal.SIGINT)  # the second: at once
+
+    run = run_blocks(blocks, max_samples=10_000, block_size=32, checkpoint=ck, callback=burst)
+    assert (run.reason, run.signal, run.num_samples) == ("interrupted", signal.SIGINT, 64)
+    assert load_checkpoint(ck)["state"].ranges == ((0, 64),)
+
+
 def test_a_calibration_cut_short_is_calibrated_again(tmp_path, sigint_default):
     # a stop during the calibration saved its first block size (16) for every resumed run
     blocks = _linear_blocks()
@@ -472,3 +496,18 @@ def test_checkpoint_errors_are_value_errors_naming_the_file(tmp_path):
         run_blocks(blocks, max_samples=128, block_size=32, checkpoint=ck, handle_signals=False)
     assert isinstance(info.value, ValueError)
     assert info.value.path == ck
+
+
+def test_a_stop_asked_before_the_run_stops_it_after_one_block(tmp_path, sigint_default):
+    # the command line holds signals from before the run to the end of its writes (a hold guard
+    # never raises); a stop asked there before the run's own guard is in place is not lost
+    from jaxbounds._atomic import SignalGuard
+
+    ck = tmp_path / "run.json"
+    with SignalGuard(hold=True) as outer:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # held: no Interrupted
+        run = run_blocks(_linear_blocks(), max_samples=10_000, checkpoint=ck)
+    assert outer.requested == signal.SIGINT
+    assert (run.reason, run.signal, run.num_samples) == ("interrupted", signal.SIGINT, 16)
+    assert load_checkpoint(ck)["state"].count == 16
