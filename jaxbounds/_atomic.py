@@ -78,15 +78,26 @@ class SignalGuard:
 
     Handlers are installed only in the main thread (elsewhere the guard does nothing), never for
     a signal whose disposition is ``SIG_IGN`` on entry (a background job's SIGINT stays
-    ignored), and the previous handlers are restored on exit.
+    ignored), and the previous handlers are restored on exit. A guard entered inside another
+    takes over a stop already asked of the outer one.
+
+    Args:
+      hold: every signal is only recorded (the first in ``requested``), never raised: for the
+        writes of a program's last outputs, which a signal must not cut short.
+      raise_once: after the guard has raised :class:`Interrupted` once, later signals are only
+        recorded: the program is stopping (writing its checkpoint, its result) and a burst of
+        signals must not cut that short either.
     """
 
     _active: SignalGuard | None = None
 
-    def __init__(self) -> None:
+    def __init__(self, *, hold: bool = False, raise_once: bool = False) -> None:
         self._depth = 0
         self._pending: int | None = None
         self.requested: int | None = None
+        self._hold = hold
+        self._raise_once = raise_once
+        self._stopping = False  # raised once (raise_once): later signals are recorded only
         self._previous: dict[int, Any] = {}
         self._outer: SignalGuard | None = None
         self._hook: Any = sys.unraisablehook
@@ -98,6 +109,8 @@ class SignalGuard:
                     self._previous[signum] = signal.signal(signum, self.handle)
             self._hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         self._outer, SignalGuard._active = SignalGuard._active, self
+        if self._outer is not None and self.requested is None:
+            self.requested = self._outer.requested  # a stop asked outside holds inside
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -113,14 +126,20 @@ class SignalGuard:
         del frame
         if self.requested is None:
             self.requested = signum
-            if sys.stderr.isatty():
+            if sys.stderr.isatty() and not self._hold:
                 name = signal.Signals(signum).name
                 print(f"\njaxbounds: {name}: stopping after the current batch of units (send "
                       "it again to stop at once)", file=sys.stderr, flush=True)  # fmt: skip
             return
+        if self._hold or self._stopping:
+            return
         if self._depth:
             self._pending = signum
             return
+        self._raise(signum)
+
+    def _raise(self, signum: int) -> None:
+        self._stopping = self._raise_once
         raise Interrupted(signum)
 
     def _unraisable(self, unraisable: Any) -> None:
@@ -133,6 +152,7 @@ class SignalGuard:
         """
         error = unraisable.exc_value
         if isinstance(error, Interrupted):
+            self._stopping = False  # that raise was lost: the signal sent again must raise
 
             def again() -> None:
                 if SignalGuard._active is self:  # else the run has stopped already
@@ -157,7 +177,7 @@ class SignalGuard:
             self._depth -= 1
         if self._depth == 0 and self._pending is not None:
             signum, self._pending = self._pending, None
-            raise Interrupted(signum)
+            self._raise(signum)
 
 
 def check_stop() -> None:

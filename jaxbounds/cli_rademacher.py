@@ -4,14 +4,17 @@
 --checkpoint run.json --json out.json`` runs :func:`kernels.rademacher_linear`'s sample stream
 block by block (:func:`jaxbounds.longrun.run_blocks`): a progress bar, Ctrl-C/SIGTERM between
 blocks (the state reached is saved to the checkpoint; the same command again resumes; a second
-Ctrl-C saves it and exits at once), and at the end the estimate with its 95% interval and the
-samples used. The file's dtype is the compute dtype: a float64 file runs in float64 (JAX's
-64-bit mode is switched on for it), a float16 one in float32 (exact), with a note. The
-checkpoint and the ``--json`` file are each locked while a job runs; a ``--json`` file that holds
-another job's result is replaced only with ``--fresh`` (which also starts over an existing
-checkpoint). Exit status: 0 when a stopping rule ended the run, 2 for a bad flag, 1 for bad data
-or a failed block (the checkpoint and the JSON of the samples finished are written first), 130
-(SIGINT) or 143 (SIGTERM) when a signal stopped it.
+Ctrl-C saves it and exits at once, and later ones cannot cut those writes short), and at the end
+the estimate with its 95% interval and the samples used, printed after the checkpoint and the
+``--json`` file are written (a closed stdout loses only the line). The file's dtype is the
+compute dtype: a float64 file runs in float64 (JAX's 64-bit mode is switched on for it), a
+float16 one in float32 (exact), with a note. The checkpoint and the ``--json`` file are each
+locked while a job runs and may not be the inputs file; a ``--json`` file that holds another
+job's result is replaced only with ``--fresh`` (which also starts over an existing checkpoint).
+Exit status: 0 when a stopping rule ended the run, 2 for a bad flag or a checkpoint that cannot
+be resumed (another problem or block size, damaged), 1 for bad data or a failed block (the
+checkpoint and the JSON of the samples finished are written first), 130 (SIGINT) or 143
+(SIGTERM) when a signal stopped it.
 """
 
 from __future__ import annotations
@@ -22,11 +25,8 @@ import json
 import math
 import os
 import re
-import signal
 import sys
 import tempfile
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,9 @@ __all__ = ["add_parser", "parse_duration", "run"]
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _SEED_LIMIT = 2**32
+# jaxbounds.longrun.MAX_BLOCK_SIZE, the largest block (importing longrun here would import JAX
+# before the flags are read)
+_MAX_BLOCK_SIZE = 2**24
 
 
 class UsageError(ValueError):
@@ -62,20 +65,35 @@ def parse_duration(text: str, flag: str = "--max-time") -> float:
     return seconds
 
 
-def _positive_float(flag: str, value: str, allow_zero: bool = False) -> float:
+def _number(value: str) -> float:
+    """``float(value)``, but NaN for what Python reads and a user means otherwise (``1_0``)."""
+    if "_" in str(value):  # Python's float reads 1_0 as 10: a typo, not a number
+        return math.nan
     try:
-        out = float(value)
+        return float(value)
     except ValueError:
-        out = math.nan
+        return math.nan
+
+
+def _positive_float(flag: str, value: str, allow_zero: bool = False) -> float:
+    out = _number(value)
     if not (math.isfinite(out) and (out > 0 or (allow_zero and out == 0))):
         what = ">= 0" if allow_zero else "> 0"
         raise UsageError(f"{flag} {value!r}: expected a finite number {what}")
     return out
 
 
-def _count(flag: str, value: str, minimum: int = 1, limit: int | None = None) -> int:
-    """An integer flag: ``1000``, ``1e4`` or ``1E4`` (an exact integer), in ``[minimum, limit)``."""
-    what = f"an integer >= {minimum}" if limit is None else f"an integer in [{minimum}, {limit})"
+def _count(
+    flag: str, value: str, minimum: int = 1, limit: int | None = None, what: str | None = None
+) -> int:
+    """An integer flag: ``1000``, ``1e4`` or ``1E4`` (an exact integer), in ``[minimum, limit)``.
+
+    ``what`` describes the range in the message (default ``an integer in [minimum, limit)``).
+    """
+    if what is None and limit is None:
+        what = f"an integer >= {minimum}"
+    elif what is None:
+        what = f"an integer in [{minimum}, {limit})"
     text = value.strip()
     try:
         if re.fullmatch(r"[0-9]+", text):
@@ -120,7 +138,14 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> argparse.Argum
     p.add_argument("--min-samples", default="1000", help="the stopping rule's minimum (1000)")
     p.add_argument("--seed", default="0", help="PRNG seed, in [0, 2**32) (default 0)")
     p.add_argument("--chunk-size", default="auto", help="sign vectors per vectorised batch")
-    p.add_argument("--block-size", help="sign vectors per block (default: about 1 s of work)")
+    p.add_argument(
+        "--block-size",
+        help="sign vectors per block, at most 2**24 = 16777216 (default: about 1 s of work). A "
+        "block is one compiled loop over chunks of --chunk-size vectors that cannot stop "
+        "part-way: Ctrl-C, SIGTERM and --max-time wait for its end. The maximum keeps that wait "
+        "to seconds on a CPU (2**24 vectors of a 512 x 16 matrix: about 9 s); a larger block "
+        "would save nothing, a block's fixed cost being milliseconds",
+    )
     p.add_argument("--checkpoint", help="JSON checkpoint: resumed from if it exists")
     p.add_argument("--checkpoint-every", default="30", help="seconds between checkpoints")
     p.add_argument("--json", dest="json_out", help="write the result as JSON to this path")
@@ -134,15 +159,12 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> argparse.Argum
 
 
 def _norm(value: str) -> float:
-    text = str(value).lower()
+    text = str(value).strip().lower()
     if text in ("inf", "infinity"):
         return math.inf
-    try:
-        norm = float(text)
-    except ValueError:
-        norm = math.nan
-    if not norm >= 1:
-        raise UsageError(f"--norm {value!r}: expected a number >= 1 or inf")
+    norm = _number(text)  # 1e400 overflows to inf: not what was written
+    if not (math.isfinite(norm) and norm >= 1):
+        raise UsageError(f"--norm {value!r}: expected a finite number >= 1, or inf")
     return norm
 
 
@@ -162,7 +184,13 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "max_time": _optional(args, "max_time", parse_duration),
         "min_samples": _count("--min-samples", args.min_samples, 1),
         "seed": _count("--seed", args.seed, 0, _SEED_LIMIT),
-        "block_size": _optional(args, "block_size", lambda v: _count("--block-size", v, 1)),
+        "block_size": _optional(
+            args,
+            "block_size",
+            lambda v: _count(
+                "--block-size", v, 1, _MAX_BLOCK_SIZE + 1, "an integer from 1 to 2**24 = 16777216"
+            ),
+        ),
         "checkpoint_every": _positive_float(
             "--checkpoint-every", args.checkpoint_every, allow_zero=True
         ),
@@ -177,12 +205,17 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     for flag, value in outputs:
         if value is not None:
             _check_output_file(flag, value)
+            if _same_file(value, args.inputs):  # --fresh would write over the inputs
+                raise UsageError(f"{flag} {value}: is the inputs file; give another file")
     if args.json_out and args.checkpoint and _same_file(args.json_out, args.checkpoint):
         raise UsageError(f"--json, --checkpoint: both name {args.json_out}; give two files")
     return opts
 
 
 def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: the same inode where both exist (links included)."""
+    with contextlib.suppress(OSError, ValueError):
+        return os.path.samefile(a, b)
     return Path(a).resolve() == Path(b).resolve()
 
 
@@ -235,13 +268,43 @@ def _read_array(path: str) -> Any:
     if head != _NPY_MAGIC:
         raise InputError(f"{path}: not a .npy file (NumPy's format; write it with numpy.save)")
     try:
+        with file.open("rb") as handle:
+            _check_npy_size(path, handle, os.fstat(handle.fileno()).st_size)
         return np.load(file, allow_pickle=False)
+    except InputError:
+        raise
     except ValueError as err:
         if "pickled" in str(err) or "allow_pickle" in str(err):
             raise InputError(f"{path}: holds Python objects, not numbers") from None
         raise InputError(f"{path}: cannot read the .npy array ({err})") from None
     except (OSError, EOFError) as err:
         raise InputError(f"{path}: truncated or damaged .npy file ({err})") from None
+    except MemoryError:
+        raise InputError(f"{path}: the array does not fit in memory") from None
+
+
+def _check_npy_size(path: str, handle: Any, size: int) -> None:
+    """Compare the data a ``.npy`` header describes with the file's bytes, before reading it.
+
+    A header is a few bytes that can ask for any shape: a ``(10**12, 10**6)`` header before
+    64 bytes of data would have ``np.load`` allocate 4 EB first.
+    """
+    import numpy as np
+
+    fmt = np.lib.format
+    version = fmt.read_magic(handle)
+    read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(version)
+    if read is None:  # version 3.0 (UTF-8 field names): np.load reads and checks it
+        return
+    shape, _, dtype = read(handle)
+    if dtype.hasobject:  # pickled objects: refused by np.load
+        return
+    need, have = math.prod(shape) * dtype.itemsize, size - handle.tell()
+    if need > have:
+        raise InputError(
+            f"{path}: truncated or damaged .npy file: its header describes a {shape} {dtype} "
+            f"array of {need} bytes, but the file holds {have} bytes of data"
+        )
 
 
 def _load_inputs(path: str) -> tuple[Any, str | None]:
@@ -259,8 +322,8 @@ def _load_inputs(path: str) -> tuple[Any, str | None]:
     if x.dtype == np.float16:
         x, note = x.astype(np.float32), "float16 inputs run in float32 (every value is exact)"
     elif x.dtype not in (np.float32, np.float64):
-        x = x.astype(np.float64)
         note = f"{path}: {x.dtype} inputs run in float64, the widest dtype JAX computes in"
+        x = x.astype(np.float64)
     if not np.all(np.isfinite(x)):
         raise InputError(f"{path}: the inputs hold NaN or infinite values")
     return x, note
@@ -391,18 +454,23 @@ class _Job:
         )  # fmt: skip
 
     def write(self, result: Any) -> None:
+        """The ``--json`` record of ``result`` (None: nothing to write)."""
         if self.args.json_out and self.main_process and result is not None:
             from jaxbounds._atomic import write_json_atomic
 
             record = _record(self.args, self.opts, result, self.blocks.fingerprint, self.dtype)
             write_json_atomic(self.args.json_out, record)
 
-    def abort(self, result: Any) -> None:
-        """A second signal: the result line and the JSON of the samples finished, then exit."""
-        if result is not None and self.main_process:
-            print(_result_line(result), flush=True)
+    def report(self, result: Any) -> None:
+        """The files first (a closed stdout must not lose them), then the result line."""
         self.write(result)
-        _say_interrupted(self.args.checkpoint)
+        if result is not None and self.main_process:
+            _print_result(_result_line(result))
+
+    def abort(self, result: Any) -> None:
+        """A second signal: the JSON and the result line of the samples finished, then exit."""
+        self.report(result)
+        _say_interrupted(self.args.checkpoint, started=result is not None)
 
     def run(self) -> Any:
         from jaxbounds.longrun import run_processes
@@ -418,8 +486,21 @@ class _Job:
         )  # fmt: skip
 
 
-def _say_interrupted(checkpoint: str | None) -> None:
+def _print_result(line: str) -> None:
+    """Print the result line; a reader that has gone (``... | head``) only loses the line."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError):  # no later write or flush fails again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+
+
+def _say_interrupted(checkpoint: str | None, *, started: bool = True) -> None:
     where = f"saved to {checkpoint}" if checkpoint else "not saved (no --checkpoint)"
+    if not started:
+        where = "not saved (no block had finished)"
     print(
         f"jaxbounds rademacher: interrupted; the state is {where}; run the same command again "
         "to resume",
@@ -434,7 +515,7 @@ def _error(text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``rademacher`` subcommand; return the exit status."""
-    from jaxbounds.longrun import RunFailed
+    from jaxbounds._atomic import SignalGuard
 
     try:
         with contextlib.ExitStack() as held:
@@ -448,39 +529,42 @@ def run(args: argparse.Namespace) -> int:
             job.build()
             if args.json_out:
                 _check_json_owner(args.json_out, job.blocks.fingerprint, args.fresh)
-            try:
-                result = job.run()
-            except RunFailed as failed:
-                with _held_signals():
-                    job.write(failed.partial)
-                    _error(f"{failed} (the samples finished are saved)")
-                return 1
-            with _held_signals() as late:  # a signal now waits until the outputs are written
-                print(_result_line(result), flush=True)
-                job.write(result)
+            # SIGINT/SIGTERM from here to the end only ask to stop (the run's own guard acts on
+            # them while it runs) and never cut the writes of the outputs short
+            with SignalGuard(hold=True) as stop:
+                code, result = _run_job(job)
     except UsageError as err:
         _error(str(err))
         return 2
     except InputError as err:
         _error(str(err))
         return 1
-    if result.reason == "interrupted" or late:
+    signum = (result.signal if result is not None else None) or stop.requested
+    if code == 0 and signum is not None:
         _say_interrupted(args.checkpoint)
-        return 128 + (result.signal or (late[0] if late else signal.SIGINT))
-    return 0
+        return 128 + signum
+    return code
 
 
-@contextlib.contextmanager
-def _held_signals() -> Iterator[list[int]]:
-    """SIGINT/SIGTERM are recorded, not acted on, inside the block (the outputs' writes)."""
-    got: list[int] = []
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            if signal.getsignal(signum) is not signal.SIG_IGN:
-                previous[signum] = signal.signal(signum, lambda n, _frame: got.append(n))
+def _run_job(job: _Job) -> tuple[int, Any]:
+    """Run the job and write its outputs: ``(exit status, result)``."""
+    from jaxbounds._atomic import Interrupted
+    from jaxbounds.longrun import CheckpointError, RunFailed
+
     try:
-        yield got
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        result = job.run()
+    except CheckpointError as err:
+        own = "" if _same_file(err.path, job.args.checkpoint) else f" ({err.path})"  # a process's
+        raise UsageError(
+            f"--checkpoint {job.args.checkpoint}{own}: {err.reason}; pass --fresh to start over, "
+            "or choose another --checkpoint"
+        ) from None
+    except RunFailed as failed:
+        job.write(failed.partial)
+        _error(f"{failed} (the samples finished are saved)")
+        return 1, None
+    except Interrupted as err:  # asked to stop before the first block: nothing to write
+        _say_interrupted(None, started=False)
+        return err.exit_code, None
+    job.report(result)
+    return 0, result

@@ -10,7 +10,8 @@ atomically every ``checkpoint_every`` seconds and at the end) holds the merged s
 given an existing checkpoint resumes from it, and checkpoints of disjoint runs (other processes
 or machines: ``worker``/``num_workers``) merge with :func:`merge_checkpoints`. Memory is that of
 one block's chunk, constant in the number of samples. The block size defaults to about
-``block_seconds`` of work, measured on the first blocks (the calibration's time is recorded).
+``block_seconds`` of work, measured on the first blocks (the calibration's time is recorded; at
+most :data:`MAX_BLOCK_SIZE`; a calibration cut short is not saved and is done again on resume).
 
 Stopping rule (:func:`target_reached`): after at least ``min_samples`` samples, stop at the
 first block end where $\hat s_n/\sqrt n \le \varepsilon$ (absolute target $\varepsilon$) or
@@ -50,8 +51,11 @@ import numpy as np
 from jaxbounds._atomic import Interrupted, SignalGuard, write_json_atomic
 from kernels.blocks import MonteCarloBlocks, MonteCarloState, merge_states
 from kernels.estimate import Estimate
+from kernels.parallel import MAX_SAMPLES
 
 __all__ = [
+    "MAX_BLOCK_SIZE",
+    "CheckpointError",
     "LongRun",
     "Progress",
     "RunFailed",
@@ -64,6 +68,20 @@ __all__ = [
 
 FORMAT = "jaxbounds.longrun/1"
 Z95 = 1.959963984540054  # the 0.975 quantile of the standard normal
+# the largest block (--block-size's too): a stop waits for a block's end (docs/long-runs.md)
+MAX_BLOCK_SIZE = 2**24
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed: unreadable, not a checkpoint, or of another run.
+
+    Attributes:
+      path: the checkpoint file; ``reason`` what is wrong with it (the message without the path).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        super().__init__(f"checkpoint {path}: {reason}")
+        self.path, self.reason = Path(path), reason
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,15 +230,22 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a checkpoint of :func:`run_blocks` (its ``"state"`` as a MonteCarloState).
 
     Raises:
-      ValueError: if the file is not such a checkpoint.
+      CheckpointError: (a ValueError) if the file cannot be read or is not such a checkpoint.
     """
     try:
         data = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"checkpoint {path}: not JSON ({err})") from None
+    except OSError as err:
+        raise CheckpointError(path, f"cannot be read ({err.strerror or err})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(path, f"not JSON ({err})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"checkpoint {path}: not a {FORMAT} checkpoint")
-    data["state"] = MonteCarloState.from_json(data["state"])
+        raise CheckpointError(path, f"not a {FORMAT} checkpoint")
+    try:
+        if "state" not in data:
+            raise ValueError("it holds no state")
+        data["state"] = MonteCarloState.from_json(data["state"])
+    except ValueError as err:
+        raise CheckpointError(path, f"a damaged checkpoint ({err})") from None
     return data
 
 
@@ -460,9 +485,11 @@ def run_blocks(
       A :class:`LongRun` with the estimate, the state and the reason the run stopped.
 
     Raises:
-      ValueError: for bad options, a checkpoint of another problem or block size.
+      ValueError: for bad options; its subclass CheckpointError for a checkpoint that cannot be
+        resumed (unreadable, damaged, of another problem, block size or worker).
       RunFailed: a kernel error in a block (after the checkpoint of the finished blocks is
         written; its ``partial`` holds their run).
+      Interrupted: a stop asked before the first block (nothing to save or return).
     """
     opts = _Options.check(
         target_stderr=target_stderr, relative=bool(relative), max_samples=max_samples,
@@ -482,6 +509,7 @@ class _Runner:
         self.blocks, self.opts, self.path = blocks, opts, path
         self.state: MonteCarloState | None = None
         self.block_size = opts.block_size
+        self.calibrated = opts.block_size is not None  # an unfinished calibration is not saved
         self.seconds_before = 0.0
         self.calibration = 0.0
         self.done_here = 0
@@ -501,19 +529,20 @@ class _Runner:
         try:
             self.state = self.blocks.check(saved["state"])
         except ValueError as err:
-            raise ValueError(f"checkpoint {path}: {err}") from None
+            raise CheckpointError(path, str(err)) from None
         saved_size = saved.get("block_size")
         if self.block_size is not None and saved_size not in (None, self.block_size):
-            raise ValueError(
-                f"block_size: {self.block_size}, but checkpoint {path} ran blocks of {saved_size}"
+            raise CheckpointError(
+                path, f"it ran blocks of {saved_size}, not the block_size {self.block_size} given"
             )
         self.block_size = saved_size or self.block_size
+        self.calibrated = self.block_size is not None
         self.seconds_before = float(saved.get("seconds", 0.0))
         self.calibration = float(saved.get("calibration_seconds", 0.0))
         owner = (saved.get("worker", 0), saved.get("num_workers", 1))
         if owner != (self.opts.worker, self.opts.num_workers):
-            raise ValueError(
-                f"worker, num_workers: checkpoint {path} belongs to worker {owner[0]} of {owner[1]}"
+            raise CheckpointError(
+                path, f"worker, num_workers: it belongs to worker {owner[0]} of {owner[1]}"
             )
 
     # -- time, units, rules
@@ -528,7 +557,7 @@ class _Runner:
         return {
             "kernel": self.blocks.name,
             "fingerprint": self.blocks.fingerprint,
-            "block_size": self.block_size,
+            "block_size": self.block_size if self.calibrated else None,
             "calibration_seconds": self.calibration,
             "seconds": self.elapsed(),
             "worker": self.opts.worker,
@@ -571,7 +600,8 @@ class _Runner:
         bound = self.target * abs(mean) if self.opts.relative else self.target
         if not (math.isfinite(stderr) and bound > 0):
             return None
-        need = max(self.state.count * (stderr / bound) ** 2, self.opts.min_samples)
+        ratio = min(stderr / bound, 2.0**27)  # a tiny target: the count saturates at 2**53
+        need = min(max(self.state.count * ratio**2, self.opts.min_samples), MAX_SAMPLES)
         return max(math.ceil(need) - self.state.count, 1)
 
     # -- blocks
@@ -630,7 +660,10 @@ class _Runner:
             )
 
     def calibrate(self, guard: SignalGuard | None) -> str | None:
-        """Blocks of growing sizes until one takes about ``block_seconds``; they all count."""
+        """Blocks of growing sizes until one takes about ``block_seconds``; they all count.
+
+        One cut short (a rule, a signal, no time left) is not saved: a resumed run calibrates.
+        """
         t0 = time.monotonic()
         size, reason = 16, None
         while reason is None:
@@ -641,10 +674,13 @@ class _Runner:
             took = max(self.run_block(size, calibrating=True), 1e-6)
             reason = self.stop_reason() or _requested(guard)
             wanted = size * self.opts.block_seconds / took
-            if reason is not None or took >= 0.25 * self.opts.block_seconds or size >= 2**40:
+            if reason is not None:
+                break
+            if took >= 0.25 * self.opts.block_seconds or size >= MAX_BLOCK_SIZE:
                 # keep the size just compiled when it is near the wanted one
-                near = 0.5 <= wanted / size <= 4 or reason is not None
-                self.block_size = size if near else max(2, 2 ** round(math.log2(wanted)))
+                near = 0.5 <= wanted / size <= 4
+                wanted = min(max(2, 2 ** round(math.log2(wanted))), MAX_BLOCK_SIZE)
+                self.block_size, self.calibrated = size if near else wanted, True
                 break
             if self.opts.max_time is not None and self.this_run() + 4 * took > self.opts.max_time:
                 self.block_size = size  # no time left to compile a larger block
@@ -652,14 +688,14 @@ class _Runner:
             # grow towards one block_seconds (by 2x to 256x; a small block's time includes the
             # dispatch overhead, so this errs on the small side), but not past the samples the
             # target is predicted to need (a larger block would overshoot it by that much)
-            grown = size * 2 ** min(max(round(math.log2(wanted / size)), 1), 8)
+            grown = min(size * 2 ** min(max(round(math.log2(wanted / size)), 1), 8), MAX_BLOCK_SIZE)
             need = self.samples_to_target()
             if need is not None and need <= size:
                 self.block_size = size
                 break
             size = grown if need is None else min(grown, 2 ** math.ceil(math.log2(need)))
         self.block_size = self.block_size or size
-        self.calibration = time.monotonic() - t0
+        self.calibration += time.monotonic() - t0  # with an unfinished one that this resumes
         return reason
 
     def loop(self, guard: SignalGuard | None) -> str:
@@ -683,7 +719,8 @@ class _Runner:
                             desc=self.blocks.name)  # fmt: skip
             if self.state is not None:
                 self.bar.update(self.state.count)
-        guard = SignalGuard() if handle_signals else None
+        # a burst of signals: the one that stops at once is the last one acted on
+        guard = SignalGuard(raise_once=True) if handle_signals else None
         with guard or contextlib.nullcontext():
             try:
                 try:
@@ -721,20 +758,29 @@ class _Runner:
             _save(self.path, self.state, **self.info(), reason=reason)
 
     def finish(self, reason: str, signum: int | None) -> LongRun:
+        if self.state is None and reason == "interrupted":
+            raise Interrupted(signum)  # asked to stop before its first block: nothing to save
         if self.state is None:
             raise ValueError("the run stopped before its first block")
         self.save(reason)  # one sample has no estimate (every kernel takes two or more)
         return self.partial(reason, signum, estimate=self.state.count >= 2)
 
     def abort(self, signum: int) -> LongRun:
-        """A second signal: save, then exit at once (``"exit"``) or return the run."""
+        """A second signal: save, then exit at once (``"exit"``) or return the run.
+
+        Later signals are only recorded (the guard raises once): a burst cannot cut the writes
+        short. A run stopped before its first block raises :class:`Interrupted` (``"raise"``).
+        """
         self.save("interrupted")
         if self.opts.on_second_signal == "exit":
             if self.on_abort is not None:
                 self.on_abort(self.partial("interrupted", signum, estimate=False))
-            sys.stdout.flush()
-            sys.stderr.flush()
+            with contextlib.suppress(OSError, ValueError):  # a closed stdout: nothing to flush
+                sys.stdout.flush()
+                sys.stderr.flush()
             os._exit(128 + signum)
+        if self.state is None:
+            raise Interrupted(signum)
         return self.finish("interrupted", signum)
 
     def fail(self, err: Exception) -> None:

@@ -1,4 +1,8 @@
-"""``jaxbounds rademacher`` against hostile input and long-run faults (issue 38, cases 1-7)."""
+"""``jaxbounds rademacher`` against hostile input and long-run faults (issue 38, cases 1-7).
+
+The second round (a tester's hostile command lines) is at the end: a burst of signals, a closed
+stdout, outputs over the inputs, refused checkpoints, a huge .npy header, tiny targets.
+"""
 
 import itertools
 import json
@@ -171,6 +175,10 @@ def _save_inputs(tmp_path):
     np.save(tmp_path / "ints.npy", np.ones((3, 2), np.int64))
     np.save(tmp_path / "vec.npy", np.ones(3))
     (tmp_path / "cut.npy").write_bytes((tmp_path / "X64.npy").read_bytes()[:100])
+    with (tmp_path / "huge.npy").open("wb") as f:  # a 4 EB array's header, 64 bytes of data
+        header = {"descr": "<f4", "fortran_order": False, "shape": (10**12, 10**6)}
+        np.lib.format.write_array_header_2_0(f, header)
+        f.write(bytes(64))
 
 
 @pytest.mark.parametrize(
@@ -183,6 +191,13 @@ def _save_inputs(tmp_path):
         ("ints.npy", [], 1, "ints.npy: expected a float array"),
         ("vec.npy", [], 1, "vec.npy: expected a 2-D"),
         ("cut.npy", [], 1, "cut.npy: "),
+        (
+            "huge.npy",
+            [],
+            1,
+            "huge.npy: truncated or damaged .npy file: its header describes a "
+            "(1000000000000, 1000000) float32 array of 4000000000000000000 bytes",
+        ),
         ("missing.npy", [], 1, "missing.npy: does not exist"),
         ("X.npy", ["--radius", "1e308"], 2, "--radius 1e+308: outside the normal range of float32"),
         ("X.npy", ["--json", "/proc/x.json"], 2, "--json /proc/x.json: cannot write"),
@@ -190,16 +205,32 @@ def _save_inputs(tmp_path):
         ("X.npy", ["--max-samples", "1e400"], 2, "--max-samples '1e400'"),
         ("X.npy", ["--max-time", "1e400"], 2, "--max-time"),
         ("X.npy", ["--json", "o.json", "--checkpoint", "o.json"], 2, "--json, --checkpoint"),
+        (
+            "X.npy",
+            ["--block-size", "16777217"],
+            2,
+            "--block-size '16777217': expected an integer from 1 to 2**24",
+        ),
+        ("X.npy", ["--block-size", "1e12"], 2, "--block-size '1e12'"),
+        ("X.npy", ["--block-size", "1e30"], 2, "--block-size '1e30'"),
+        ("X.npy", ["--norm", "1e400"], 2, "--norm '1e400': expected a finite number"),
+        ("X.npy", ["--norm", "1_0"], 2, "--norm '1_0'"),
+        ("X.npy", ["--radius", "1_0"], 2, "--radius '1_0'"),
+        ("X.npy", ["--target-stderr", "1_0"], 2, "--target-stderr '1_0'"),
+        ("X.npy", ["--json", "X.npy", "--fresh"], 2, "--json X.npy: is the inputs file"),
+        ("X.npy", ["--checkpoint", "./X.npy", "--fresh"], 2, "--checkpoint ./X.npy: is the inputs"),
     ],
 )
 def test_bad_input_is_one_line(data, capsys, inputs, flags, code, named):
     tmp_path, _ = data
     _save_inputs(tmp_path)
     argv = ["rademacher", inputs, "--norm", "2", "--radius", "1", "--quiet", "--max-samples", "10"]
+    before = (tmp_path / "X.npy").read_bytes()
     got, _, err = _run(capsys, *argv, *flags)
     assert got == code, err
     assert named in err
     assert len(err.strip().splitlines()) == 1, err
+    assert (tmp_path / "X.npy").read_bytes() == before  # the inputs are never written
 
 
 def test_big_endian_and_float16_files(data, capsys):
@@ -272,3 +303,130 @@ def test_sigint_twice_twenty_times(data, sigint_default):
     pauses = [0.0, 0.02, 0.1, 0.3, 0.6, 1.0, 1.5]
     for attempt in range(20):
         _two_sigints(data[0], pause=pauses[attempt % len(pauses)])
+
+
+# -- the second round: bursts of signals, closed pipes, outputs over inputs, checkpoints
+
+
+class _Exit(BaseException):
+    """``os._exit`` in a test: the status, without ending pytest's process."""
+
+
+def test_a_burst_of_signals_exits_130_with_every_output(data, capsys, monkeypatch, sigint_default):
+    # 1: a third signal while the second one's checkpoint is written raised out of the stop
+    from jaxbounds import _atomic
+
+    real_run, real_write = MonteCarloBlocks.run, _atomic.write_bytes_atomic
+    burst = []
+
+    def run(self, start, stop):
+        if start >= 128 and not burst:
+            burst.append(start)
+            os.kill(os.getpid(), signal.SIGINT)  # the first: stop after this block
+            os.kill(os.getpid(), signal.SIGINT)  # the second: at once
+        return real_run(self, start, stop)
+
+    def write(path, data):
+        with _atomic.critical_section():  # the rest of the burst, while each file is written
+            if burst:
+                os.kill(os.getpid(), signal.SIGINT)
+            return real_write(path, data)
+
+    def exit_(code):
+        raise _Exit(code)
+
+    monkeypatch.setattr(MonteCarloBlocks, "run", run)
+    monkeypatch.setattr(_atomic, "write_bytes_atomic", write)
+    monkeypatch.setattr(os, "_exit", exit_)
+    flags = ["--block-size", "64", "--max-samples", "10000", "--checkpoint", "c.json"]
+    with pytest.raises(_Exit) as info:
+        main([*BASE, *flags, "--checkpoint-every", "0", "--json", "o.json"])
+    out, err = capsys.readouterr()
+    assert info.value.args == (130,)
+    assert "stopped: interrupted" in out
+    assert err.strip().splitlines() == [
+        "jaxbounds rademacher: interrupted; the state is saved to c.json; run the same command "
+        "again to resume"
+    ]
+    assert load_checkpoint("c.json")["state"].ranges == ((0, 128),)
+    record = json.loads(Path("o.json").read_text())
+    assert (record["reason"], record["num_samples"]) == ("interrupted", 128)
+
+
+def test_a_closed_stdout_loses_no_file(data):
+    # 7: the result line was printed first: a closed pipe lost the --json and exited 1
+    proc = _cli(data[0], "--max-samples", "100", "--json", "o.json", "--checkpoint", "c.json")
+    proc.stdout.close()  # `jaxbounds rademacher ... | true`
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0, err
+    assert "Traceback" not in err
+    assert err == ""
+    assert json.loads((data[0] / "o.json").read_text())["num_samples"] == 100
+    assert load_checkpoint(data[0] / "c.json")["state"].count == 100
+
+
+def test_refused_checkpoints_name_the_flag_and_fresh(data, capsys):
+    # 8: another problem's or block size's checkpoint, or a damaged one: exit 2 naming --checkpoint
+    flags = ["--max-samples", "128", "--checkpoint", "c.json"]
+    code, _, err = _run(capsys, *BASE, *flags, "--block-size", "64")
+    assert code == 0, err
+    other = [(["--norm", "1"], "another problem"), (["--seed", "5"], "another problem"),
+             (["--block-size", "32"], "it ran blocks of 64")]  # fmt: skip
+    for extra, why in other:
+        code, _, err = _run(capsys, *BASE, *flags, *extra)
+        assert code == 2, err
+        assert err.startswith("jaxbounds rademacher: error: --checkpoint c.json: "), err
+        assert why in err
+        assert "pass --fresh to start over" in err
+        assert len(err.strip().splitlines()) == 1
+    saved = json.loads(Path("c.json").read_text())
+    damaged = {"nostate.json": {k: v for k, v in saved.items() if k != "state"},
+               "badstate.json": {**saved, "state": 3}}  # fmt: skip
+    for name, value in damaged.items():
+        Path(name).write_text(json.dumps(value))
+        code, _, err = _run(capsys, *BASE, "--max-samples", "128", "--checkpoint", name)
+        assert code == 2, err
+        assert f"--checkpoint {name}: a damaged checkpoint" in err
+        assert len(err.strip().splitlines()) == 1, err
+    code, _, err = _run(capsys, *BASE, *flags, "--norm", "1", "--fresh")
+    assert code == 0, err  # --fresh starts over
+
+
+@pytest.mark.parametrize("target", ["1e-160", "1e-300"])
+def test_a_tiny_target_runs_to_max_samples(data, capsys, target):
+    # 4: the samples the target needs overflowed a float while the block size was calibrated
+    argv = [*BASE, "--target-stderr", target, "--max-samples", "3000", "--json", "o.json"]
+    code, _, err = _run(capsys, *argv)
+    assert code == 0, err
+    record = json.loads(Path("o.json").read_text())
+    assert (record["reason"], record["num_samples"]) == ("max_samples", 3000)
+
+
+def test_a_longdouble_file_is_named_by_its_own_dtype(data, capsys):
+    # 9: the note was built after the conversion ("float64 inputs run in float64")
+    tmp_path, x = data
+    np.save(tmp_path / "ld.npy", x.astype(np.longdouble))
+    argv = ["rademacher", "ld.npy", "--norm", "2", "--radius", "1", "--quiet"]
+    code, _, err = _run(capsys, *argv, "--max-samples", "10", "--json", "o.json")
+    assert code == 0, err
+    assert f"ld.npy: {np.dtype(np.longdouble).name} inputs run in float64" in err
+    assert json.loads(Path("o.json").read_text())["dtype"] == "float64"
+
+
+def test_an_output_linked_to_the_inputs_is_refused(data, capsys):
+    # 6: --fresh wrote the checkpoint over the inputs
+    tmp_path, _ = data
+    os.link(tmp_path / "X.npy", tmp_path / "hard.npy")
+    before = (tmp_path / "X.npy").read_bytes()
+    for flag in ["--checkpoint", "--json"]:
+        code, _, err = _run(capsys, *BASE, "--max-samples", "10", flag, "hard.npy", "--fresh")
+        assert code == 2
+        assert f"{flag} hard.npy: is the inputs file" in err
+    assert (tmp_path / "X.npy").read_bytes() == before
+
+
+def test_the_block_size_bound_is_the_drivers():
+    # 3: the command line's maximum is the largest block the calibration picks
+    from jaxbounds import cli_rademacher, longrun
+
+    assert cli_rademacher._MAX_BLOCK_SIZE == longrun.MAX_BLOCK_SIZE == 2**24

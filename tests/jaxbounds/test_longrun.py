@@ -412,3 +412,102 @@ def test_slq_nodes_run_on_the_stream_of_rayleigh_quotients():
     signs = [start(p) for p in range(48)]
     want = [s @ np.asarray(a) @ s / 5 for s in signs]
     np.testing.assert_allclose(rayleigh, want, rtol=1e-9)
+
+
+def test_a_burst_of_signals_cannot_cut_the_stop_short(tmp_path, monkeypatch, sigint_default):
+    # a third signal while the second one's checkpoint was written raised out of the stop
+    from jaxbounds import _atomic, longrun
+
+    blocks = _linear_blocks()
+    ck = tmp_path / "run.json"
+    real = longrun.write_json_atomic
+
+    def write_in_a_burst(path, value):
+        with _atomic.critical_section():
+            os.kill(os.getpid(), signal.SIGINT)  # the third, fourth, ... signal
+            return real(path, value)
+
+    def burst(progress):
+        if progress.num_samples == 64:
+            monkeypatch.setattr(longrun, "write_json_atomic", write_in_a_burst)
+            os.kill(os.getpid(), signal.SIGINT)  # the first: stop after this block
+            os.kill(os.getpid(), signal.SIGINT)  # the second: at once
+
+    run = run_blocks(blocks, max_samples=10_000, block_size=32, checkpoint=ck, callback=burst)
+    assert (run.reason, run.signal, run.num_samples) == ("interrupted", signal.SIGINT, 64)
+    assert load_checkpoint(ck)["state"].ranges == ((0, 64),)
+
+
+def test_a_calibration_cut_short_is_calibrated_again(tmp_path, sigint_default):
+    # a stop during the calibration saved its first block size (16) for every resumed run
+    blocks = _linear_blocks()
+    ck = tmp_path / "run.json"
+
+    def stop_at_once(progress):
+        if progress.num_samples == 16:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    first = run_blocks(blocks, max_samples=3000, checkpoint=ck, callback=stop_at_once)
+    assert (first.reason, first.num_samples) == ("interrupted", 16)
+    saved = load_checkpoint(ck)
+    assert saved["block_size"] is None  # no block size measured
+    reports = []
+    resumed = run_blocks(blocks, max_samples=3000, checkpoint=ck, callback=reports.append)
+    assert reports[0].calibrating  # the resumed run calibrates again
+    assert max(r.block_size for r in reports) > 16
+    assert resumed.calibration_seconds >= saved["calibration_seconds"]
+    one = kernels.rademacher_linear(*blocks.args, **blocks.kwargs, num_samples=3000)
+    assert resumed.num_samples == 3000
+    np.testing.assert_allclose(float(resumed.estimate.mean), float(one.mean), rtol=1e-12)
+    np.testing.assert_allclose(float(resumed.estimate.stderr), float(one.stderr), rtol=1e-10)
+
+
+def test_the_calibration_stays_within_the_largest_block(monkeypatch):
+    from jaxbounds import longrun
+
+    monkeypatch.setattr(longrun, "MAX_BLOCK_SIZE", 64)
+    reports = []
+    got = run_blocks(_linear_blocks(), max_samples=1000, block_seconds=100.0,
+                     callback=reports.append, handle_signals=False)  # fmt: skip
+    assert got.num_samples == 1000
+    assert max(r.block_size for r in reports) == 64
+    assert got.block_size == 64
+
+
+def test_tiny_targets_saturate_the_samples_needed():
+    # (stderr / 1e-160) ** 2 overflowed a float: OverflowError from the calibration and the ETA
+    reports = []
+    got = run_blocks(_linear_blocks(), target_stderr=1e-300, max_samples=600,
+                     callback=reports.append, handle_signals=False)  # fmt: skip
+    assert (got.reason, got.num_samples) == ("max_samples", 600)
+    assert all(r.eta is not None and r.eta > 0 for r in reports[1:])
+
+
+def test_checkpoint_errors_are_value_errors_naming_the_file(tmp_path):
+    from jaxbounds.longrun import CheckpointError
+
+    blocks = _linear_blocks()
+    ck = tmp_path / "run.json"
+    run_blocks(blocks, max_samples=64, block_size=32, checkpoint=ck, handle_signals=False)
+    data = json.loads(ck.read_text())
+    del data["state"]
+    ck.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match="holds no state") as info:
+        run_blocks(blocks, max_samples=128, block_size=32, checkpoint=ck, handle_signals=False)
+    assert isinstance(info.value, ValueError)
+    assert info.value.path == ck
+
+
+def test_a_stop_asked_before_the_run_stops_it_after_one_block(tmp_path, sigint_default):
+    # the command line holds signals from before the run to the end of its writes (a hold guard
+    # never raises); a stop asked there before the run's own guard is in place is not lost
+    from jaxbounds._atomic import SignalGuard
+
+    ck = tmp_path / "run.json"
+    with SignalGuard(hold=True) as outer:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # held: no Interrupted
+        run = run_blocks(_linear_blocks(), max_samples=10_000, checkpoint=ck)
+    assert outer.requested == signal.SIGINT
+    assert (run.reason, run.signal, run.num_samples) == ("interrupted", signal.SIGINT, 16)
+    assert load_checkpoint(ck)["state"].count == 16
