@@ -1246,6 +1246,7 @@ def test_reproduce_list_takes_no_name(capsys):
 
 _STARTUP = """
 import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal (not inherited)
 sys.argv[0] = {argv0!r}
 import jaxbounds
 from jaxbounds._startup import release_startup

@@ -250,7 +250,22 @@ def test_a_second_study_into_a_locked_folder_stops_at_once(tmp_path, capsys):
     assert main(_args(_csv(tmp_path), out)) == 0
 
 
+@pytest.fixture
+def terminal_handlers():
+    """SIGINT and SIGTERM handled as in a terminal for the test, the process's own after.
+
+    An earlier test of this process may have left SIGINT ignored (the console script ignores
+    it once its work is done), and a guard keeps an ignored signal ignored.
+    """
+    wanted = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: lambda *_: None}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in wanted.items()}
+    yield
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.usefixtures("terminal_handlers")
 def test_a_stop_during_the_analysis_writes_nothing_and_says_so(tmp_path, capsys, monkeypatch,
                                                                signum):  # fmt: skip
     from jaxbounds.study import analysis
