@@ -103,6 +103,7 @@ from jaxbounds import __version__, _compile_cache, cli_rademacher
 from jaxbounds._report_place import (
     _check_writable_dir,
     _finished_report_check,
+    _missing_dirs,
     _not_empty,
     _output_paths,
     _remove_created,
@@ -637,15 +638,25 @@ def _reproduce_checks(args: argparse.Namespace, experiment: Any, runner: Any) ->
             raise _UsageError(f"--out {root}: exists and is not a directory")
         if run_dir.exists() and not run_dir.is_dir():
             raise _UsageError(f"--out {root}: {run_dir} exists and is not a directory")
+        _refuse_odd_outputs(run_dir, flag)  # before any directory is made for the run
         where = run_dir if args.from_dir is not None else run_dir / "units"
+        missing = _missing_dirs(where)
         try:
             where.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
+            _check_writable_dir(where, flag)
+        except (OSError, _UsageError) as err:
+            _remove_created(missing)
+            if isinstance(err, _UsageError):
+                raise
             raise _UsageError(
                 f"--out {root}: cannot create the directory {where} ({err.strerror or err})"
             ) from err
-        _check_writable_dir(where, flag)
     _check_writable_dir(run_dir, flag)
+    _refuse_odd_outputs(run_dir, flag)
+
+
+def _refuse_odd_outputs(run_dir: Path, flag: str) -> None:
+    """A report file of the run that exists but is not a regular file (a directory): exit 2."""
     for name in ("results.csv", "summary.json", "report.md"):
         target = run_dir / name
         if target.exists() and not target.is_file():

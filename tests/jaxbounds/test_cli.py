@@ -678,6 +678,8 @@ def test_reproduce_bad_out_is_one_line_exit_2_before_any_work(toy_reproduce, tmp
     assert message in err
     assert len(err.strip().splitlines()) == 1
     assert (out, toy_reproduce) == ("", [])
+    if case == "results a dir":  # refused before units/ was made (it was left behind)
+        assert sorted(p.name for p in (tmp_path / "locked" / "toy").iterdir()) == ["results.csv"]
 
 
 def test_reproduce_unwritable_out(toy_reproduce, tmp_path, capsys, monkeypatch):
