@@ -15,14 +15,12 @@ import numpy as np
 from kernels._checks import (
     check_key,
     check_positive_int,
-    describe,
-    real_number,
     runtime_checks,
     runtime_checks_enabled,
 )
 from kernels._ordered import CheckChain
 from kernels._signs import _check_float_dtype, _check_float_tree
-from kernels._sups import _HIGHEST
+from kernels._sups import _HIGHEST, _check_exponent
 from kernels.norms import dual_exponent, pow2_factors, vector_norm
 from kernels.parallel import (
     reserved_key,
@@ -330,13 +328,7 @@ def _smooth_lp(v: jax.Array, p: float) -> jax.Array:
 
 def _readout_exponent(readout_norm: Any) -> float:
     """The dual exponent $q^*$ of ``readout_norm`` = q in [1, inf]; else raise naming it."""
-    q = real_number(readout_norm)
-    if q is None or math.isnan(q) or q < 1:
-        raise ValueError(
-            "readout_norm: expected a number q in [1, inf] (a Python or NumPy number), got "
-            f"{describe(readout_norm)}"
-        )
-    return dual_exponent(q)
+    return dual_exponent(_check_exponent(readout_norm, "readout_norm: "))
 
 
 @jax.tree_util.register_dataclass
